@@ -1,0 +1,1 @@
+"""Reading, writing and inspecting .tflite flatbuffers with LiteRT's own schema."""

@@ -1,0 +1,90 @@
+"""Load and save .tflite models as LiteRT schema object trees (`ModelT`).
+
+All flatbuffer parsing goes through here, so that malformed files become one
+`ModelError` with the file name and a fix, never a flatbuffers traceback.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import struct
+from pathlib import Path
+
+import flatbuffers
+from ai_edge_litert import schema_py_generated as schema
+
+from profiler.errors import ModelError
+
+FILE_IDENTIFIER = b"TFL3"
+
+# BuiltinOperator code -> name, e.g. 3 -> "CONV_2D".
+OP_NAMES: dict[int, str] = {
+    v: k for k, v in vars(schema.BuiltinOperator).items() if not k.startswith("_")
+}
+# TensorType code -> name, e.g. 0 -> "FLOAT32".
+TENSOR_TYPE_NAMES: dict[int, str] = {
+    v: k for k, v in vars(schema.TensorType).items() if not k.startswith("_")
+}
+
+
+def sha256_bytes(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def read_model_bytes(path: str | Path) -> bytes:
+    """Read a model file, checking it exists and looks like a tflite flatbuffer."""
+    p = Path(path)
+    if not p.exists():
+        raise ModelError(f"model file not found: {p}", "check the path given to --model")
+    if p.is_dir():
+        raise ModelError(f"{p} is a directory, not a .tflite file", "pass the model file itself")
+    data = p.read_bytes()
+    check_tflite_bytes(data, str(p))
+    return data
+
+
+def check_tflite_bytes(data: bytes, name: str = "model") -> None:
+    if len(data) < 8 or data[4:8] != FILE_IDENTIFIER:
+        raise ModelError(
+            f"{name} is not a .tflite model (no TFL3 flatbuffer identifier)",
+            "pass a LiteRT/TensorFlow Lite flatbuffer, e.g. one from `coupprof zoo NAME -o FILE`",
+        )
+    (root,) = struct.unpack_from("<I", data, 0)
+    if root >= len(data):
+        raise ModelError(f"{name} is truncated (root offset {root} beyond {len(data)} bytes)",
+                         "re-download or re-export the model")
+
+
+def parse_model(data: bytes, name: str = "model") -> schema.ModelT:
+    """Unpack flatbuffer bytes into a mutable `ModelT`."""
+    check_tflite_bytes(data, name)
+    try:
+        model = schema.ModelT.InitFromPackedBuf(bytearray(data), 0)
+    except Exception as err:  # flatbuffers raises IndexError/struct.error on bad offsets
+        raise ModelError(f"{name} is truncated or corrupt ({type(err).__name__}: {err})",
+                         "re-download or re-export the model") from None
+    if not model.subgraphs:
+        raise ModelError(f"{name} has no subgraphs", "export the model again")
+    return model
+
+
+def load_model(path: str | Path) -> tuple[schema.ModelT, bytes]:
+    data = read_model_bytes(path)
+    return parse_model(data, str(path)), data
+
+
+def serialize_model(model: schema.ModelT) -> bytes:
+    """Pack a `ModelT` into .tflite bytes (with the TFL3 identifier)."""
+    builder = flatbuffers.Builder(1024)
+    builder.Finish(model.Pack(builder), file_identifier=FILE_IDENTIFIER)
+    return bytes(builder.Output())
+
+
+def op_name(model: schema.ModelT, op: schema.OperatorT) -> str:
+    code = model.operatorCodes[op.opcodeIndex]
+    # Newer schemas keep codes > 127 in builtinCode; deprecatedBuiltinCode caps at 127.
+    value = max(code.builtinCode, code.deprecatedBuiltinCode)
+    if value == schema.BuiltinOperator.CUSTOM:
+        cc = code.customCode
+        return f"CUSTOM:{cc.decode() if isinstance(cc, bytes) else cc}"
+    return OP_NAMES.get(value, f"OP{value}")

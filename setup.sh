@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# Installs everything coupprof needs on a fresh Debian/Ubuntu machine, then builds
+# the firmware and its simavr rig. Idempotent and quick when nothing changed.
+#   system packages (apt): AVR toolchain, Arduino core, simavr, build tools
+#   Python packages (pip, into ./.venv): this project with its test extras
+set -euo pipefail
+cd "$(dirname "$0")"
+
+APT_PACKAGES=(gcc-avr avr-libc binutils-avr arduino-core-avr simavr libsimavr-dev libelf-dev
+              pkg-config make gcc python3-venv)
+stamp=.venv/.coupprof-setup
+want="$(cat pyproject.toml setup.sh | sha256sum | cut -c1-16)"
+
+if [[ ! -f $stamp || "$(cat "$stamp")" != "$want" ]]; then
+    missing=()
+    for p in "${APT_PACKAGES[@]}"; do
+        dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p")
+    done
+    if ((${#missing[@]})); then
+        echo "setup: installing system packages: ${missing[*]}" >&2
+        SUDO=""; [[ $(id -u) -ne 0 ]] && SUDO="sudo"
+        $SUDO apt-get update -qq
+        DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends \
+            "${missing[@]}" >/dev/null
+    fi
+    PY=${PYTHON:-python3}
+    [[ -x .venv/bin/python ]] || "$PY" -m venv .venv
+    echo "setup: installing Python packages into .venv" >&2
+    .venv/bin/python -m pip install -q --upgrade pip >/dev/null
+    .venv/bin/python -m pip install -q -e ".[test]"
+    echo "$want" > "$stamp"
+fi
+
+# Firmware ELF and the simavr rig that runs it (used by `pytest -m rig`).
+if [[ -f firmware/Makefile ]]; then
+    make -s -C firmware all sim >/dev/null
+fi
