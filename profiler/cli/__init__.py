@@ -17,9 +17,6 @@ from profiler.errors import ProfilerError
 
 # Subcommand modules, in the order `coupprof --help` lists them.
 COMMANDS: list[str] = [
-    "layers",
-    "slice",
-    "zoo",
 ]
 
 EPILOG = """\

@@ -1,0 +1,105 @@
+"""Board and processor descriptions (what a profile TOML or the host's /sys turns into).
+
+Processor letters follow ARM-CO-UP: L little CPU cluster, B big CPU cluster,
+G GPU, N NPU. Frequencies are kHz everywhere, voltages mV.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from profiler.errors import BoardError
+
+PROCESSOR_LETTERS = ("L", "B", "G", "N")
+
+
+@dataclass(frozen=True)
+class GovernorSpec:
+    """How to set a processor's frequency.
+
+    kind: "cpufreq" | "devfreq" | "kgsl" | "mpgpu" | "sim" | "none"
+    path: sysfs directory relative to the sysfs root, e.g.
+          "devices/system/cpu/cpufreq/policy4" or "class/devfreq/ff9a0000.gpu".
+    """
+
+    kind: str
+    path: str = ""
+
+
+@dataclass(frozen=True)
+class ProcessorSpec:
+    letter: str  # "L", "B", "G" or "N"
+    kind: str  # "cpu", "gpu" or "npu"
+    name: str  # human name, e.g. "Cortex-A72 x2"
+    cores: tuple[int, ...]  # CPU cores it runs on; for G/N the host cluster's cores
+    freqs_khz: tuple[int, ...] = ()  # DVFS table, ascending; empty = no DVFS
+    volts_mv: tuple[int | None, ...] = ()  # same length as freqs_khz where known
+    governor: GovernorSpec | None = None
+    host: str | None = None  # for G/N: letter of the CPU cluster that drives it
+    accelerator: str | None = None  # "gpu" / "npu" (LiteRT CompiledModel) or None for CPU
+    delegate: str | None = None  # delegate library path (tflite-runtime boards)
+    extra: dict[str, Any] = field(default_factory=dict)  # power-model constants etc.
+
+    @property
+    def has_dvfs(self) -> bool:
+        return bool(self.freqs_khz)
+
+    def levels_text(self) -> str:
+        """'1=408 MHz, 2=600 MHz, ...' for error messages."""
+        return ", ".join(f"{i}={f / 1000:g} MHz" for i, f in enumerate(self.freqs_khz, 1))
+
+
+@dataclass(frozen=True)
+class Board:
+    name: str
+    description: str
+    processors: dict[str, ProcessorSpec]
+    simulated: bool = False
+    source: Path | None = None  # profile file it came from, None for generated ones
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def processor(self, letter: str) -> ProcessorSpec:
+        key = letter.upper()
+        if key not in self.processors:
+            have = ", ".join(self.processors) or "none"
+            raise BoardError(
+                f"board '{self.name}' has no processor '{letter}' (it has: {have})",
+                "pick one with --processor, or another board with --board",
+            )
+        return self.processors[key]
+
+
+def resolve_level(proc: ProcessorSpec, spec: str | int | None, board: str = "") -> tuple[int, int] | None:
+    """Turn a --freq value ("4", "min", "max") into (1-based level, freq_khz).
+
+    None means "leave the frequency alone". For N (no DVFS of its own) callers pass
+    the host cluster's spec, as ARM-CO-UP does.
+    """
+    if spec is None:
+        return None
+    if not proc.freqs_khz:
+        raise BoardError(
+            f"processor {proc.letter} on board '{board}' has no DVFS levels"
+            " (no governor in the profile)",
+            "drop --freq, or use a board profile with a frequency table (`coupprof boards`)",
+        )
+    n = len(proc.freqs_khz)
+    text = str(spec).strip().lower()
+    if text == "min":
+        idx = 1
+    elif text == "max":
+        idx = n
+    else:
+        try:
+            idx = int(text)
+        except ValueError:
+            raise BoardError(f"--freq '{spec}' is not a level number, 'min' or 'max'",
+                             f"valid levels for {proc.letter}: {proc.levels_text()}") from None
+    if not 1 <= idx <= n:
+        raise BoardError(
+            f"--freq {idx} is out of range for processor {proc.letter} on board '{board}'",
+            f"valid levels: {proc.levels_text()}",
+        )
+    return idx, proc.freqs_khz[idx - 1]
