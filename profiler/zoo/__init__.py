@@ -1,0 +1,39 @@
+"""Model zoo: architecture-faithful .tflite models written directly with LiteRT's
+flatbuffer schema, with seeded weights (no TensorFlow needed).
+
+    from profiler import zoo
+    zoo.list_models()                      # [ZooEntry(name, description, params, default_params)]
+    data = zoo.build("resnet50", size=64)  # .tflite bytes, same bytes for the same params
+    path = zoo.model_path("googlenet")     # built once into $COUPPROF_CACHE/models/
+    zoo.default_model_path()               # data/models/mobilenet_v1_0.25_128.tflite
+"""
+
+from profiler.zoo.registry import (
+    DEFAULT_MODEL_FILE,
+    ZooEntry,
+    build,
+    build_default_model,
+    cache_dir,
+    default_model_path,
+    graph,
+    list_models,
+    model_path,
+    resolve_params,
+    summary,
+    write_default_model,
+)
+
+__all__ = [
+    "DEFAULT_MODEL_FILE",
+    "ZooEntry",
+    "build",
+    "build_default_model",
+    "cache_dir",
+    "default_model_path",
+    "graph",
+    "list_models",
+    "model_path",
+    "resolve_params",
+    "summary",
+    "write_default_model",
+]

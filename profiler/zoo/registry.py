@@ -1,0 +1,231 @@
+"""The zoo's catalogue: which models exist, their parameters, and building them.
+
+`build(name, **params)` returns .tflite bytes that depend only on the name, the
+parameters (defaults filled in) and `ZOO_VERSION`; `model_path` caches them on disk.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import tempfile
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from profiler import DATA_DIR
+from profiler.errors import BadInputError
+from profiler.zoo.arch.mobilenet import mobilenet_v1
+from profiler.zoo.emit import draw_constants, to_bytes, to_model
+from profiler.zoo.graph import Graph
+
+#: Bumped whenever a builder change alters the bytes of any model; part of cache names.
+ZOO_VERSION = 1
+
+#: The bundled default model (MobileNetV1 alpha 0.25, 128x128, seed 0), committed to git.
+DEFAULT_MODEL_NAME = "mobilenet_v1"
+DEFAULT_MODEL_PARAMS: dict[str, Any] = {"alpha": 0.25, "size": 128}
+DEFAULT_MODEL_FILE = DATA_DIR / "models" / "mobilenet_v1_0.25_128.tflite"
+
+
+@dataclass(frozen=True)
+class Param:
+    default: int | float
+    help: str
+    minimum: int | float
+
+
+@dataclass(frozen=True)
+class ZooEntry:
+    """One buildable architecture. `params` maps each parameter to its help text."""
+
+    name: str
+    description: str
+    params: dict[str, str]
+    default_params: dict[str, Any]
+    graph_fn: Callable[..., Graph] = field(repr=False, compare=False)
+    quantized: bool = False
+    specs: dict[str, Param] = field(default_factory=dict, repr=False, compare=False)
+
+
+SEED = Param(0, "seed of the weight RNG", 0)
+
+
+def _entry(name: str, description: str, graph_fn: Callable[..., Graph],
+           specs: dict[str, Param], *, quantized: bool = False) -> ZooEntry:
+    specs = {**specs, "seed": SEED}
+    if quantized:
+        specs["calib_samples"] = Param(8, "random inputs used to calibrate activation ranges", 1)
+    return ZooEntry(
+        name=name,
+        description=description,
+        params={k: p.help for k, p in specs.items()},
+        default_params={k: p.default for k, p in specs.items()},
+        graph_fn=graph_fn,
+        quantized=quantized,
+        specs=specs,
+    )
+
+
+_MOBILENET_SPECS = {
+    "alpha": Param(1.0, "width multiplier", 0.01),
+    "size": Param(224, "input height and width in pixels", 32),
+    "classes": Param(1000, "classifier outputs", 1),
+}
+
+_REGISTRY: dict[str, ZooEntry] = {}
+
+
+def register(entry: ZooEntry) -> None:
+    _REGISTRY[entry.name] = entry
+
+
+register(_entry(
+    "mobilenet_v1",
+    "MobileNetV1: conv 3x3/2, 13 depthwise-separable blocks, avg pool, 1x1 classifier",
+    mobilenet_v1, _MOBILENET_SPECS))
+
+
+def list_models() -> list[ZooEntry]:
+    return list(_REGISTRY.values())
+
+
+def get_entry(name: str) -> ZooEntry:
+    try:
+        return _REGISTRY[name]
+    except KeyError:
+        raise BadInputError(
+            f"unknown zoo model {name!r} (known: {', '.join(_REGISTRY)})",
+            "run `coupprof zoo --list`",
+        ) from None
+
+
+def resolve_params(name: str, params: dict[str, Any]) -> dict[str, Any]:
+    """Defaults filled in, values coerced to the default's type and range-checked."""
+    entry = get_entry(name)
+    out = dict(entry.default_params)
+    for key, raw in params.items():
+        spec = entry.specs.get(key)
+        if spec is None:
+            raise BadInputError(
+                f"zoo model {name!r} has no parameter {key!r} (it takes: {', '.join(entry.specs)})",
+                f"run `coupprof zoo --list` to see {name}'s parameters",
+            )
+        kind = type(spec.default)
+        try:
+            value = kind(raw) if kind is float else _as_int(raw)
+        except (TypeError, ValueError):
+            raise BadInputError(
+                f"parameter {key}={raw!r} of {name!r} is not a {kind.__name__}",
+                f"pass e.g. --param {key}={spec.default}",
+            ) from None
+        if not math.isfinite(value) or value < spec.minimum:
+            raise BadInputError(
+                f"parameter {key}={raw!r} of {name!r} is below its minimum {spec.minimum}",
+                f"pass {key} >= {spec.minimum}",
+            )
+        out[key] = value
+    return out
+
+
+def _as_int(raw: Any) -> int:
+    if isinstance(raw, bool):
+        raise ValueError(raw)
+    if isinstance(raw, float):
+        if not raw.is_integer():
+            raise ValueError(raw)
+        return int(raw)
+    return int(str(raw), 10)
+
+
+def graph(name: str, **params: Any) -> Graph:
+    """The model's graph (shapes, op list, MACs) without drawing any weights."""
+    return _make_graph(get_entry(name), resolve_params(name, params))
+
+
+def _make_graph(entry: ZooEntry, full: dict[str, Any]) -> Graph:
+    arch = {k: v for k, v in full.items() if k not in ("seed", "calib_samples")}
+    try:
+        return entry.graph_fn(**arch)
+    except ValueError as err:  # e.g. an input too small for a VALID window
+        raise BadInputError(f"cannot build {entry.name} with {_param_text(full)}: {err}",
+                            "use a larger size parameter") from None
+
+
+def build(name: str, **params: Any) -> bytes:
+    """Build the .tflite bytes of zoo model `name`; the same parameters give the same bytes."""
+    entry = get_entry(name)
+    full = resolve_params(name, params)
+    g = _make_graph(entry, full)
+    constants = draw_constants(g, full["seed"])
+    meta = {"name": name, "params": full, "zoo_version": ZOO_VERSION}
+    if entry.quantized:
+        from profiler.zoo.quantize import quantize_model
+
+        return quantize_model(g, constants, samples=full["calib_samples"],
+                              seed=full["seed"], metadata=meta)
+    return to_bytes(to_model(g, constants, metadata=meta))
+
+
+def _param_text(full: dict[str, Any]) -> str:
+    return ", ".join(f"{k}={v}" for k, v in sorted(full.items()))
+
+
+def cache_dir() -> Path:
+    root = os.environ.get("COUPPROF_CACHE")
+    return Path(root) if root else Path.home() / ".cache" / "coupprof"
+
+
+def cache_name(name: str, full: dict[str, Any]) -> str:
+    parts = "_".join(f"{k}{v}" for k, v in sorted(full.items()))
+    return f"{name}-{parts}-z{ZOO_VERSION}.tflite"
+
+
+def model_path(name: str, **params: Any) -> Path:
+    """Path of the cached .tflite for `name` with `params`, building it on first use."""
+    full = resolve_params(name, params)
+    path = cache_dir() / "models" / cache_name(name, full)
+    if not path.exists():
+        write_atomic(path, build(name, **full))
+    return path
+
+
+def write_atomic(path: Path, data: bytes) -> None:
+    """Write via a temporary file in the same directory and rename, so a reader never
+    sees a half-written model (two processes building the same model both succeed)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def build_default_model() -> bytes:
+    return build(DEFAULT_MODEL_NAME, **DEFAULT_MODEL_PARAMS)
+
+
+def write_default_model(path: Path | None = None) -> Path:
+    """Regenerate the committed default model (`python -m profiler.zoo.default`)."""
+    target = path or DEFAULT_MODEL_FILE
+    write_atomic(target, build_default_model())
+    return target
+
+
+def default_model_path() -> Path:
+    """The bundled default model; built into the cache if the data file is missing
+    (e.g. an install without the repository's data/)."""
+    if DEFAULT_MODEL_FILE.exists():
+        return DEFAULT_MODEL_FILE
+    return model_path(DEFAULT_MODEL_NAME, **DEFAULT_MODEL_PARAMS)
+
+
+def summary(name: str, **params: Any) -> tuple[Counter[str], int, int]:
+    """(operator counts, MACs, parameter count) of a zoo model, without building it."""
+    g = graph(name, **params)
+    return g.op_counts(), g.macs(), g.param_count()
