@@ -1,0 +1,222 @@
+"""The per-layer runner: invoke each layer's sub-model in order, frame after frame.
+
+Per frame and layer it reads the clock four times:
+
+    transfer_start  copy the layer's inputs in (producer outputs, or the frame's
+    transfer_end    input for model inputs)
+                    hooks.before_layer(i)      <- markers / per-layer DVFS go here
+    layer_start     sub-model invoke
+    layer_end
+                    hooks.after_layer(i)
+
+so hook costs fall outside both the transfer and the layer window. Every raw
+timestamp is kept (`LayerTimings`). The hand-over copies once, through numpy
+views of the two interpreters' tensor buffers; views are dropped before the
+next invoke, as LiteRT requires.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol
+
+import numpy as np
+
+from profiler.clock import Clock, perf_clock
+from profiler.errors import ModelError
+from profiler.results import LayerTimings
+
+
+class LayerHooks:
+    """Called around every layer and frame (warm-up frames included, with warmup=True).
+
+    Subclass and override what you need; the runner skips methods left as these no-ops.
+    """
+
+    def before_frame(self, frame: int, warmup: bool) -> None:
+        """Before frame `frame` (0-based within warm-up or measured frames)."""
+
+    def after_frame(self, frame: int, warmup: bool) -> None:
+        """After the frame's last layer."""
+
+    def before_layer(self, layer: int) -> None:
+        """After the layer's inputs were handed over, right before its invoke is timed."""
+
+    def after_layer(self, layer: int) -> None:
+        """Right after the layer's invoke was timed."""
+
+
+class Executor(Protocol):
+    def interpreter(self, model_bytes: bytes, name: str = "model") -> Any: ...
+
+
+def _overridden(hooks: LayerHooks | None, name: str) -> Callable[..., None] | None:
+    if hooks is None or getattr(type(hooks), name) is getattr(LayerHooks, name):
+        return None
+    return getattr(hooks, name)
+
+
+def random_input(shape: Sequence[int], dtype: np.dtype | type, rng: np.random.Generator) -> np.ndarray:
+    """A reproducible input: uniform [-1, 1) floats, full-range integers, False booleans."""
+    dt = np.dtype(dtype)
+    if dt.kind == "f":
+        return rng.uniform(-1.0, 1.0, size=tuple(shape)).astype(dt)
+    if dt.kind in "iu":
+        info = np.iinfo(dt)
+        lo, hi = max(int(info.min), -128), min(int(info.max), 255)
+        return rng.integers(lo, hi, size=tuple(shape), endpoint=True).astype(dt)
+    return np.zeros(tuple(shape), dtype=dt)
+
+
+class LayerRunner:
+    """Builds one interpreter per layer through `executor` and runs frames.
+
+    `sliced` is a `profiler.slicing.SlicedModel` (anything with `.layers`, each
+    having `.index`, `.model_bytes`, `.inputs`/`.outputs` lists of tensor specs with
+    `.index` in the original model, in the sub-model's input/output order; and
+    `.model_inputs`/`.model_outputs`). The executor must already be open (affinity set).
+    """
+
+    def __init__(
+        self,
+        sliced: Any,
+        executor: Executor,
+        *,
+        clock: Clock = perf_clock,
+        hooks: LayerHooks | None = None,
+        inputs: dict[int, np.ndarray] | None = None,
+        seed: int = 0,
+    ) -> None:
+        self.sliced = sliced
+        self.clock = clock
+        self.hooks = hooks
+        self.layers = list(sliced.layers)
+        self.interpreters = [
+            executor.interpreter(layer.model_bytes, name=f"layer {layer.index}")
+            for layer in self.layers
+        ]
+        self.inputs = self._make_inputs(inputs, seed)
+        self._producer: dict[int, tuple[int, int]] = {}  # model tensor -> (layer pos, sub-model tensor)
+        self._steps = [self._plan(pos) for pos in range(len(self.layers))]
+
+    # -- set-up -------------------------------------------------------------------
+
+    def _make_inputs(self, given: dict[int, np.ndarray] | None, seed: int) -> dict[int, np.ndarray]:
+        """One array per model input tensor, shaped and typed as its first consumer wants."""
+        rng = np.random.default_rng(seed)
+        wanted = {int(t.index) for t in self.sliced.model_inputs}
+        out: dict[int, np.ndarray] = {}
+        for layer, interp in zip(self.layers, self.interpreters, strict=True):
+            for spec, det in zip(layer.inputs, interp.get_input_details(), strict=True):
+                idx = int(spec.index)
+                if idx in wanted and idx not in out:
+                    if given is not None and idx in given:
+                        out[idx] = np.ascontiguousarray(given[idx], dtype=det["dtype"]).reshape(det["shape"])
+                    else:
+                        out[idx] = random_input(det["shape"], det["dtype"], rng)
+        return out
+
+    def _plan(self, pos: int) -> tuple[Callable[[], None], list[Callable[[], Any]]]:
+        """(invoke, feeds) for layer `pos`; records its outputs as producers for later layers."""
+        layer, interp = self.layers[pos], self.interpreters[pos]
+        in_details = interp.get_input_details()
+        if len(in_details) != len(layer.inputs):
+            raise ModelError(f"layer {layer.index}: sub-model has {len(in_details)} inputs, "
+                             f"slicer listed {len(layer.inputs)}", "re-slice the model")
+        feeds: list[Callable[[], Any]] = []
+        for spec, det in zip(layer.inputs, in_details, strict=True):
+            idx, dst = int(spec.index), int(det["index"])
+            if idx in self._producer:
+                src_pos, src = self._producer[idx]
+                feeds.append(_view_copy(self.interpreters[src_pos], src, interp, dst))
+            elif idx in self.inputs:
+                feeds.append(_set_input(interp, dst, self.inputs[idx]))
+            else:
+                raise ModelError(f"layer {layer.index}: input tensor {idx} ({spec.name}) "
+                                 "is produced by no earlier layer", "re-slice the model")
+        for spec, det in zip(layer.outputs, interp.get_output_details(), strict=True):
+            self._producer[int(spec.index)] = (pos, int(det["index"]))
+        return interp.invoke, feeds
+
+    # -- running ------------------------------------------------------------------
+
+    def run_frame(self, frame: int = 0, warmup: bool = False) -> list[tuple[int, int, int, int]]:
+        """Run every layer once; returns (transfer_start, transfer_end, start, end) per layer."""
+        clock = self.clock
+        before_frame = _overridden(self.hooks, "before_frame")
+        after_frame = _overridden(self.hooks, "after_frame")
+        before = _overridden(self.hooks, "before_layer")
+        after = _overridden(self.hooks, "after_layer")
+        row: list[tuple[int, int, int, int]] = []
+        append = row.append
+        if before_frame:
+            before_frame(frame, warmup)
+        for i, (invoke, feeds) in enumerate(self._steps):
+            t0 = clock()
+            for feed in feeds:
+                feed()
+            t1 = clock()
+            if before:
+                before(i)
+            t2 = clock()
+            invoke()
+            t3 = clock()
+            if after:
+                after(i)
+            append((t0, t1, t2, t3))
+        if after_frame:
+            after_frame(frame, warmup)
+        return row
+
+    def run(
+        self,
+        frames: int = 60,
+        warmup: int = 5,
+        progress: Callable[[int, int], None] | None = None,
+    ) -> LayerTimings:
+        """`warmup` unrecorded frames, then `frames` recorded ones."""
+        if frames < 1 or warmup < 0:
+            raise ValueError(f"need frames >= 1 and warmup >= 0, got {frames}, {warmup}")
+        total = warmup + frames
+        for f in range(warmup):
+            self.run_frame(f, warmup=True)
+            if progress:
+                progress(f + 1, total)
+        ts = np.empty((frames, len(self._steps), 4), dtype=np.int64)
+        for f in range(frames):
+            ts[f] = self.run_frame(f)
+            if progress:
+                progress(warmup + f + 1, total)
+        return LayerTimings(ts)
+
+    def outputs(self) -> dict[int, np.ndarray]:
+        """The model outputs of the last frame, keyed by tensor index in the original model."""
+        out: dict[int, np.ndarray] = {}
+        for spec in self.sliced.model_outputs:
+            idx = int(spec.index)
+            if idx in self._producer:
+                pos, src = self._producer[idx]
+                out[idx] = self.interpreters[pos].get_tensor(src)
+            elif idx in self.inputs:
+                out[idx] = self.inputs[idx].copy()
+        return out
+
+
+def _view_copy(src_interp: Any, src: int, dst_interp: Any, dst: int) -> Callable[[], Any]:
+    """One copy from a producer's output buffer into a consumer's input buffer."""
+    src_view, dst_view = src_interp.tensor(src), dst_interp.tensor(dst)
+    copyto = np.copyto
+
+    def feed() -> None:
+        copyto(dst_view(), src_view(), casting="no")
+
+    return feed
+
+
+def _set_input(interp: Any, dst: int, value: np.ndarray) -> Callable[[], Any]:
+    set_tensor = interp.set_tensor
+
+    def feed() -> None:
+        set_tensor(dst, value)
+
+    return feed

@@ -1,0 +1,313 @@
+"""From a measured run to tables: DataFrames, tidy CSV + JSON sidecar, rich rendering.
+
+Measuring and rendering are separate: `run_tables(run)` turns a `LayerRun` into a
+`RunTables` (DataFrames + metadata + totals); `write_tables` saves it as CSV and a
+JSON sidecar; `read_tables` loads those files back into the same `RunTables`;
+`render` draws a rich table from a `RunTables`, fresh or loaded.
+
+CSV layout (tidy; units in column names):
+
+- one row per layer, ``kind = "layer"``: layer, op_types, macs, param_bytes,
+  bytes_in, bytes_out, time_ms_{mean,median,p95,std}, transfer_ms_{mean,median,p95},
+  frames, then power columns when a power source gave them;
+- with raw rows, one row per layer and frame, ``kind = "frame"``: layer, frame,
+  time_ms, transfer_ms, start_ns, end_ns, transfer_start_ns, transfer_end_ns.
+
+Power columns (power_w, energy_mj, dynamic_energy_mj, fps_per_w, samples) are
+present only when the run has them; without a power source they are absent, never 0.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from rich.console import Console
+from rich.table import Table
+
+from profiler.errors import BadInputError
+from profiler.results import LayerRun
+
+SIDE_CAR_FORMAT = "coupprof-layers/1"
+
+# Per-layer columns contributed by a power source, in display order.
+POWER_COLUMNS = ("power_w", "energy_mj", "dynamic_energy_mj", "fps_per_w", "samples")
+# Per-frame totals contributed by a power source.
+POWER_TOTALS = ("power_w", "energy_mj", "dynamic_energy_mj", "fps_per_w", "samples", "lost_frames")
+
+LAYER_COLUMNS = (
+    "kind", "layer", "op_types", "macs", "param_bytes", "bytes_in", "bytes_out",
+    "time_ms_mean", "time_ms_median", "time_ms_p95", "time_ms_std",
+    "transfer_ms_mean", "transfer_ms_median", "transfer_ms_p95", "frames",
+)
+FRAME_COLUMNS = (
+    "kind", "layer", "frame", "time_ms", "transfer_ms",
+    "start_ns", "end_ns", "transfer_start_ns", "transfer_end_ns",
+)
+INT_COLUMNS = ("layer", "frame", "macs", "param_bytes", "bytes_in", "bytes_out", "frames",
+               "samples", "start_ns", "end_ns", "transfer_start_ns", "transfer_end_ns")
+
+UNITS = {
+    "time_ms": "ms, sub-model invoke (layer_end - layer_start)",
+    "transfer_ms": "ms, hand-over of the layer's inputs into its sub-model",
+    "bytes_in": "bytes, sum of the layer's input tensors",
+    "bytes_out": "bytes, sum of the layer's output tensors",
+    "macs": "multiply-accumulates per frame",
+    "param_bytes": "bytes of constant tensors (weights, biases)",
+    "start_ns": "ns, host clock (time.perf_counter_ns)",
+    "power_w": "W, mean over the layer's windows",
+    "energy_mj": "mJ per frame",
+    "dynamic_energy_mj": "mJ per frame above the idle baseline",
+    "fps_per_w": "frames per joule of the layer (1 / energy in J)",
+    "latency_ms": "ms per frame, compute + transfer",
+    "fps": "frames per second = 1000 / latency_ms_mean",
+}
+
+
+@dataclass
+class RunTables:
+    """A run as tables: aggregate rows, optional per-frame rows, metadata, per-frame totals."""
+
+    layers: pd.DataFrame
+    frames: pd.DataFrame | None
+    info: dict[str, Any]
+    totals: dict[str, float] = field(default_factory=dict)
+
+
+def _stats_ms(values_ns: np.ndarray, axis: int = 0) -> dict[str, np.ndarray]:
+    ms = values_ns.astype(np.float64) / 1e6
+    return {
+        "mean": ms.mean(axis=axis),
+        "median": np.median(ms, axis=axis),
+        "p95": np.percentile(ms, 95, axis=axis),
+        # sample std; a single frame has no spread
+        "std": ms.std(axis=axis, ddof=1 if ms.shape[axis] > 1 else 0),
+    }
+
+
+def layer_table(run: LayerRun) -> pd.DataFrame:
+    """One row per layer with time/transfer aggregates over the recorded frames."""
+    t = run.timings
+    time = _stats_ms(t.time_ns)
+    xfer = _stats_ms(t.transfer_ns)
+    df = pd.DataFrame({
+        "kind": "layer",
+        "layer": [li.index for li in run.layers],
+        "op_types": ["+".join(li.op_types) for li in run.layers],
+        "macs": [li.macs for li in run.layers],
+        "param_bytes": [li.param_bytes for li in run.layers],
+        "bytes_in": [li.bytes_in for li in run.layers],
+        "bytes_out": [li.bytes_out for li in run.layers],
+        "time_ms_mean": time["mean"],
+        "time_ms_median": time["median"],
+        "time_ms_p95": time["p95"],
+        "time_ms_std": time["std"],
+        "transfer_ms_mean": xfer["mean"],
+        "transfer_ms_median": xfer["median"],
+        "transfer_ms_p95": xfer["p95"],
+        "frames": t.frames,
+    })
+    extras = [c for c in POWER_COLUMNS if c in run.layer_extras]
+    extras += [c for c in run.layer_extras if c not in POWER_COLUMNS]
+    for name in extras:
+        df[name] = np.asarray(run.layer_extras[name])
+    return df
+
+
+def frame_table(run: LayerRun) -> pd.DataFrame:
+    """One row per (layer, frame) with the raw timestamps."""
+    t = run.timings
+    n_frames, n_layers = t.frames, t.layers
+    layer_ids = np.array([li.index for li in run.layers])
+
+    def flat(a: np.ndarray) -> np.ndarray:  # (frames, layers) -> layer-major rows
+        return np.ascontiguousarray(a.T).reshape(-1)
+
+    return pd.DataFrame({
+        "kind": "frame",
+        "layer": np.repeat(layer_ids, n_frames),
+        "frame": np.tile(np.arange(n_frames), n_layers),
+        "time_ms": flat(t.time_ns) / 1e6,
+        "transfer_ms": flat(t.transfer_ns) / 1e6,
+        "start_ns": flat(t.start_ns),
+        "end_ns": flat(t.end_ns),
+        "transfer_start_ns": flat(t.transfer_start_ns),
+        "transfer_end_ns": flat(t.transfer_end_ns),
+    })
+
+
+def totals(run: LayerRun) -> dict[str, float]:
+    """Per-frame totals: layer times and transfers summed within each frame, then aggregated."""
+    t = run.timings
+    compute = _stats_ms(t.time_ns.sum(axis=1))
+    xfer = _stats_ms(t.transfer_ns.sum(axis=1))
+    latency = _stats_ms(t.time_ns.sum(axis=1) + t.transfer_ns.sum(axis=1))
+    out = {f"time_ms_{k}": float(v) for k, v in compute.items()}
+    out |= {f"transfer_ms_{k}": float(xfer[k]) for k in ("mean", "median", "p95")}
+    out |= {f"latency_ms_{k}": float(latency[k]) for k in ("mean", "median", "p95")}
+    out["fps"] = 1000.0 / out["latency_ms_mean"] if out["latency_ms_mean"] > 0 else float("inf")
+    out["macs"] = float(sum(li.macs for li in run.layers))
+    out["layers"] = float(len(run.layers))
+    out |= {k: float(v) for k, v in run.total_extras.items()}
+    return out
+
+
+def run_tables(run: LayerRun, raw: bool = True) -> RunTables:
+    return RunTables(
+        layers=layer_table(run),
+        frames=frame_table(run) if raw else None,
+        info=run.info.to_dict(),
+        totals=totals(run),
+    )
+
+
+# -- files -------------------------------------------------------------------------
+
+
+def default_json_path(csv_path: str | Path) -> Path:
+    return Path(csv_path).with_suffix(".json")
+
+
+def write_tables(tables: RunTables, csv_path: str | Path,
+                 json_path: str | Path | None = None) -> tuple[Path, Path]:
+    """Write the tidy CSV (layer rows, then frame rows if any) and its JSON sidecar."""
+    csv_p = Path(csv_path)
+    json_p = Path(json_path) if json_path is not None else default_json_path(csv_p)
+    parts = [tables.layers]
+    if tables.frames is not None:
+        frames = tables.frames.copy()
+        for col in ("start_ns", "end_ns", "transfer_start_ns", "transfer_end_ns"):
+            frames[col] = frames[col].astype("Int64")  # exact ns, blank on layer rows
+        parts.append(frames)
+    df = pd.concat(parts, ignore_index=True) if len(parts) > 1 else parts[0]
+    try:
+        csv_p.parent.mkdir(parents=True, exist_ok=True)
+        json_p.parent.mkdir(parents=True, exist_ok=True)
+        df.to_csv(csv_p, index=False)
+        sidecar = {
+            "format": SIDE_CAR_FORMAT,
+            "csv": csv_p.name,
+            **tables.info,
+            "totals": tables.totals,
+            "raw_rows": tables.frames is not None,
+            "units": UNITS,
+        }
+        json_p.write_text(json.dumps(sidecar, indent=2, sort_keys=False) + "\n")
+    except OSError as err:
+        raise BadInputError(f"cannot write results to {err.filename or csv_p}: {err.strerror}",
+                            "choose a writable path with --csv / --json") from None
+    return csv_p, json_p
+
+
+def read_tables(csv_path: str | Path, json_path: str | Path | None = None) -> RunTables:
+    """Load a CSV + sidecar written by `write_tables` (for re-rendering or notebooks)."""
+    csv_p = Path(csv_path)
+    json_p = Path(json_path) if json_path is not None else default_json_path(csv_p)
+    for p in (csv_p, json_p):
+        if not p.is_file():
+            raise BadInputError(f"results file not found: {p}",
+                                "pass the CSV written by `coupprof layers` (its .json beside it)")
+    try:
+        meta = json.loads(json_p.read_text())
+        df = pd.read_csv(csv_p, dtype={c: "Int64" for c in INT_COLUMNS})
+    except (ValueError, OSError) as err:
+        raise BadInputError(f"cannot read results {csv_p} / {json_p}: {err}",
+                            "re-run `coupprof layers` to write them again") from None
+    if meta.get("format") != SIDE_CAR_FORMAT or "kind" not in df.columns:
+        raise BadInputError(f"{json_p} is not a coupprof layers sidecar",
+                            "pass the CSV written by `coupprof layers`")
+    tot = meta.pop("totals", {})
+    for key in ("format", "csv", "raw_rows", "units"):
+        meta.pop(key, None)
+
+    def part(kind: str) -> pd.DataFrame:
+        sub = df[df["kind"] == kind].dropna(axis=1, how="all").reset_index(drop=True)
+        for col in sub.columns:
+            if col in INT_COLUMNS and col not in ("start_ns", "end_ns",
+                                                  "transfer_start_ns", "transfer_end_ns"):
+                sub[col] = sub[col].astype("int64")
+        return sub
+
+    frames = part("frame")
+    return RunTables(layers=part("layer"), frames=frames if len(frames) else None,
+                     info=meta, totals=tot)
+
+
+# -- rendering ---------------------------------------------------------------------
+
+
+def title(info: dict[str, Any]) -> str:
+    model = Path(str(info.get("model_path", "model"))).name
+    cores = info.get("cores") or []
+    text = (f"{model} on board {info.get('board', '?')}, processor {info.get('processor', '?')}"
+            f" (cores {','.join(map(str, cores))}, {info.get('threads', '?')} threads)")
+    if info.get("freq_khz"):
+        text += f" at level {info.get('freq_level')} = {info['freq_khz'] / 1000:g} MHz"
+    if info.get("simulated"):
+        text += " [SIMULATED]"
+    return text
+
+
+def _f(v: Any, digits: int = 3) -> str:
+    return "" if v is None or (isinstance(v, float) and np.isnan(v)) else f"{float(v):.{digits}f}"
+
+
+def _i(v: Any) -> str:
+    return "" if v is None or pd.isna(v) else f"{int(v):,}"
+
+
+def render(tables: RunTables) -> Table:
+    """The layer table: one row per layer and a totals row; power columns only when present."""
+    df, tot = tables.layers, tables.totals
+    power = [c for c in POWER_COLUMNS if c in df.columns]
+    table = Table(title=title(tables.info), caption=_caption(tables), show_footer=False)
+    table.add_column("layer", justify="right")
+    table.add_column("operators", overflow="fold")
+    for head in ("ms mean", "ms median", "ms p95", "ms std", "transfer ms"):
+        table.add_column(head, justify="right")
+    for head in ("bytes in", "bytes out", "MMACs"):
+        table.add_column(head, justify="right")
+    labels = {"power_w": "power W", "energy_mj": "energy mJ", "dynamic_energy_mj": "dyn. mJ",
+              "fps_per_w": "FPS/W", "samples": "samples"}
+    for c in power:
+        table.add_column(labels[c], justify="right")
+    for r in df.itertuples(index=False):
+        row = r._asdict()
+        cells = [str(row["layer"]), str(row["op_types"]),
+                 _f(row["time_ms_mean"]), _f(row["time_ms_median"]), _f(row["time_ms_p95"]),
+                 _f(row["time_ms_std"]), _f(row["transfer_ms_mean"]),
+                 _i(row["bytes_in"]), _i(row["bytes_out"]), _f(row["macs"] / 1e6, 2)]
+        cells += [_i(row[c]) if c == "samples" else _f(row[c]) for c in power]
+        table.add_row(*cells)
+    table.add_section()
+    cells = ["total", f"{len(df)} layers",
+             _f(tot.get("time_ms_mean")), _f(tot.get("time_ms_median")),
+             _f(tot.get("time_ms_p95")), _f(tot.get("time_ms_std")),
+             _f(tot.get("transfer_ms_mean")), "", "", _f(tot.get("macs", 0) / 1e6, 2)]
+    cells += [_i(tot.get(c)) if c == "samples" else _f(tot.get(c)) for c in power]
+    table.add_row(*cells, style="bold")
+    return table
+
+
+def _caption(tables: RunTables) -> str:
+    tot, info = tables.totals, tables.info
+    if "latency_ms_mean" not in tot:
+        return ""
+    text = (f"latency {tot['latency_ms_mean']:.3f} ms/frame (compute {tot['time_ms_mean']:.3f}"
+            f" + transfer {tot['transfer_ms_mean']:.3f}) = {tot['fps']:.1f} FPS; "
+            f"{info.get('frames', '?')} frames after {info.get('warmup', '?')} warm-up")
+    if "lost_frames" in tot:
+        text += f"; logger frames lost: {int(tot['lost_frames'])}"
+    return text
+
+
+def render_text(tables: RunTables, width: int = 160) -> str:
+    """The rendered table as plain text (for tests and logs)."""
+    buf = io.StringIO()
+    Console(file=buf, width=width, color_system=None, force_terminal=False).print(render(tables))
+    return buf.getvalue()
