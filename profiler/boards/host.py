@@ -32,14 +32,15 @@ ARM_PARTS: dict[int, str] = {
 
 
 def parse_cpu_list(text: str) -> tuple[int, ...]:
-    """'0-3,6,8-9' -> (0, 1, 2, 3, 6, 8, 9), the kernel's cpulist format."""
+    """'0-3,6,8-9' (cpulist files) or '0 1 2 3' (related_cpus) -> (0, 1, 2, 3, ...)."""
     cpus: set[int] = set()
-    for part in text.strip().split(","):
-        part = part.strip()
-        if not part:
-            continue
+    for part in text.replace(",", " ").split():
         lo, _, hi = part.partition("-")
-        cpus.update(range(int(lo), int(hi or lo) + 1))
+        try:
+            cpus.update(range(int(lo), int(hi or lo) + 1))
+        except ValueError:
+            raise BoardError(f"cannot read CPU list {text.strip()!r}",
+                             "check the sysfs tree given with --sysfs-root") from None
     return tuple(sorted(cpus))
 
 
