@@ -17,7 +17,11 @@ from typing import Any
 
 from profiler import DATA_DIR
 from profiler.errors import BadInputError
+from profiler.zoo.arch.alexnet import alexnet
+from profiler.zoo.arch.googlenet import googlenet
 from profiler.zoo.arch.mobilenet import mobilenet_v1
+from profiler.zoo.arch.resnet import resnet50
+from profiler.zoo.arch.squeezenet import squeezenet
 from profiler.zoo.emit import draw_constants, to_bytes, to_model
 from profiler.zoo.graph import Graph
 
@@ -35,6 +39,7 @@ class Param:
     default: int | float
     help: str
     minimum: int | float
+    maximum: int | float = math.inf
 
 
 @dataclass(frozen=True)
@@ -69,11 +74,16 @@ def _entry(name: str, description: str, graph_fn: Callable[..., Graph],
     )
 
 
-_MOBILENET_SPECS = {
-    "alpha": Param(1.0, "width multiplier", 0.01),
-    "size": Param(224, "input height and width in pixels", 32),
-    "classes": Param(1000, "classifier outputs", 1),
-}
+CLASSES = Param(1000, "classifier outputs", 1)
+LRN = Param(1, "1: LOCAL_RESPONSE_NORMALIZATION as in the paper, 0: none", 0, 1)
+
+
+def _size(default: int, minimum: int) -> Param:
+    return Param(default, "input height and width in pixels", minimum)
+
+
+_MOBILENET_SPECS = {"alpha": Param(1.0, "width multiplier", 0.01), "size": _size(224, 32),
+                    "classes": CLASSES}
 
 _REGISTRY: dict[str, ZooEntry] = {}
 
@@ -86,6 +96,27 @@ register(_entry(
     "mobilenet_v1",
     "MobileNetV1: conv 3x3/2, 13 depthwise-separable blocks, avg pool, 1x1 classifier",
     mobilenet_v1, _MOBILENET_SPECS))
+register(_entry(
+    "mobilenet_v1_int8",
+    "MobileNetV1, full-integer int8 (per-channel weights, int8 input/output), calibrated in LiteRT",
+    mobilenet_v1, _MOBILENET_SPECS, quantized=True))
+register(_entry(
+    "resnet50",
+    "ResNet-50: 16 bottleneck blocks with projection/identity skips joined by ADD",
+    resnet50, {"size": _size(224, 32), "classes": CLASSES}))
+register(_entry(
+    "googlenet",
+    "GoogLeNet (Inception v1): stem + 9 inception blocks of 4 branches joined by CONCATENATION",
+    googlenet, {"size": _size(224, 32), "classes": CLASSES, "lrn": LRN}))
+register(_entry(
+    "squeezenet",
+    "SqueezeNet 1.1: 8 fire modules (squeeze 1x1 -> expand 1x1 + 3x3 -> concat)",
+    squeezenet, {"size": _size(224, 31), "classes": CLASSES}))
+register(_entry(
+    "alexnet",
+    "AlexNet: 11x11/4 and 5x5 convs, LRN, max pools, 3 FC layers (FC width reduced to 1024)",
+    alexnet, {"size": _size(227, 67), "classes": CLASSES, "lrn": LRN,
+              "fc_width": Param(1024, "width of fc6/fc7 (the paper: 4096)", 1)}))
 
 
 def list_models() -> list[ZooEntry]:
@@ -118,13 +149,15 @@ def resolve_params(name: str, params: dict[str, Any]) -> dict[str, Any]:
             value = kind(raw) if kind is float else _as_int(raw)
         except (TypeError, ValueError):
             raise BadInputError(
-                f"parameter {key}={raw!r} of {name!r} is not a {kind.__name__}",
+                f"parameter {key}={raw!r} of {name!r} is not {'a number' if kind is float else 'an integer'}",
                 f"pass e.g. --param {key}={spec.default}",
             ) from None
-        if not math.isfinite(value) or value < spec.minimum:
+        if not math.isfinite(value) or not spec.minimum <= value <= spec.maximum:
+            allowed = f"{spec.minimum}..{spec.maximum}" if math.isfinite(spec.maximum) \
+                else f">= {spec.minimum}"
             raise BadInputError(
-                f"parameter {key}={raw!r} of {name!r} is below its minimum {spec.minimum}",
-                f"pass {key} >= {spec.minimum}",
+                f"parameter {key}={raw!r} of {name!r} is out of range ({allowed})",
+                f"pass {key} {allowed}",
             )
         out[key] = value
     return out
@@ -192,10 +225,11 @@ def model_path(name: str, **params: Any) -> Path:
     return path
 
 
-def write_atomic(path: Path, data: bytes) -> None:
+def write_atomic(path: Path, data: bytes, *, make_parents: bool = True) -> None:
     """Write via a temporary file in the same directory and rename, so a reader never
     sees a half-written model (two processes building the same model both succeed)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
+    if make_parents:
+        path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as f:
