@@ -30,6 +30,7 @@ import pandas as pd
 from rich.console import Console
 from rich.table import Table
 
+from profiler.boards.host import format_cpu_list
 from profiler.errors import BadInputError
 from profiler.results import LayerRun
 
@@ -245,7 +246,7 @@ def title(info: dict[str, Any]) -> str:
     model = Path(str(info.get("model_path", "model"))).name
     cores = info.get("cores") or []
     text = (f"{model} on board {info.get('board', '?')}, processor {info.get('processor', '?')}"
-            f" (cores {','.join(map(str, cores))}, {info.get('threads', '?')} threads)")
+            f" (cores {format_cpu_list(cores)}, {info.get('threads', '?')} threads)")
     if info.get("freq_khz"):
         text += f" at level {info.get('freq_level')} = {info['freq_khz'] / 1000:g} MHz"
     if info.get("simulated"):

@@ -1,0 +1,161 @@
+"""Aggregation, CSV + JSON sidecar, and re-rendering a saved run."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from profiler.errors import BadInputError
+from profiler.results import LayerInfo, LayerRun, LayerTimings, RunInfo
+from profiler.tables import (
+    POWER_COLUMNS,
+    read_tables,
+    render_text,
+    run_tables,
+    totals,
+    write_tables,
+)
+
+BASE_NS = 2**53 + 1  # beyond float64's exact integers: stamps must survive the CSV exactly
+
+
+def info(**kw: object) -> RunInfo:
+    d: dict = dict(board="host", simulated=False, model_path="/m/mobilenet.tflite",
+                   model_sha256="ab" * 32, processor="B", processor_name="CPU x2", cores=(0, 1),
+                   threads=2, frames=20, warmup=5, runtime="ai-edge-litert", runtime_version="2.3.0",
+                   command="coupprof layers")
+    d.update(kw)
+    return RunInfo(**d)
+
+
+def make_run(extras: dict | None = None, total_extras: dict | None = None) -> LayerRun:
+    """Two layers, 20 frames. Layer 0 takes 1..20 ms (frame f: f+1 ms), layer 1 a constant 3 ms;
+    transfers are 0.5 ms into layer 0 and 0.25 ms into layer 1."""
+    frames = 20
+    ts = np.zeros((frames, 2, 4), dtype=np.int64)
+    now = BASE_NS
+    for f in range(frames):
+        for layer, (xfer_ns, time_ns) in enumerate([(500_000, (f + 1) * 1_000_000),
+                                                     (250_000, 3_000_000)]):
+            ts[f, layer] = (now, now + xfer_ns, now + xfer_ns + 10, now + xfer_ns + 10 + time_ns)
+            now = int(ts[f, layer, 3]) + 7
+    layers = [LayerInfo(0, ("CONV_2D",), 1_000_000, 864, 49152, 32768),
+              LayerInfo(1, ("DEPTHWISE_CONV_2D", "CONV_2D"), 2_500_000, 1200, 32768, 65536)]
+    return LayerRun(info(), layers, LayerTimings(ts), extras or {}, total_extras or {})
+
+
+def test_layer_aggregates_match_hand_computed_values() -> None:
+    t = run_tables(make_run())
+    df = t.layers
+    assert list(df["layer"]) == [0, 1]
+    assert list(df["op_types"]) == ["CONV_2D", "DEPTHWISE_CONV_2D+CONV_2D"]
+    r0, r1 = df.iloc[0], df.iloc[1]
+    # 1..20 ms: mean 10.5, median 10.5, p95 (linear) 19.05, sample std sqrt(35).
+    assert r0.time_ms_mean == pytest.approx(10.5)
+    assert r0.time_ms_median == pytest.approx(10.5)
+    assert r0.time_ms_p95 == pytest.approx(19.05)
+    assert r0.time_ms_std == pytest.approx(35**0.5)
+    assert r1.time_ms_mean == pytest.approx(3.0) and r1.time_ms_std == pytest.approx(0.0)
+    assert r0.transfer_ms_mean == pytest.approx(0.5) and r1.transfer_ms_median == pytest.approx(0.25)
+    assert (r0.bytes_in, r0.bytes_out, r1.macs) == (49152, 32768, 2_500_000)
+    for col in POWER_COLUMNS + ("lost_frames",):
+        assert col not in df.columns
+
+
+def test_totals_sum_layers_within_each_frame() -> None:
+    tot = totals(make_run())
+    # Frame f: compute (f+1) + 3 ms, transfer 0.75 ms.
+    assert tot["time_ms_mean"] == pytest.approx(13.5)
+    assert tot["time_ms_median"] == pytest.approx(13.5)
+    assert tot["transfer_ms_mean"] == pytest.approx(0.75)
+    assert tot["latency_ms_mean"] == pytest.approx(14.25)
+    assert tot["fps"] == pytest.approx(1000 / 14.25)
+    assert tot["macs"] == 3_500_000
+    assert "lost_frames" not in tot and "energy_mj" not in tot
+
+
+def test_csv_rows_and_sidecar(tmp_path: Path) -> None:
+    run = make_run()
+    csv, js = write_tables(run_tables(run, raw=False), tmp_path / "out" / "layers.csv")
+    assert js == tmp_path / "out" / "layers.json"
+    df = pd.read_csv(csv)
+    assert len(df) == 2 and set(df["kind"]) == {"layer"}
+    for col in ("time_ms_mean", "time_ms_median", "time_ms_p95", "time_ms_std",
+                "transfer_ms_mean", "bytes_in", "bytes_out", "macs"):
+        assert col in df.columns
+    assert "start_ns" not in df.columns  # no raw rows asked for
+    meta = json.loads(js.read_text())
+    for key in ("board", "simulated", "model_path", "model_sha256", "processor", "cores", "threads",
+                "frames", "warmup", "runtime", "runtime_version", "python", "numpy", "host",
+                "kernel", "coupprof_version", "timestamp", "command", "totals", "units"):
+        assert key in meta, key
+    assert meta["cores"] == [0, 1] and meta["csv"] == "layers.csv"
+    assert meta["totals"]["latency_ms_mean"] == pytest.approx(14.25)
+
+
+def test_raw_rows_keep_exact_nanoseconds(tmp_path: Path) -> None:
+    run = make_run()
+    csv, _ = write_tables(run_tables(run, raw=True), tmp_path / "raw.csv")
+    back = read_tables(csv)
+    assert back.frames is not None and len(back.frames) == 40
+    fr = back.frames.sort_values(["layer", "frame"]).reset_index(drop=True)
+    expect = run.timings.ts_ns.transpose(1, 0, 2).reshape(40, 4)  # layer-major
+    assert [int(v) for v in fr["transfer_start_ns"]] == expect[:, 0].tolist()
+    assert [int(v) for v in fr["start_ns"]] == expect[:, 2].tolist()
+    assert [int(v) for v in fr["end_ns"]] == expect[:, 3].tolist()
+    layer0 = fr[fr["layer"] == 0]
+    np.testing.assert_allclose(layer0["time_ms"], np.arange(1, 21))
+    # Layer rows read back without the frame-only columns.
+    assert "frame" not in back.layers.columns and len(back.layers) == 2
+
+
+def test_saved_run_re_renders_identically(tmp_path: Path) -> None:
+    fresh = run_tables(make_run(), raw=True)
+    csv, js = write_tables(fresh, tmp_path / "a.csv", tmp_path / "meta" / "a-sidecar.json")
+    loaded = read_tables(csv, js)
+    text = render_text(fresh)
+    assert render_text(loaded) == text
+    assert "mobilenet.tflite on board host, processor B" in text
+    assert "= 70.2 FPS" in text  # 1000 / 14.25
+    assert "power W" not in text
+
+
+def test_power_columns_appear_only_when_given(tmp_path: Path) -> None:
+    run = make_run(extras={"power_w": np.array([2.0, 1.5]), "energy_mj": np.array([21.0, 4.5]),
+                           "samples": np.array([300, 90])},
+                   total_extras={"power_w": 1.84, "energy_mj": 25.5, "lost_frames": 0})
+    t = run_tables(run)
+    assert [c for c in t.layers.columns if c in POWER_COLUMNS] == ["power_w", "energy_mj", "samples"]
+    csv, _ = write_tables(t, tmp_path / "p.csv")
+    loaded = read_tables(csv)
+    assert list(loaded.layers["energy_mj"]) == [21.0, 4.5]
+    assert loaded.totals["lost_frames"] == 0
+    text = render_text(loaded)
+    assert "power W" in text and "energy mJ" in text and "logger frames lost: 0" in text
+    assert text == render_text(t)
+
+
+def test_simulated_runs_say_so() -> None:
+    run = make_run()
+    run.info = info(simulated=True, board="sim", freq_level=4, freq_khz=600_000)
+    text = render_text(run_tables(run))
+    assert "[SIMULATED]" in text and "level 4 = 600 MHz" in text
+
+
+def test_reading_something_else_is_bad_input(tmp_path: Path) -> None:
+    with pytest.raises(BadInputError, match="not found"):
+        read_tables(tmp_path / "none.csv")
+    (tmp_path / "x.csv").write_text("a,b\n1,2\n")
+    (tmp_path / "x.json").write_text("{}")
+    with pytest.raises(BadInputError, match="not a coupprof layers sidecar"):
+        read_tables(tmp_path / "x.csv")
+
+
+def test_layer_run_rejects_mismatched_shapes() -> None:
+    run = make_run()
+    with pytest.raises(ValueError, match="1 layers but timestamps for 2"):
+        LayerRun(run.info, run.layers[:1], run.timings)
