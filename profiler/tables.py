@@ -27,6 +27,7 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+from rich import box
 from rich.console import Console
 from rich.table import Table
 
@@ -262,34 +263,56 @@ def _i(v: Any) -> str:
     return "" if v is None or pd.isna(v) else f"{int(v):,}"
 
 
+# Short operator names for the table (the CSV keeps LiteRT's names).
+OP_SHORT = {
+    "CONV_2D": "conv", "DEPTHWISE_CONV_2D": "dwconv", "FULLY_CONNECTED": "fc",
+    "AVERAGE_POOL_2D": "avgpool", "MAX_POOL_2D": "maxpool", "CONCATENATION": "concat",
+    "RESHAPE": "reshape", "SOFTMAX": "softmax", "ADD": "add", "MUL": "mul", "MEAN": "mean",
+    "RELU": "relu", "RELU6": "relu6", "LOCAL_RESPONSE_NORMALIZATION": "lrn", "PAD": "pad",
+    "QUANTIZE": "quant", "DEQUANTIZE": "dequant", "TRANSPOSE_CONV": "tconv",
+}
+
+
+def short_ops(op_types: str) -> str:
+    """'DEPTHWISE_CONV_2D+CONV_2D' -> 'dwconv+conv'."""
+    return "+".join(OP_SHORT.get(op, op.lower()) for op in str(op_types).split("+"))
+
+
+def _kib(v: Any) -> str:
+    return "" if v is None or pd.isna(v) else f"{int(v) / 1024:,.1f}"
+
+
 def render(tables: RunTables) -> Table:
-    """The layer table: one row per layer and a totals row; power columns only when present."""
+    """The layer table: one row per layer and a totals row; power columns only when present.
+
+    Times are per frame in ms; bytes in KiB; the CSV has every column at full precision.
+    """
     df, tot = tables.layers, tables.totals
     power = [c for c in POWER_COLUMNS if c in df.columns]
-    table = Table(title=title(tables.info), caption=_caption(tables), show_footer=False)
+    # Light box, one space between columns: the table fits an 80-column terminal.
+    table = Table(title=title(tables.info), caption=_caption(tables), box=box.SIMPLE_HEAD,
+                  padding=(0, 1), collapse_padding=True, pad_edge=False)
     table.add_column("layer", justify="right")
-    table.add_column("operators", overflow="fold")
-    for head in ("ms mean", "ms median", "ms p95", "ms std", "transfer ms"):
-        table.add_column(head, justify="right")
-    for head in ("bytes in", "bytes out", "MMACs"):
-        table.add_column(head, justify="right")
-    labels = {"power_w": "power W", "energy_mj": "energy mJ", "dynamic_energy_mj": "dyn. mJ",
+    table.add_column("operators", overflow="fold", ratio=1, min_width=10)
+    for head in ("mean ms", "median", "p95", "xfer ms", "KiB in", "KiB out", "MMAC"):
+        table.add_column(head, justify="right", no_wrap=True)
+    labels = {"power_w": "W", "energy_mj": "mJ", "dynamic_energy_mj": "dyn mJ",
               "fps_per_w": "FPS/W", "samples": "samples"}
     for c in power:
-        table.add_column(labels[c], justify="right")
+        table.add_column(labels[c], justify="right", no_wrap=True)
     for r in df.itertuples(index=False):
         row = r._asdict()
-        cells = [str(row["layer"]), str(row["op_types"]),
+        cells = [str(row["layer"]), short_ops(row["op_types"]),
                  _f(row["time_ms_mean"]), _f(row["time_ms_median"]), _f(row["time_ms_p95"]),
-                 _f(row["time_ms_std"]), _f(row["transfer_ms_mean"]),
-                 _i(row["bytes_in"]), _i(row["bytes_out"]), _f(row["macs"] / 1e6, 2)]
+                 _f(row["transfer_ms_mean"]), _kib(row["bytes_in"]), _kib(row["bytes_out"]),
+                 _f(row["macs"] / 1e6, 2)]
         cells += [_i(row[c]) if c == "samples" else _f(row[c]) for c in power]
         table.add_row(*cells)
     table.add_section()
     cells = ["total", f"{len(df)} layers",
              _f(tot.get("time_ms_mean")), _f(tot.get("time_ms_median")),
-             _f(tot.get("time_ms_p95")), _f(tot.get("time_ms_std")),
-             _f(tot.get("transfer_ms_mean")), "", "", _f(tot.get("macs", 0) / 1e6, 2)]
+             _f(tot.get("time_ms_p95")), _f(tot.get("transfer_ms_mean")), "", "",
+             _f(tot.get("macs", 0) / 1e6, 2)]
     cells += [_i(tot.get(c)) if c == "samples" else _f(tot.get(c)) for c in power]
     table.add_row(*cells, style="bold")
     return table

@@ -18,6 +18,7 @@ from profiler.errors import ProfilerError
 # Subcommand modules, in the order `coupprof --help` lists them.
 COMMANDS: list[str] = [
     "zoo",
+    "layers",
 ]
 
 EPILOG = """\
