@@ -1,0 +1,146 @@
+"""Which operators form a layer.
+
+Default grouping (``granularity="layer"``), matching how CNN papers count layers:
+
+1. A layer starts at every *compute* operator: CONV_2D, DEPTHWISE_CONV_2D,
+   FULLY_CONNECTED, TRANSPOSE_CONV, BATCH_MATMUL, CONV_3D, CONV_3D_TRANSPOSE,
+   the recurrent ops (LSTM, RNN, SVDF families) and custom ops whose name
+   contains "conv".
+2. Exception: a DEPTHWISE_CONV_2D and the 1x1 CONV_2D that follows it (the next
+   compute op, reading a tensor produced in the depthwise layer) form ONE layer
+   (MobileNet's "depthwise separable conv").
+3. A PAD / PADV2 / MIRROR_PAD whose output feeds only compute ops and is read
+   by the very next op starts the layer of that op (it is the conv's padding).
+4. Every other operator (activations, pooling, reshape, softmax, element-wise
+   ADD/MUL/..., CONCATENATION, MEAN, resize, quantize, ...) joins the layer
+   being built, which is its producer's layer. Op order is never changed, so
+   where a branch's op comes after another branch's conv it joins that conv's
+   layer; residual blocks may be cut inside.
+5. Operators before the first compute op join the first layer.
+6. Operators whose inputs are all constants (e.g. DEQUANTIZE of fp16 weights)
+   move to the layer of their first consumer, so weights are not passed
+   between sub-models. This keeps a valid topological order.
+
+``granularity="op"`` gives one layer per operator; explicit ``cuts`` are op
+indices where new layers start (op 0 always starts layer 0). Neither moves
+operators.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from profiler.errors import BadInputError
+from profiler.slicing.graph import Graph
+
+COMPUTE_OPS: frozenset[str] = frozenset({
+    "CONV_2D", "DEPTHWISE_CONV_2D", "FULLY_CONNECTED", "TRANSPOSE_CONV", "BATCH_MATMUL",
+    "CONV_3D", "CONV_3D_TRANSPOSE", "LSTM", "UNIDIRECTIONAL_SEQUENCE_LSTM",
+    "BIDIRECTIONAL_SEQUENCE_LSTM", "RNN", "UNIDIRECTIONAL_SEQUENCE_RNN",
+    "BIDIRECTIONAL_SEQUENCE_RNN", "SVDF", "STABLEHLO_CONVOLUTION", "STABLEHLO_DOT_GENERAL",
+})
+PAD_OPS: frozenset[str] = frozenset({"PAD", "PADV2", "MIRROR_PAD"})
+GRANULARITIES = ("layer", "op")
+
+
+def is_compute(name: str) -> bool:
+    if name.startswith("CUSTOM:"):
+        return "conv" in name.lower()
+    return name in COMPUTE_OPS
+
+
+def default_groups(g: Graph) -> list[list[int]]:
+    layer_of: list[int] = []  # layer index of each op
+    current = -1  # layer being built
+    kind = ""  # compute op that opened the current layer ("" while it has none yet)
+    pw_joined = False  # the current depthwise layer already took its pointwise conv
+    for i, name in enumerate(g.op_names):
+        if is_compute(name):
+            if current < 0 or kind == "":  # leading ops or a PAD opened this layer
+                current = max(current, 0)
+                kind = name
+            elif _joins_depthwise(g, i, name, kind, pw_joined, layer_of, current):
+                pw_joined = True
+            else:
+                current, kind, pw_joined = current + 1, name, False
+        elif name in PAD_OPS and _pads_next_compute(g, i) and kind != "":
+            current, kind, pw_joined = current + 1, "", False
+        elif current < 0:
+            current = 0
+        layer_of.append(current)
+    _move_constant_ops(g, layer_of)
+    groups: list[list[int]] = [[] for _ in range(max(layer_of, default=-1) + 1)]
+    for i, k in enumerate(layer_of):
+        groups[k].append(i)
+    return [grp for grp in groups if grp]
+
+
+def _joins_depthwise(g: Graph, i: int, name: str, kind: str, pw_joined: bool,
+                     layer_of: list[int], current: int) -> bool:
+    """A 1x1 CONV_2D right after a depthwise conv, reading its layer's output."""
+    if name != "CONV_2D" or kind != "DEPTHWISE_CONV_2D" or pw_joined:
+        return False
+    ins = g.op_inputs(i)
+    if len(ins) < 2:
+        return False
+    filt = g.tensor(ins[1]).shape
+    if filt is None or len(filt) != 4 or int(filt[1]) != 1 or int(filt[2]) != 1:
+        return False
+    src = g.producer.get(ins[0])
+    return src is not None and layer_of[src] == current
+
+
+def _pads_next_compute(g: Graph, i: int) -> bool:
+    outs = g.op_outputs(i)
+    if len(outs) != 1 or outs[0] in g.outputs:
+        return False
+    readers = g.consumers.get(outs[0], [])
+    return bool(readers) and readers[0] == i + 1 and all(
+        is_compute(g.op_names[r]) for r in readers)
+
+
+def _move_constant_ops(g: Graph, layer_of: list[int]) -> None:
+    """Move ops fed only by constants (or by such ops) to their first consumer's layer."""
+    const_derived: set[int] = set()  # tensors computed from constants only
+    movable: list[int] = []
+    for i in range(g.num_ops):
+        ins = g.op_inputs(i)
+        if is_compute(g.op_names[i]) or not ins:
+            continue
+        if all(g.is_constant(t) or t in const_derived for t in ins):
+            movable.append(i)
+            const_derived.update(g.op_outputs(i))
+    for i in reversed(movable):  # consumers first, so chains move together
+        readers = [r for t in g.op_outputs(i) for r in g.consumers.get(t, [])]
+        if any(t in g.outputs for t in g.op_outputs(i)) or not readers:
+            continue
+        layer_of[i] = min(layer_of[r] for r in readers)
+
+
+def groups_from_cuts(num_ops: int, cuts: Sequence[int]) -> list[list[int]]:
+    """Contiguous groups starting at op 0 and at every cut."""
+    bad = [c for c in cuts if not 0 <= int(c) < num_ops]
+    if bad:
+        raise BadInputError(
+            f"cut {bad[0]} is out of range: the model has {num_ops} operators "
+            f"(valid cuts are 1..{num_ops - 1})",
+            "pass op indices as listed by `coupprof slice MODEL --granularity op`",
+        )
+    starts = sorted({0, *(int(c) for c in cuts)})
+    bounds = [*starts, num_ops]
+    return [list(range(a, b)) for a, b in zip(bounds, bounds[1:], strict=False) if b > a]
+
+
+def group_ops(g: Graph, granularity: str = "layer",
+              cuts: Sequence[int] | None = None) -> list[list[int]]:
+    """Op indices of each layer, in execution order."""
+    if g.num_ops == 0:
+        raise BadInputError("the model has no operators to slice", "pass a model with operators")
+    if cuts is not None:
+        return groups_from_cuts(g.num_ops, cuts)
+    if granularity == "op":
+        return [[i] for i in range(g.num_ops)]
+    if granularity == "layer":
+        return default_groups(g)
+    raise BadInputError(f"unknown granularity {granularity!r}",
+                        f"use one of: {', '.join(GRANULARITIES)}")
