@@ -1,0 +1,17 @@
+"""DVFS back ends: cpufreq, devfreq, vendor GPU files (kgsl, mpgpu), simulated, none.
+
+Entry points: `make_governor(board, proc, sysfs_root)` builds one, `RestoreGuard`
+saves and restores them, `Governor.set_khz` (per run, with read-back) and
+`Governor.request_khz` (per layer, write only) set frequencies.
+"""
+
+from governors.base import Check, Governor, SavedState, SetResult
+from governors.factory import GOVERNOR_KINDS, dvfs_processor, make_governor
+from governors.restore import RestoreGuard, Terminated
+from governors.sysfs_io import SYSFS_ROOT_ENV, SysfsIO, sysfs_root_from_env
+
+__all__ = [
+    "Check", "Governor", "SavedState", "SetResult", "GOVERNOR_KINDS", "dvfs_processor",
+    "make_governor", "RestoreGuard", "Terminated", "SYSFS_ROOT_ENV", "SysfsIO",
+    "sysfs_root_from_env",
+]

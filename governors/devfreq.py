@@ -1,0 +1,120 @@
+"""GPUs and NPUs through devfreq: the userspace governor's `set_freq`, or min/max clamping.
+
+Layout (Documentation/ABI/testing/sysfs-class-devfreq), e.g.
+/sys/class/devfreq/ff9a0000.gpu, all values in Hz:
+
+    governor, available_governors
+    min_freq / max_freq          limits (writable)
+    available_frequencies        the OPP table
+    cur_freq                     current frequency
+    userspace/set_freq           exists only while the userspace governor runs
+"""
+
+from __future__ import annotations
+
+import time
+
+from governors.base import Governor, SavedState, parse_int, restore_errors, write_limits
+from profiler.errors import ProfilerError
+
+USERSPACE = "userspace"
+SET_FREQ = "userspace/set_freq"
+
+
+class DevfreqGovernor(Governor):
+    kind = "devfreq"
+
+    def __init__(self, *args, method: str | None = None, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self._forced = method
+        self._lo_hz = 0
+        self._hi_hz = 0
+
+    def state_files(self) -> list[str]:
+        return ["governor", "min_freq", "max_freq", SET_FREQ]
+
+    def pick_method(self) -> str:
+        if self._forced:
+            return self._forced
+        avail = self.read("available_governors").split() if self.has("available_governors") else []
+        return "userspace" if USERSPACE in avail else "clamp"
+
+    def _begin(self) -> None:
+        self.method = self.pick_method()
+        self._lo_hz = self.read_int("min_freq")
+        self._hi_hz = self.read_int("max_freq")
+        if self.method == "userspace":
+            if self.read("governor") != USERSPACE:
+                self.write("governor", USERSPACE)
+            # The kernel adds userspace/ while handling the governor write; allow a
+            # short grace period for trees that are updated asynchronously.
+            deadline = time.monotonic() + 0.05
+            while not self.has(SET_FREQ) and time.monotonic() < deadline:
+                time.sleep(0.002)
+            if not self.has(SET_FREQ):
+                self.notes.append(f"{self.io.path(self.rel(SET_FREQ))} did not appear after"
+                                  " selecting the userspace governor; clamping min/max instead")
+                self.method = "clamp"
+
+    def _limits(self, lo_hz: int, hi_hz: int) -> None:
+        def w_lo(v: int) -> None:
+            self.write("min_freq", v)
+            self._lo_hz = v
+
+        def w_hi(v: int) -> None:
+            self.write("max_freq", v)
+            self._hi_hz = v
+
+        write_limits(w_lo, w_hi, self._lo_hz, self._hi_hz, lo_hz, hi_hz)
+
+    def _write_khz(self, freq_khz: int) -> None:
+        hz = freq_khz * 1000
+        if self.method == "userspace":
+            if not self._lo_hz <= hz <= self._hi_hz:
+                self._limits(min(self._lo_hz, hz), max(self._hi_hz, hz))
+            self.write(SET_FREQ, hz)
+        else:
+            self._limits(hz, hz)
+
+    def read_khz(self) -> int | None:
+        try:
+            return self.read_int("cur_freq") // 1000
+        except ProfilerError:
+            return None
+
+    def _readback_name(self) -> str:
+        return "cur_freq"
+
+    def _restore(self, saved: SavedState) -> None:
+        errors: list[ProfilerError] = []
+        want_lo = parse_int(saved.text("min_freq"))
+        want_hi = parse_int(saved.text("max_freq"))
+        want_gov = saved.text("governor")
+        try:
+            self._lo_hz = self.read_int("min_freq")
+            self._hi_hz = self.read_int("max_freq")
+            if want_lo is not None and want_hi is not None:
+                self._limits(want_lo, want_hi)
+        except ProfilerError as err:
+            errors.append(err)
+        try:
+            if want_gov and self.read("governor") != want_gov:
+                self.write("governor", want_gov)
+        except ProfilerError as err:
+            errors.append(err)
+        speed = parse_int(saved.text(SET_FREQ))
+        if want_gov == USERSPACE and speed is not None:
+            try:
+                deadline = time.monotonic() + 0.05
+                while not self.has(SET_FREQ) and time.monotonic() < deadline:
+                    time.sleep(0.002)
+                if parse_int(self.read(SET_FREQ)) != speed:
+                    self.write(SET_FREQ, speed)
+            except ProfilerError as err:
+                errors.append(err)
+        restore_errors(errors, f"devfreq device {self.io.path(self.dir)}")
+
+    def available_khz(self) -> list[int]:
+        if self.has("available_frequencies"):
+            return sorted(f // 1000 for f in self.io.read_ints(self.rel("available_frequencies")))
+        return []

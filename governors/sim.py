@@ -1,0 +1,245 @@
+"""The `sim` governor: real cpufreq/devfreq code writing a temporary sysfs tree.
+
+On the simulated board every software path is the real one: `SimTree` lays out
+cpufreq policies and devfreq devices in a temporary directory, the ordinary
+`CpufreqGovernor` / `DevfreqGovernor` write them, and `SimKernel` plays the
+kernel's part after each write (current frequency follows the governor and the
+limits; devfreq's userspace/ directory comes and goes with the userspace
+governor). The kernel also keeps the time of each change so the frequency that
+is *in effect* lags the write by the modelled transition delay (ARM-CO-UP
+Table 10), which is what the simulated executor and `dvfs-latency` read.
+"""
+
+from __future__ import annotations
+
+import atexit
+import shutil
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from governors import sim_model
+from governors.base import Governor, SavedState
+from governors.cpufreq import CpufreqGovernor
+from governors.devfreq import DevfreqGovernor
+from governors.sysfs_io import SysfsIO
+from profiler.boards.model import Board, ProcessorSpec
+from profiler.errors import BoardError
+
+CPU_GOVERNORS = "userspace performance powersave ondemand schedutil"
+DEV_GOVERNORS = "userspace powersave performance simple_ondemand"
+
+
+def emulated_kind(path: str) -> str:
+    """Which real layout a sim governor path stands for."""
+    if "cpufreq" in path:
+        return "cpufreq"
+    if "devfreq" in path:
+        return "devfreq"
+    raise BoardError(f"sim governor path '{path}' is neither a cpufreq policy nor a devfreq device",
+                     "use devices/system/cpu/cpufreq/policyN or class/devfreq/NAME in the profile")
+
+
+def _put(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text + "\n")
+
+
+@dataclass
+class _Transition:
+    from_khz: int
+    to_khz: int
+    at_ns: int
+    delay_ns: int
+
+
+class SimKernel:
+    """Applies the kernel's side of each write to the simulated tree."""
+
+    def __init__(self, root: Path, board: Board, clock_ns: Callable[[], int] = time.perf_counter_ns):
+        self.root = root
+        self.board = board
+        self.clock_ns = clock_ns
+        self._boot_khz: dict[Path, int] = {}
+        self._owner: dict[Path, ProcessorSpec] = {}
+        self._last: dict[Path, _Transition] = {}
+        self._lock = threading.Lock()
+
+    def register(self, directory: Path, proc: ProcessorSpec, boot_khz: int) -> None:
+        self._boot_khz[directory] = boot_khz
+        self._owner[directory] = proc
+        self._last[directory] = _Transition(boot_khz, boot_khz, 0, 0)
+
+    def on_write(self, path: Path, value: str) -> None:
+        directory = path.parent.parent if path.parent.name == "userspace" else path.parent
+        if directory not in self._owner:
+            return
+        with self._lock:
+            if (directory / "scaling_governor").exists():
+                new_khz = self._settle_cpufreq(directory)
+            else:
+                new_khz = self._settle_devfreq(directory)
+            self._note(directory, new_khz)
+
+    def _settle_cpufreq(self, d: Path) -> int:
+        gov = (d / "scaling_governor").read_text().strip()
+        lo = int((d / "scaling_min_freq").read_text())
+        hi = int((d / "scaling_max_freq").read_text())
+        if gov == "userspace":
+            text = (d / "scaling_setspeed").read_text().strip()
+            want = int(text) if text.isdigit() else self._last[d].to_khz
+            _put(d / "scaling_setspeed", str(want))
+        else:
+            _put(d / "scaling_setspeed", "<unsupported>")
+            want = {"performance": hi, "powersave": lo}.get(gov, self._boot_khz[d])
+        cur = min(max(want, lo), hi)
+        _put(d / "scaling_cur_freq", str(cur))
+        _put(d / "cpuinfo_cur_freq", str(cur))
+        return cur
+
+    def _settle_devfreq(self, d: Path) -> int:
+        gov = (d / "governor").read_text().strip()
+        lo = int((d / "min_freq").read_text())
+        hi = int((d / "max_freq").read_text())
+        user = d / "userspace"
+        if gov == "userspace":
+            if not user.exists():
+                _put(user / "set_freq", (d / "cur_freq").read_text().strip())
+            want = int((user / "set_freq").read_text())
+        else:
+            if user.exists():
+                shutil.rmtree(user)
+            want = {"performance": hi, "powersave": lo}.get(gov, self._boot_khz[d] * 1000)
+        cur = min(max(want, lo), hi)
+        _put(d / "cur_freq", str(cur))
+        _put(d / "target_freq", str(cur))
+        return cur // 1000
+
+    def _note(self, d: Path, new_khz: int) -> None:
+        prev = self._last[d]
+        now = self.clock_ns()
+        in_effect = self._effective(prev, now)
+        if new_khz == prev.to_khz:
+            return
+        proc = self._owner[d]
+        delay_us = 0.0
+        if in_effect in proc.freqs_khz and new_khz in proc.freqs_khz:
+            delay_us = sim_model.transition_delay_us(proc, in_effect, new_khz)
+        self._last[d] = _Transition(in_effect, new_khz, now, int(delay_us * 1000))
+
+    @staticmethod
+    def _effective(t: _Transition, now_ns: int) -> int:
+        return t.to_khz if now_ns - t.at_ns >= t.delay_ns else t.from_khz
+
+    def effective_khz(self, directory: Path, now_ns: int | None = None) -> int:
+        """Frequency in effect at `now_ns` (the last request once its delay has passed)."""
+        with self._lock:
+            t = self._last[directory]
+        return self._effective(t, self.clock_ns() if now_ns is None else now_ns)
+
+
+class SimTree:
+    """A temporary sysfs tree for a simulated board, plus the kernel that drives it."""
+
+    _shared: dict[str, SimTree] = {}
+
+    def __init__(self, board: Board, root: Path | None = None,
+                 clock_ns: Callable[[], int] = time.perf_counter_ns) -> None:
+        self.board = board
+        self._own_dir = root is None
+        self.root = Path(tempfile.mkdtemp(prefix=f"coupprof-sim-{board.name}-")) if root is None \
+            else Path(root)
+        self.kernel = SimKernel(self.root, board, clock_ns)
+        self.io = SysfsIO(self.root, on_write=self.kernel.on_write)
+        for proc in board.processors.values():
+            if proc.governor is not None and proc.governor.kind == "sim":
+                self._build(proc)
+
+    @classmethod
+    def shared(cls, board: Board) -> SimTree:
+        """One tree per board per process, removed when the process exits."""
+        tree = cls._shared.get(board.name)
+        if tree is None:
+            tree = cls._shared[board.name] = cls(board)
+            atexit.register(tree.remove)
+        return tree
+
+    def remove(self) -> None:
+        if self._own_dir:
+            shutil.rmtree(self.root, ignore_errors=True)
+
+    def _build(self, proc: ProcessorSpec) -> None:
+        assert proc.governor is not None
+        d = self.root / proc.governor.path
+        if d.exists():
+            return
+        freqs = list(proc.freqs_khz)
+        if not freqs:
+            raise BoardError(f"simulated processor {proc.letter} has a sim governor but no freqs_khz")
+        boot = freqs[len(freqs) // 2]  # an ondemand-ish resting point, inside the limits
+        if emulated_kind(proc.governor.path) == "cpufreq":
+            cores = " ".join(str(c) for c in proc.cores)
+            for name, text in {
+                "affected_cpus": cores, "related_cpus": cores,
+                "cpuinfo_min_freq": str(freqs[0]), "cpuinfo_max_freq": str(freqs[-1]),
+                "cpuinfo_transition_latency": "40000",
+                "scaling_available_frequencies": " ".join(map(str, freqs)),
+                "scaling_available_governors": CPU_GOVERNORS,
+                "scaling_driver": "cpufreq-dt", "scaling_governor": "schedutil",
+                "scaling_min_freq": str(freqs[0]), "scaling_max_freq": str(freqs[-1]),
+                "scaling_setspeed": "<unsupported>",
+                "scaling_cur_freq": str(boot), "cpuinfo_cur_freq": str(boot),
+            }.items():
+                _put(d / name, text)
+        else:
+            hz = [f * 1000 for f in freqs]
+            for name, text in {
+                "available_frequencies": " ".join(map(str, hz)),
+                "available_governors": DEV_GOVERNORS, "governor": "simple_ondemand",
+                "min_freq": str(hz[0]), "max_freq": str(hz[-1]),
+                "cur_freq": str(boot * 1000), "target_freq": str(boot * 1000),
+                "polling_interval": "50", "name": d.name,
+            }.items():
+                _put(d / name, text)
+        self.kernel.register(d, proc, boot)
+
+
+class SimGovernor(Governor):
+    """A real cpufreq or devfreq governor pointed at the simulated board's tree."""
+
+    kind = "sim"
+
+    def __init__(self, proc: ProcessorSpec, tree: SimTree) -> None:
+        assert proc.governor is not None
+        super().__init__(proc, tree.io, proc.governor.path, clock_ns=tree.kernel.clock_ns)
+        self.tree = tree
+        inner_cls = CpufreqGovernor if emulated_kind(proc.governor.path) == "cpufreq" \
+            else DevfreqGovernor
+        self.inner: Governor = inner_cls(proc, tree.io, proc.governor.path,
+                                         clock_ns=tree.kernel.clock_ns)
+
+    def state_files(self) -> list[str]:
+        return self.inner.state_files()
+
+    def _begin(self) -> None:
+        self.inner.begin()
+        self.method = f"sim-{self.inner.kind}-{self.inner.method}"
+
+    def _write_khz(self, freq_khz: int) -> None:
+        self.inner._write_khz(freq_khz)
+
+    def read_khz(self) -> int | None:
+        return self.inner.read_khz()
+
+    def _restore(self, saved: SavedState) -> None:
+        self.inner.restore(saved)
+
+    def effective_khz(self, now_ns: int | None = None) -> int:
+        """Frequency in effect now, lagging writes by the modelled transition delay."""
+        return self.tree.kernel.effective_khz(self.tree.root / self.dir, now_ns)
+
+    def describe(self) -> str:
+        return f"sim ({self.inner.kind} layout in {self.tree.root})"

@@ -1,0 +1,355 @@
+"""Board profiles: `data/boards/*.toml` loaded into `Board`, validated, detected, listed.
+
+A profile looks like (every key is checked; an unknown key is an error):
+
+    [board]
+    name = "rk3399pro"                    # defaults to the file's stem
+    description = "Radxa ROCK Pi N10 (Rockchip RK3399Pro)"
+    match = ["ROCK Pi N10"]               # substrings of /proc/device-tree/model
+    simulated = false
+    [board.sim]                           # simulated boards only: board-level model
+    [board.markers]                       # optional: chip = "gpiochip0", lines = [17]
+
+    [processors.B]                        # letter L, B, G or N
+    kind = "cpu"                          # cpu | gpu | npu
+    name = "Cortex-A72 x2"
+    cores = [4, 5]                        # GPU/NPU: defaults to the host cluster's cores
+    freqs_khz = [408000, ...]             # ascending; empty/absent = no DVFS
+    volts_mv = [800, ...]                 # same length, where known
+    governor = { kind = "cpufreq", path = "devices/system/cpu/cpufreq/policy4" }
+    host = "B"                            # GPU/NPU: the CPU cluster that drives it
+    accelerator = "gpu"                   # LiteRT HardwareAccelerator, or absent
+    delegate = "libvx_delegate.so"        # external delegate library, or absent
+    notes = "..."
+    [processors.B.sim]                    # simulated boards only: see governors/sim_model.py
+
+Errors name the file, the key and the problem (BoardError, exit code 2).
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+from profiler import DATA_DIR
+from profiler.boards.model import PROCESSOR_LETTERS, Board, GovernorSpec, ProcessorSpec
+from profiler.errors import BoardError
+
+BOARDS_DIR = DATA_DIR / "boards"
+GENERATED = ("host",)  # boards built at run time, no file
+SIM_BOARD = "sim"
+GOVERNOR_KINDS = ("cpufreq", "devfreq", "kgsl", "mpgpu", "sim", "none")
+PROC_KINDS = ("cpu", "gpu", "npu")
+ACCELERATORS = ("gpu", "npu")
+
+BOARD_KEYS = {"name", "description", "match", "simulated", "sim", "markers"}
+PROC_KEYS = {"kind", "name", "cores", "freqs_khz", "volts_mv", "governor", "host",
+             "accelerator", "delegate", "notes", "sim"}
+SIM_PROC_KEYS = {"p_static_mw", "c_eff_nf", "speed_at_max", "freq_sensitivity",
+                 "dvfs_delay_up_us", "dvfs_delay_down_us", "nominal_khz", "nominal_mv"}
+SIM_PROC_REQUIRED = {"p_static_mw", "c_eff_nf", "speed_at_max"}
+SIM_BOARD_KEYS = {"idle_power_mw", "notes"}
+MARKER_KEYS = {"chip", "lines", "backend"}
+
+FIX = "see `coupprof boards show rk3399pro` and data/boards/rk3399pro.toml for a valid profile"
+
+
+class _Checker:
+    """Builds errors that name the file, the key and the problem."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def fail(self, key: str, problem: str) -> BoardError:
+        return BoardError(f"board profile {self.path}: key '{key}': {problem}", FIX)
+
+    def table(self, obj: Any, key: str) -> dict[str, Any]:
+        if not isinstance(obj, dict):
+            raise self.fail(key, f"must be a table, not {type(obj).__name__}")
+        return obj
+
+    def keys(self, obj: dict[str, Any], key: str, allowed: set[str]) -> None:
+        for k in obj:
+            if k not in allowed:
+                raise self.fail(f"{key}.{k}" if key else k,
+                                f"unknown key (allowed: {', '.join(sorted(allowed))})")
+
+    def string(self, obj: dict[str, Any], key: str, name: str, required: bool = True) -> str | None:
+        if name not in obj:
+            if required:
+                raise self.fail(f"{key}.{name}", "missing")
+            return None
+        val = obj[name]
+        if not isinstance(val, str) or not val.strip():
+            raise self.fail(f"{key}.{name}", f"must be a non-empty string, not {val!r}")
+        return val
+
+    def int_list(self, obj: dict[str, Any], key: str, name: str) -> list[int]:
+        val = obj.get(name, [])
+        if not isinstance(val, list) or not all(isinstance(v, int) and not isinstance(v, bool)
+                                                for v in val):
+            raise self.fail(f"{key}.{name}", f"must be a list of integers, not {val!r}")
+        return val
+
+    def number(self, obj: dict[str, Any], key: str, name: str, lo: float, hi: float) -> float:
+        val = obj[name]
+        if isinstance(val, bool) or not isinstance(val, int | float) or not lo <= val <= hi:
+            raise self.fail(f"{key}.{name}", f"must be a number in [{lo:g}, {hi:g}], not {val!r}")
+        return float(val)
+
+
+def load_profile(path: str | Path) -> Board:
+    """Read and validate one profile file."""
+    path = Path(path)
+    try:
+        raw = tomllib.loads(path.read_text())
+    except FileNotFoundError:
+        raise BoardError(f"board profile {path} does not exist",
+                         "list the bundled boards with `coupprof boards`") from None
+    except OSError as err:
+        raise BoardError(f"cannot read board profile {path}: {err.strerror}") from None
+    except tomllib.TOMLDecodeError as err:
+        raise BoardError(f"board profile {path} is not valid TOML: {err}", FIX) from None
+    return parse_profile(raw, path)
+
+
+def parse_profile(raw: dict[str, Any], path: Path) -> Board:
+    c = _Checker(path)
+    c.keys(raw, "", {"board", "processors"})
+    if "board" not in raw:
+        raise c.fail("board", "missing table [board]")
+    b = c.table(raw["board"], "board")
+    c.keys(b, "board", BOARD_KEYS)
+    name = c.string(b, "board", "name", required=False) or path.stem
+    description = c.string(b, "board", "description") or ""
+    match = b.get("match", [])
+    if not isinstance(match, list) or not all(isinstance(m, str) and m.strip() for m in match):
+        raise c.fail("board.match", f"must be a list of non-empty strings, not {match!r}")
+    simulated = b.get("simulated", False)
+    if not isinstance(simulated, bool):
+        raise c.fail("board.simulated", f"must be true or false, not {simulated!r}")
+    extra: dict[str, Any] = {"match": tuple(match)}
+    if "sim" in b:
+        if not simulated:
+            raise c.fail("board.sim", "only simulated boards (simulated = true) have a model")
+        sim = c.table(b["sim"], "board.sim")
+        c.keys(sim, "board.sim", SIM_BOARD_KEYS)
+        if "idle_power_mw" in sim:
+            c.number(sim, "board.sim", "idle_power_mw", 0, 1e6)
+        extra["sim"] = dict(sim)
+    if "markers" in b:
+        m = c.table(b["markers"], "board.markers")
+        c.keys(m, "board.markers", MARKER_KEYS)
+        c.string(m, "board.markers", "chip", required=False)
+        c.string(m, "board.markers", "backend", required=False)
+        lines = c.int_list(m, "board.markers", "lines")
+        if any(v < 0 for v in lines):
+            raise c.fail("board.markers.lines", "line offsets must be >= 0")
+        extra["markers"] = dict(m)
+
+    if "processors" not in raw:
+        raise c.fail("processors", "missing; a board needs at least one [processors.X] table")
+    procs_raw = c.table(raw["processors"], "processors")
+    if not procs_raw:
+        raise c.fail("processors", "empty; a board needs at least one processor")
+    for letter in procs_raw:
+        if letter not in PROCESSOR_LETTERS:
+            raise c.fail(f"processors.{letter}",
+                         f"processor letter must be one of {', '.join(PROCESSOR_LETTERS)}")
+    tables = {k: c.table(v, f"processors.{k}") for k, v in procs_raw.items()}
+    processors: dict[str, ProcessorSpec] = {}
+    # CPUs first, so GPU/NPU can borrow their host's cores.
+    for letter in sorted(tables, key=lambda k: tables[k].get("kind") != "cpu"):
+        processors[letter] = _processor(c, letter, tables[letter], tables, simulated)
+    ordered = {k: processors[k] for k in PROCESSOR_LETTERS if k in processors}
+    return Board(name=name, description=description, processors=ordered,
+                 simulated=simulated, source=path, extra=extra)
+
+
+def _processor(c: _Checker, letter: str, t: dict[str, Any], tables: dict[str, dict[str, Any]],
+               simulated: bool) -> ProcessorSpec:
+    key = f"processors.{letter}"
+    c.keys(t, key, PROC_KEYS)
+    kind = c.string(t, key, "kind")
+    if kind not in PROC_KINDS:
+        raise c.fail(f"{key}.kind", f"must be one of {', '.join(PROC_KINDS)}, not {kind!r}")
+    name = c.string(t, key, "name") or ""
+    host = c.string(t, key, "host", required=False)
+    if kind == "cpu" and host:
+        raise c.fail(f"{key}.host", "a CPU cluster has no host; only gpu/npu processors do")
+    if kind != "cpu":
+        if not host:
+            raise c.fail(f"{key}.host", "missing: a gpu/npu needs the letter of its host CPU cluster")
+        if host not in tables or tables[host].get("kind") != "cpu":
+            raise c.fail(f"{key}.host", f"'{host}' is not a CPU processor of this board")
+    cores = c.int_list(t, key, "cores")
+    if not cores and kind == "cpu":
+        raise c.fail(f"{key}.cores", "missing: list the CPU cores of this cluster")
+    if not cores and host:
+        cores = c.int_list(tables[host], f"processors.{host}", "cores")
+    if any(v < 0 for v in cores) or len(set(cores)) != len(cores):
+        raise c.fail(f"{key}.cores", f"cores must be distinct and >= 0, not {cores}")
+    freqs = c.int_list(t, key, "freqs_khz")
+    if any(f <= 0 for f in freqs):
+        raise c.fail(f"{key}.freqs_khz", "frequencies must be positive kHz")
+    for a, b in zip(freqs, freqs[1:], strict=False):
+        if b <= a:
+            raise c.fail(f"{key}.freqs_khz", f"must ascend strictly ({b} after {a})")
+    if freqs and freqs[0] < 10_000:
+        raise c.fail(f"{key}.freqs_khz", f"{freqs[0]} looks like MHz; write kHz (e.g. 408000)")
+    volts = c.int_list(t, key, "volts_mv")
+    if volts and len(volts) != len(freqs):
+        raise c.fail(f"{key}.volts_mv",
+                     f"has {len(volts)} entries but freqs_khz has {len(freqs)}")
+    if any(not 300 <= v <= 2000 for v in volts):
+        raise c.fail(f"{key}.volts_mv", "voltages must be mV in [300, 2000]")
+    gov = None
+    if "governor" in t:
+        g = c.table(t["governor"], f"{key}.governor")
+        c.keys(g, f"{key}.governor", {"kind", "path"})
+        gkind = c.string(g, f"{key}.governor", "kind")
+        if gkind not in GOVERNOR_KINDS:
+            raise c.fail(f"{key}.governor.kind",
+                         f"must be one of {', '.join(GOVERNOR_KINDS)}, not {gkind!r}")
+        gpath = c.string(g, f"{key}.governor", "path", required=gkind != "none") or ""
+        if gpath.startswith("/"):
+            raise c.fail(f"{key}.governor.path",
+                         "must be relative to the sysfs root (e.g. devices/system/cpu/cpufreq/policy0)")
+        if gkind == "sim" and not simulated:
+            raise c.fail(f"{key}.governor.kind", "'sim' is only for simulated boards")
+        if gkind not in ("none",) and not freqs:
+            raise c.fail(f"{key}.freqs_khz", f"missing: governor '{gkind}' needs a frequency table")
+        gov = GovernorSpec(gkind or "none", gpath)
+    elif freqs:
+        raise c.fail(f"{key}.governor", "missing: a processor with freqs_khz needs a governor")
+    accel = t.get("accelerator")
+    if accel is not None and accel not in ACCELERATORS:
+        raise c.fail(f"{key}.accelerator", f"must be one of {', '.join(ACCELERATORS)}, not {accel!r}")
+    delegate = c.string(t, key, "delegate", required=False)
+    extra: dict[str, Any] = {}
+    if "notes" in t:
+        extra["notes"] = c.string(t, key, "notes")
+    if "sim" in t:
+        if not simulated:
+            raise c.fail(f"{key}.sim", "only simulated boards (simulated = true) have a model")
+        extra["sim"] = _sim_constants(c, f"{key}.sim", t["sim"], bool(freqs), volts, freqs)
+    elif simulated:
+        raise c.fail(f"{key}.sim", "missing: a simulated board needs a model for every processor")
+    return ProcessorSpec(
+        letter=letter, kind=kind or "cpu", name=name, cores=tuple(cores),
+        freqs_khz=tuple(freqs), volts_mv=tuple(volts), governor=gov, host=host,
+        accelerator=accel, delegate=delegate, extra=extra,
+    )
+
+
+def _sim_constants(c: _Checker, key: str, raw: Any, has_dvfs: bool, volts: list[int],
+                   freqs: list[int]) -> dict[str, Any]:
+    s = c.table(raw, key)
+    c.keys(s, key, SIM_PROC_KEYS)
+    for k in sorted(SIM_PROC_REQUIRED):
+        if k not in s:
+            raise c.fail(f"{key}.{k}", "missing")
+    c.number(s, key, "p_static_mw", 0, 1e5)
+    c.number(s, key, "c_eff_nf", 0, 100)
+    # <= 1: the simulator can only stretch host wall time, never shrink it.
+    c.number(s, key, "speed_at_max", 1e-4, 1.0)
+    if "freq_sensitivity" in s:
+        c.number(s, key, "freq_sensitivity", 0, 1)
+    for k in ("dvfs_delay_up_us", "dvfs_delay_down_us"):
+        if k in s:
+            v = s[k]
+            if (not isinstance(v, list) or len(v) != 2
+                    or not all(isinstance(x, int | float) and x >= 0 for x in v) or v[0] > v[1]):
+                raise c.fail(f"{key}.{k}", f"must be [shortest, longest] in us, not {v!r}")
+    if has_dvfs and len(volts) != len(freqs):
+        raise c.fail(key.rsplit(".", 1)[0] + ".volts_mv",
+                     "a simulated processor with DVFS needs a voltage per level")
+    if not has_dvfs:
+        for k in ("nominal_khz", "nominal_mv"):
+            if k not in s:
+                raise c.fail(f"{key}.{k}", "missing: a processor without DVFS needs its operating point")
+        c.number(s, key, "nominal_khz", 10_000, 1e8)
+        c.number(s, key, "nominal_mv", 300, 2000)
+    return dict(s)
+
+
+# ---- finding boards --------------------------------------------------------------
+
+def bundled_profiles() -> dict[str, Path]:
+    return {p.stem: p for p in sorted(BOARDS_DIR.glob("*.toml"))}
+
+
+def list_boards() -> list[str]:
+    """Bundled profile names plus the generated ones (`host`)."""
+    return sorted([*bundled_profiles(), *GENERATED])
+
+
+def load_board(name_or_path: str | Path, sysfs_root: str | Path | None = None) -> Board:
+    """A bundled board by name, a profile by path, or `host` built from `sysfs_root`."""
+    text = str(name_or_path)
+    if text == "host":
+        from governors.sysfs_io import sysfs_root_from_env
+        from profiler.boards.host import host_board
+
+        return host_board(sysfs_root if sysfs_root is not None else sysfs_root_from_env())
+    bundled = bundled_profiles()
+    if text in bundled:
+        return load_profile(bundled[text])
+    path = Path(text)
+    if path.suffix == ".toml" or path.exists() or "/" in text:
+        return load_profile(path)
+    raise BoardError(f"unknown board '{text}'",
+                     f"use one of: {', '.join(list_boards())}, or a path to a .toml profile")
+
+
+def read_model_string(sysfs_root: str | Path) -> str | None:
+    """The device tree model, e.g. 'Radxa ROCK Pi N10', or None (no device tree).
+
+    /proc/device-tree is a link to /sys/firmware/devicetree/base, so both are tried:
+    <root>/../proc/device-tree/model first, then <root>/firmware/devicetree/base/model.
+    """
+    root = Path(sysfs_root)
+    for p in (root.parent / "proc/device-tree/model", root / "firmware/devicetree/base/model"):
+        try:
+            text = p.read_bytes().replace(b"\x00", b"").decode(errors="replace").strip()
+        except OSError:
+            continue
+        if text:
+            return text
+    return None
+
+
+def detect_board(sysfs_root: str | Path) -> str | None:
+    """Name of the bundled profile whose `match` strings occur in the device tree model."""
+    model = read_model_string(sysfs_root)
+    if not model:
+        return None
+    low = model.lower()
+    for name, path in bundled_profiles().items():
+        board = load_profile(path)
+        if not board.simulated and any(m.lower() in low for m in board.extra.get("match", ())):
+            return name
+    return None
+
+
+def select_board(arg: str | None, sysfs_root: str | Path,
+                 announce: Callable[[str], None] | None = None) -> Board:
+    """--board if given; else the detected board; else the simulated board, saying so."""
+    if arg:
+        return load_board(arg, sysfs_root)
+    name = detect_board(sysfs_root)
+    if name:
+        return load_board(name, sysfs_root)
+    if announce is not None:
+        model = read_model_string(sysfs_root)
+        seen = f"device tree model '{model}'" if model else "no device tree model"
+        announce(f"no known board detected ({seen}); using the simulated board '{SIM_BOARD}'"
+                 " (pass --board NAME to choose; `coupprof boards` lists them)")
+    return load_board(SIM_BOARD, sysfs_root)
