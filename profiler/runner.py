@@ -86,13 +86,14 @@ class LayerRunner:
         hooks: LayerHooks | None = None,
         inputs: dict[int, np.ndarray] | None = None,
         seed: int = 0,
+        model_name: str = "model",
     ) -> None:
         self.sliced = sliced
         self.clock = clock
         self.hooks = hooks
         self.layers = list(sliced.layers)
         self.interpreters = [
-            executor.interpreter(layer.model_bytes, name=f"layer {layer.index}")
+            executor.interpreter(layer.model_bytes, name=f"layer {layer.index} of {model_name}")
             for layer in self.layers
         ]
         self.inputs = self._make_inputs(inputs, seed)

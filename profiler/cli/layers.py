@@ -14,7 +14,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from profiler.boards.host import format_cpu_list, host_board
+from profiler.boards.host import format_cpu_list
 from profiler.boards.model import Board, ProcessorSpec, resolve_level
 from profiler.errors import BoardError
 from profiler.results import LayerInfo, LayerRun, RunInfo, environment
@@ -56,8 +56,9 @@ def register(subparsers: Any) -> None:
                    help="the .tflite model (default: the bundled MobileNetV1 0.25 128x128)")
     p.add_argument("--board", default="host",
                    help="board to run on (default: host, this machine read from /sys)")
-    p.add_argument("--sysfs-root", default="/sys", metavar="DIR",
-                   help="sysfs tree the host board is read from (default: /sys)")
+    p.add_argument("--sysfs-root", default=None, metavar="DIR",
+                   help="sysfs tree the host board is read from "
+                   "(default: $COUPPROF_SYSFS_ROOT or /sys)")
     p.add_argument("--processor", "-p", default="B", metavar="LETTER",
                    help="L little CPU cluster, B big CPU cluster, G GPU, N NPU (default: B)")
     p.add_argument("--freq", default=None, metavar="K",
@@ -92,21 +93,18 @@ def board_summary(board: Board) -> str:
     return "; ".join(parts)
 
 
-def load_board(name: str, sysfs_root: str) -> Board:
-    if name == "host":
-        return host_board(sysfs_root)
-    try:
-        from profiler.boards.profiles import load_board as load_profile
-    except ImportError:
-        load_profile = None  # board profiles not installed in this tree
-    if load_profile is not None:
-        board = load_profile(name)  # raises BoardError naming the known boards
-        name = board.name
-    raise BoardError(
-        f"`coupprof layers` cannot run on board '{name}' yet (it serves: "
-        f"{', '.join(SERVED_BOARDS)})",
-        "use --board host",
-    )
+def load_board(name: str, sysfs_root: str | None) -> Board:
+    """The board by name or profile path; only the boards in SERVED_BOARDS can run here yet."""
+    from profiler.boards.profiles import load_board as load_any
+
+    board = load_any(name, sysfs_root)  # unknown names: BoardError listing the known boards
+    if board.name not in SERVED_BOARDS:
+        raise BoardError(
+            f"`coupprof layers` cannot run on board '{board.name}' yet (it serves: "
+            f"{', '.join(SERVED_BOARDS)})",
+            "use --board host",
+        )
+    return board
 
 
 def resolve_freq(board: Board, proc: ProcessorSpec, freq: str | None) -> tuple[int, int] | None:
@@ -175,7 +173,7 @@ def run(args: argparse.Namespace) -> int:
             progress=(lambda d, n: bar("slicing", d, n)) if bar else None,
         )
         with make_executor(proc, args.threads) as executor:
-            runner = LayerRunner(sliced, executor, seed=args.seed)
+            runner = LayerRunner(sliced, executor, seed=args.seed, model_name=model.name)
             timings = runner.run(
                 frames=args.frames, warmup=args.warmup,
                 progress=(lambda d, n: bar("frames", d, n)) if bar else None,
