@@ -13,10 +13,11 @@ docs/slicing.md):
 4. Every other operator (activation, pooling, reshape, softmax, element-wise
    ADD/MUL/..., CONCATENATION, ...) joins the layer being built, i.e. its
    producer's layer; ops before the first compute op join the first layer.
-5. Ops fed only by constants (e.g. DEQUANTIZE of fp16 weights) move to their
-   first consumer's layer. Otherwise the model's op order is kept.
+5. Ops fed only by constants (e.g. DEQUANTIZE of fp16 weights) are copied
+   into every layer that reads them (in all modes), so weights never cross a
+   layer boundary. Otherwise the model's op order is kept.
 
-``granularity="op"`` gives one layer per operator and ``cuts=[i, j, k]`` starts
+``granularity="op"`` gives one layer per operator (rule 5 aside) and ``cuts=[i, j, k]`` starts
 a new layer at each of those op indices. Every runtime tensor that crosses a
 layer boundary is an output of the sub-model that produces it and an input of
 each later sub-model that reads it.

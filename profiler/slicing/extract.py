@@ -45,35 +45,35 @@ def boundaries(g: Graph, groups: Sequence[Sequence[int]]) -> list[tuple[list[int
 
     inputs: runtime tensors its ops read but that are produced outside it (or are
     model inputs), in order of first use. outputs: tensors produced in it that a
-    later group reads or that are model outputs, in order of production.
+    later group takes as input or that are model outputs, in order of production.
+    An op may sit in several groups only if it is a constant op (see grouping).
     """
-    layer_of: dict[int, int] = {op: k for k, grp in enumerate(groups) for op in grp}
+    members = [set(grp) for grp in groups]
+    all_inputs: list[list[int]] = []
+    for k, grp in enumerate(groups):
+        inputs: list[int] = []
+        for i in sorted(grp):
+            for t in g.op_inputs(i):
+                if t not in inputs and g.is_runtime(t) and g.producer.get(t) not in members[k]:
+                    inputs.append(t)
+        all_inputs.append(inputs)
+    wanted_later: list[set[int]] = [set() for _ in groups]
+    for k in range(len(groups) - 2, -1, -1):
+        wanted_later[k] = wanted_later[k + 1] | set(all_inputs[k + 1])
     model_outputs = set(g.outputs)
     result = []
     for k, grp in enumerate(groups):
-        ops = sorted(grp)
-        inputs: list[int] = []
-        seen: set[int] = set()
-        for i in ops:
-            for t in g.op_inputs(i):
-                if t in seen or not g.is_runtime(t):
-                    continue
-                src = g.producer.get(t)
-                if src is None or layer_of[src] != k:
-                    seen.add(t)
-                    inputs.append(t)
         outputs: list[int] = []
         dead_ends: list[int] = []
-        for i in ops:
+        for i in sorted(grp):
             for t in g.op_outputs(i):
-                readers = g.consumers.get(t, [])
-                if t in model_outputs or any(layer_of.get(r, k) != k for r in readers):
+                if t in model_outputs or t in wanted_later[k]:
                     if t not in outputs:
                         outputs.append(t)
-                elif not readers:
+                elif not g.consumers.get(t):
                     dead_ends.append(t)
         # A group whose results nobody reads still needs outputs to be a valid model.
-        result.append((inputs, outputs or dead_ends))
+        result.append((all_inputs[k], outputs or dead_ends))
     return result
 
 

@@ -18,12 +18,13 @@ Default grouping (``granularity="layer"``), matching how CNN papers count layers
    layer; residual blocks may be cut inside.
 5. Operators before the first compute op join the first layer.
 6. Operators whose inputs are all constants (e.g. DEQUANTIZE of fp16 weights)
-   move to the layer of their first consumer, so weights are not passed
-   between sub-models. This keeps a valid topological order.
+   are copied into every layer that reads their output, instead of being a
+   layer or passing weights between sub-models (this applies to all modes).
 
-``granularity="op"`` gives one layer per operator; explicit ``cuts`` are op
-indices where new layers start (op 0 always starts layer 0). Neither moves
-operators.
+``granularity="op"`` gives one layer per operator (rule 6 aside); explicit
+``cuts`` are op indices where new layers start (op 0 always starts layer 0).
+Within a layer, ops keep the model's order, and layers follow it too, so the
+chain is a valid topological order.
 """
 
 from __future__ import annotations
@@ -68,7 +69,6 @@ def default_groups(g: Graph) -> list[list[int]]:
         elif current < 0:
             current = 0
         layer_of.append(current)
-    _move_constant_ops(g, layer_of)
     groups: list[list[int]] = [[] for _ in range(max(layer_of, default=-1) + 1)]
     for i, k in enumerate(layer_of):
         groups[k].append(i)
@@ -99,22 +99,45 @@ def _pads_next_compute(g: Graph, i: int) -> bool:
         is_compute(g.op_names[r]) for r in readers)
 
 
-def _move_constant_ops(g: Graph, layer_of: list[int]) -> None:
-    """Move ops fed only by constants (or by such ops) to their first consumer's layer."""
-    const_derived: set[int] = set()  # tensors computed from constants only
-    movable: list[int] = []
+def constant_ops(g: Graph) -> list[int]:
+    """Ops whose inputs are all constants or outputs of such ops (e.g. DEQUANTIZE of
+    fp16 weights) and whose outputs are read by other ops only."""
+    derived: set[int] = set()
+    found: list[int] = []
     for i in range(g.num_ops):
-        ins = g.op_inputs(i)
-        if is_compute(g.op_names[i]) or not ins:
+        ins, outs = g.op_inputs(i), g.op_outputs(i)
+        if ins and all(g.is_constant(t) or t in derived for t in ins):
+            derived.update(outs)
+            if outs and all(g.consumers.get(t) and t not in g.outputs for t in outs):
+                found.append(i)
+    return found
+
+
+def attach_constant_ops(g: Graph, groups: list[list[int]]) -> list[list[int]]:
+    """Give every layer its own copy of the constant ops it reads.
+
+    Weights derived from constants then never cross a layer boundary (XNNPACK
+    folds such ops into the weights, so their outputs cannot be passed around),
+    and a layer made only of them disappears.
+    """
+    floating = set(constant_ops(g))
+    if not floating:
+        return groups
+    result = []
+    for grp in groups:
+        keep = [i for i in grp if i not in floating]
+        if not keep:
             continue
-        if all(g.is_constant(t) or t in const_derived for t in ins):
-            movable.append(i)
-            const_derived.update(g.op_outputs(i))
-    for i in reversed(movable):  # consumers first, so chains move together
-        readers = [r for t in g.op_outputs(i) for r in g.consumers.get(t, [])]
-        if any(t in g.outputs for t in g.op_outputs(i)) or not readers:
-            continue
-        layer_of[i] = min(layer_of[r] for r in readers)
+        needed: set[int] = set()
+        todo = list(keep)
+        while todo:
+            for t in g.op_inputs(todo.pop()):
+                src = g.producer.get(t)
+                if src in floating and src not in needed:
+                    needed.add(src)
+                    todo.append(src)
+        result.append(sorted({*keep, *needed}))
+    return result or groups
 
 
 def groups_from_cuts(num_ops: int, cuts: Sequence[int]) -> list[list[int]]:
@@ -137,10 +160,12 @@ def group_ops(g: Graph, granularity: str = "layer",
     if g.num_ops == 0:
         raise BadInputError("the model has no operators to slice", "pass a model with operators")
     if cuts is not None:
-        return groups_from_cuts(g.num_ops, cuts)
-    if granularity == "op":
-        return [[i] for i in range(g.num_ops)]
-    if granularity == "layer":
-        return default_groups(g)
-    raise BadInputError(f"unknown granularity {granularity!r}",
-                        f"use one of: {', '.join(GRANULARITIES)}")
+        groups = groups_from_cuts(g.num_ops, cuts)
+    elif granularity == "op":
+        groups = [[i] for i in range(g.num_ops)]
+    elif granularity == "layer":
+        groups = default_groups(g)
+    else:
+        raise BadInputError(f"unknown granularity {granularity!r}",
+                            f"use one of: {', '.join(GRANULARITIES)}")
+    return attach_constant_ops(g, groups)

@@ -113,8 +113,19 @@ def _slice(data: bytes, name: str, sha: str, mode: str, granularity: str,
             progress(k + 1, len(groups))
     return SlicedModel(
         source_sha256=sha, granularity=mode,
-        cuts=[min(grp) for grp in groups[1:]],
+        cuts=_starts(groups)[1:],
         layers=layers,
         model_inputs=[spec(t) for t in g.inputs],
         model_outputs=[spec(t) for t in g.outputs],
     )
+
+
+def _starts(groups: list[list[int]]) -> list[int]:
+    """First op of each group that no earlier group holds (copied constant ops aside)."""
+    seen: set[int] = set()
+    starts = []
+    for grp in groups:
+        fresh = [i for i in grp if i not in seen]
+        starts.append(min(fresh) if fresh else min(grp))
+        seen.update(grp)
+    return starts
