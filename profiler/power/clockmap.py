@@ -1,0 +1,273 @@
+"""Mapping the logger's clock onto the host clock from matched marker edges.
+
+The logger timestamps marker edges with its own microsecond clock; the host
+records when it changed each marker (``time.perf_counter_ns``). The two clocks
+differ by an offset and a drift (an Arduino's ceramic resonator is off by up
+to ~0.5 %), so ``host_ns = a + b * device_us`` with ``b`` near 1000.
+
+``fit_clock_map`` finds which device edge belongs to which host event without
+assuming the two lists line up one to one (the logger may miss a short edge, a
+glitch may add one):
+
+1. Hypotheses from anchor pairs: an early host event paired with one of the
+   first few device edges and a late host event paired with one of the last few
+   give a line (offset and slope, slope within ``max_drift_ppm``); single
+   anchors with the nominal slope cover short runs. Each line is scored by how
+   many device edges land within ``tol_ns`` of a host event (with the same
+   marker levels when levels are given).
+2. From the best line: mutual-nearest-neighbour matching, a least-squares fit,
+   rejection of residual outliers (median +- max(6 robust sigma, floor)), and
+   repeat until the matched set is stable.
+
+Unmatched host events are missed edges; unmatched device edges are spurious.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from profiler.errors import MarkerError
+
+NOMINAL_NS_PER_US = 1000.0
+
+
+@dataclass(frozen=True)
+class ClockMap:
+    """``host_ns = host_ref_ns + ns_per_us * (device_us - device_ref_us)``.
+
+    The reference pair keeps the arithmetic precise (host times are ~1e15 ns).
+    """
+
+    device_ref_us: int
+    host_ref_ns: int
+    ns_per_us: float = NOMINAL_NS_PER_US
+    matched: int = 0
+    rejected: int = 0
+    residual_rms_ns: float = 0.0
+    residual_max_ns: float = 0.0
+
+    @property
+    def drift_ppm(self) -> float:
+        """How much faster the device clock runs than the host's, in ppm."""
+        return (NOMINAL_NS_PER_US / self.ns_per_us - 1.0) * 1e6
+
+    @property
+    def offset_ns(self) -> float:
+        """``a`` in ``host_ns = a + b * device_us``."""
+        return self.host_ref_ns - self.ns_per_us * self.device_ref_us
+
+    def to_host_ns(self, device_us: np.ndarray | int) -> np.ndarray:
+        d = np.asarray(device_us, dtype=np.int64) - self.device_ref_us
+        return self.host_ref_ns + np.rint(d * self.ns_per_us).astype(np.int64)
+
+    def to_device_us(self, host_ns: np.ndarray | int) -> np.ndarray:
+        h = np.asarray(host_ns, dtype=np.int64) - self.host_ref_ns
+        return self.device_ref_us + h / self.ns_per_us
+
+    def to_dict(self) -> dict[str, float | int]:
+        return {k: getattr(self, k) for k in self.__dataclass_fields__}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> ClockMap:
+        return cls(**{k: d[k] for k in cls.__dataclass_fields__ if k in d})
+
+
+@dataclass(frozen=True)
+class ClockFit:
+    """A fitted map plus which events matched.
+
+    ``host_index[i]`` and ``device_index[i]`` are a matched pair (indices into
+    the arrays given to ``fit_clock_map``), in time order.
+    """
+
+    clock: ClockMap
+    host_index: np.ndarray
+    device_index: np.ndarray
+    missed_host: np.ndarray  # host events no device edge matched (missed edges)
+    spurious_device: np.ndarray  # device edges no host event matched
+    residual_ns: np.ndarray  # per matched pair: host - mapped device
+
+
+def _nearest(ref: np.ndarray, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Index into sorted ``ref`` of the value nearest each ``x`` and its distance."""
+    i = np.searchsorted(ref, x)
+    lo = np.clip(i - 1, 0, ref.size - 1)
+    hi = np.clip(i, 0, ref.size - 1)
+    dlo = np.abs(x - ref[lo])
+    dhi = np.abs(ref[hi] - x)
+    pick = np.where(dhi < dlo, hi, lo)
+    return pick, np.minimum(dlo, dhi)
+
+
+def _nearest_same_level(
+    ref: np.ndarray, ref_lv: np.ndarray | None, x: np.ndarray, x_lv: np.ndarray | None
+) -> tuple[np.ndarray, np.ndarray]:
+    if ref_lv is None or x_lv is None:
+        return _nearest(ref, x)
+    idx = np.full(x.shape, -1, dtype=np.int64)
+    dist = np.full(x.shape, np.inf)
+    for lv in np.unique(x_lv):
+        rsel = np.flatnonzero(ref_lv == lv)
+        xsel = x_lv == lv
+        if rsel.size:
+            j, dd = _nearest(ref[rsel], x[..., xsel])
+            idx[..., xsel] = rsel[j]
+            dist[..., xsel] = dd
+    return idx, dist
+
+
+def _mutual_matches(
+    h: np.ndarray, hl: np.ndarray | None, mapped: np.ndarray, dl: np.ndarray | None, tol: float
+) -> tuple[np.ndarray, np.ndarray]:
+    hi, hd = _nearest_same_level(h, hl, mapped, dl)  # device -> host
+    order = np.argsort(mapped, kind="stable")
+    di, _ = _nearest_same_level(mapped[order], None if dl is None else dl[order], h, hl)
+    di = np.where(di >= 0, order[np.maximum(di, 0)], -1)  # host -> device
+    dev = np.flatnonzero((hi >= 0) & (hd <= tol))
+    dev = dev[di[hi[dev]] == dev]
+    return hi[dev], dev
+
+
+def fit_clock_map(
+    device_us: np.ndarray,
+    host_ns: np.ndarray,
+    *,
+    device_levels: np.ndarray | None = None,
+    host_levels: np.ndarray | None = None,
+    tol_ns: float = 500_000.0,
+    max_drift_ppm: float = 10_000.0,
+    floor_ns: float = 50_000.0,
+    anchors: int = 4,
+    slack: int = 4,
+) -> ClockFit:
+    """Fit ``host_ns = a + b * device_us`` from two edge lists that mostly pair up.
+
+    ``device_us``: device edge times (unwrapped µs, ascending); ``host_ns``:
+    host marker-change times (ascending). Optional ``*_levels`` (marker bits
+    after each change) restrict matches to equal levels. ``tol_ns`` is the
+    largest distance at which an edge can still match (keep it below half the
+    shortest interval between marker changes); ``anchors`` and ``slack`` bound
+    how many edges may be missing or spurious at either end of the run.
+    """
+    d_all = np.asarray(device_us, dtype=np.int64)
+    h_all = np.asarray(host_ns, dtype=np.int64)
+    if d_all.size == 0 or h_all.size == 0:
+        raise MarkerError(
+            f"cannot map the logger clock: {d_all.size} logger edges, {h_all.size} host marker changes",
+            fix="check that the marker line is wired to the logger's marker input and that "
+            "--marker names the right line",
+        )
+    dl = None if device_levels is None else np.asarray(device_levels, dtype=np.int64)
+    hl = None if host_levels is None else np.asarray(host_levels, dtype=np.int64)
+    d0, h0 = int(d_all[0]), int(h_all[0])
+    d = (d_all - d0).astype(np.float64)
+    h = (h_all - h0).astype(np.float64)
+
+    a, b = _best_hypothesis(d, dl, h, hl, tol_ns, max_drift_ppm, anchors, slack)
+    hi = dv = np.zeros(0, dtype=np.int64)
+    inl = np.zeros(0, dtype=bool)
+    prev: tuple[bytes, bytes] | None = None
+    for _ in range(8):
+        hi, dv = _mutual_matches(h, hl, a + b * d, dl, tol_ns)
+        if dv.size == 0:
+            break
+        inl = np.ones(dv.size, dtype=bool)
+        for _ in range(3):
+            a, b = _lsq(d[dv[inl]], h[hi[inl]], b)
+            r = h[hi] - (a + b * d[dv])
+            med = np.median(r[inl])
+            sigma = 1.4826 * np.median(np.abs(r[inl] - med))
+            new = np.abs(r - med) <= max(6.0 * sigma, floor_ns)
+            if np.array_equal(new, inl) or not new.any():
+                break
+            inl = new
+        key = (hi.tobytes(), dv.tobytes())
+        if key == prev:
+            break
+        prev = key
+    if dv.size == 0:
+        raise MarkerError(
+            f"cannot map the logger clock: none of {d_all.size} logger edges lies within "
+            f"{tol_ns / 1e6:g} ms of the {h_all.size} host marker changes",
+            fix="check the marker wiring (line to logger input) and that the logger and the "
+            "marker back end are the ones in use",
+        )
+    r = h[hi] - (a + b * d[dv])
+    rin = r[inl]
+    clock = ClockMap(
+        device_ref_us=d0,
+        host_ref_ns=h0 + int(round(a)),
+        ns_per_us=float(b),
+        matched=int(dv.size),
+        rejected=int((~inl).sum()),
+        residual_rms_ns=float(np.sqrt(np.mean(rin**2))) if rin.size else 0.0,
+        residual_max_ns=float(np.max(np.abs(rin))) if rin.size else 0.0,
+    )
+    # host_ref_ns was rounded: express residuals against the stored map.
+    resid = h_all[hi] - clock.to_host_ns(d_all[dv])
+    return ClockFit(
+        clock=clock,
+        host_index=hi,
+        device_index=dv,
+        missed_host=np.setdiff1d(np.arange(h_all.size), hi),
+        spurious_device=np.setdiff1d(np.arange(d_all.size), dv),
+        residual_ns=resid.astype(np.float64),
+    )
+
+
+def _lsq(x: np.ndarray, y: np.ndarray, b_prev: float) -> tuple[float, float]:
+    if x.size < 2 or np.ptp(x) == 0:
+        return float(np.mean(y - b_prev * x)), b_prev
+    xm, ym = x.mean(), y.mean()
+    b = float(np.sum((x - xm) * (y - ym)) / np.sum((x - xm) ** 2))
+    return float(ym - b * xm), b
+
+
+def _best_hypothesis(
+    d: np.ndarray, dl: np.ndarray | None, h: np.ndarray, hl: np.ndarray | None,
+    tol: float, max_drift_ppm: float, anchors: int, slack: int,
+) -> tuple[float, float]:
+    nd, nh = d.size, h.size
+    k = min(anchors, nh)
+    early_h = np.arange(k)
+    late_h = np.arange(max(nh - k, 0), nh)
+    early_d = np.arange(min(k + slack, nd))
+    late_d = np.arange(max(nd - k - slack, 0), nd)
+
+    def pairs(hs: np.ndarray, ds: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        hh, dd = np.meshgrid(hs, ds, indexing="ij")
+        hh, dd = hh.ravel(), dd.ravel()
+        if hl is not None and dl is not None:
+            same = hl[hh] == dl[dd]
+            hh, dd = hh[same], dd[same]
+        return hh, dd
+
+    eh, ed = pairs(early_h, early_d)
+    lh, ld = pairs(late_h, late_d)
+    # Two-anchor lines (early x late).
+    i1, i2 = np.meshgrid(np.arange(eh.size), np.arange(lh.size), indexing="ij")
+    i1, i2 = i1.ravel(), i2.ravel()
+    span_d = d[ld[i2]] - d[ed[i1]]
+    span_h = h[lh[i2]] - h[eh[i1]]
+    ok = (span_d > 0) & (span_h > 0)
+    b = np.full(i1.shape, NOMINAL_NS_PER_US)
+    b[ok] = span_h[ok] / span_d[ok]
+    ok &= np.abs(b / NOMINAL_NS_PER_US - 1.0) <= max_drift_ppm * 1e-6
+    a = h[eh[i1]] - b * d[ed[i1]]
+    # One-anchor lines with the nominal slope (short runs, or a single edge).
+    a1 = h[eh] - NOMINAL_NS_PER_US * d[ed]
+    A = np.concatenate((a[ok], a1))
+    B = np.concatenate((b[ok], np.full(a1.size, NOMINAL_NS_PER_US)))
+    if A.size == 0:
+        return float(h[0] - NOMINAL_NS_PER_US * d[0]), NOMINAL_NS_PER_US
+
+    # Score on at most 400 device edges spread over the run.
+    sub = np.unique(np.linspace(0, nd - 1, min(nd, 400)).astype(np.int64))
+    mapped = A[:, None] + B[:, None] * d[sub][None, :]
+    _, dist = _nearest_same_level(h, hl, mapped, None if dl is None else dl[sub])
+    hit = dist <= tol
+    score = hit.sum(axis=1) - np.minimum(dist, tol).sum(axis=1) / (tol * (sub.size + 1))
+    best = int(np.argmax(score))
+    return float(A[best]), float(B[best])

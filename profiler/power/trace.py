@@ -1,0 +1,361 @@
+"""A captured logger trace: samples, edges and gaps, on disk and in memory.
+
+``Trace`` is what the collector returns and what attribution consumes:
+
+- ``samples``: SAMPLE_DTYPE records (``t_us`` int64 unwrapped device µs,
+  ``current``/``bus`` raw counts, ``markers`` bits), with physical values from
+  the logger's IDENT constants: ``current_a``, ``bus_v``, ``power_w``.
+- ``edges``: EDGE_DTYPE records (``t_us``, ``markers`` after the change,
+  ``changed`` bits), timestamped by the logger.
+- ``gaps``: GAP_DTYPE records, where frames were lost (seq gaps); the data
+  they held lies strictly between ``t_before_us`` and ``t_after_us``.
+- ``counters``: frames ok / corrupt / lost, device STATUS totals.
+- ``clock``: optional ``ClockMap`` device µs -> host ns (``host_ns``).
+
+On disk a trace is a directory (written incrementally by ``TraceWriter`` so a
+long run never holds its samples in memory, and a crash leaves a readable
+trace)::
+
+    meta.json     format, logger IDENT, counters, port, host start/stop, clock, error
+    samples.bin   packed SAMPLE_DTYPE records, appended chunk by chunk
+    edges.bin     packed EDGE_DTYPE records
+    gaps.bin      packed GAP_DTYPE records
+    raw.bin       optional: the raw serial bytes, for re-decoding
+
+``Trace.load`` memory-maps the .bin files; a truncated last record is ignored.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from profiler.power.clockmap import ClockMap
+from profiler.power.protocol import (
+    EDGE_DTYPE,
+    GAP_DTYPE,
+    SAMPLE_DTYPE,
+    DecodedChunk,
+    DecoderCounters,
+    LoggerInfo,
+)
+
+TRACE_FORMAT = "coupprof-trace"
+TRACE_VERSION = 1
+_FILES = {"samples": SAMPLE_DTYPE, "edges": EDGE_DTYPE, "gaps": GAP_DTYPE}
+
+__all__ = [
+    "EDGE_DTYPE",
+    "GAP_DTYPE",
+    "SAMPLE_DTYPE",
+    "CaptureCounters",
+    "Trace",
+    "TraceWriter",
+]
+
+
+@dataclass
+class CaptureCounters:
+    """Host decoder counts plus the device's own STATUS totals."""
+
+    bytes_in: int = 0
+    frames_ok: int = 0
+    corrupt_frames: int = 0
+    lost_frames: int = 0
+    garbage_bytes: int = 0
+    skipped_bytes: int = 0
+    seq_restarts: int = 0
+    unknown_frames: int = 0
+    samples: int = 0
+    edges: int = 0
+    # From the latest STATUS frame (device counts since START).
+    status_frames: int = 0
+    device_samples_total: int = 0
+    device_samples_dropped: int = 0
+    device_edges_total: int = 0
+
+    def update_from(self, dec: DecoderCounters) -> None:
+        for k, v in asdict(dec).items():
+            setattr(self, k, v)
+
+    def to_dict(self) -> dict[str, int]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> CaptureCounters:
+        return cls(**{k: int(d[k]) for k in cls.__dataclass_fields__ if k in d})
+
+
+def _empty(dtype: np.dtype) -> np.ndarray:
+    return np.zeros(0, dtype)
+
+
+@dataclass
+class Trace:
+    """One capture. Arrays may be memory-mapped (see ``Trace.load``)."""
+
+    info: LoggerInfo | None
+    samples: np.ndarray = field(default_factory=lambda: _empty(SAMPLE_DTYPE))
+    edges: np.ndarray = field(default_factory=lambda: _empty(EDGE_DTYPE))
+    gaps: np.ndarray = field(default_factory=lambda: _empty(GAP_DTYPE))
+    counters: CaptureCounters = field(default_factory=CaptureCounters)
+    port: str = ""
+    host_start_ns: int | None = None  # host clock when START was acknowledged
+    host_stop_ns: int | None = None
+    clock: ClockMap | None = None
+    error: str | None = None  # why the capture ended early (partial trace)
+    path: Path | None = None
+
+    # ----------------------------------------------------------------- values
+    @property
+    def t_us(self) -> np.ndarray:
+        return self.samples["t_us"]
+
+    @property
+    def markers(self) -> np.ndarray:
+        return self.samples["markers"]
+
+    def _info(self) -> LoggerInfo:
+        if self.info is None:
+            raise ValueError("trace has no logger IDENT: raw counts cannot be scaled")
+        return self.info
+
+    @property
+    def current_a(self) -> np.ndarray:
+        return self._info().current_a(self.samples["current"])
+
+    @property
+    def bus_v(self) -> np.ndarray:
+        return self._info().bus_v(self.samples["bus"])
+
+    @property
+    def power_w(self) -> np.ndarray:
+        return self._info().power_w(self.samples["current"], self.samples["bus"])
+
+    @property
+    def host_ns(self) -> np.ndarray:
+        """Sample times on the host clock (needs ``clock``)."""
+        if self.clock is None:
+            raise ValueError("trace has no clock map: fit one with fit_clock_map() first")
+        return self.clock.to_host_ns(self.samples["t_us"])
+
+    @property
+    def edge_host_ns(self) -> np.ndarray:
+        if self.clock is None:
+            raise ValueError("trace has no clock map: fit one with fit_clock_map() first")
+        return self.clock.to_host_ns(self.edges["t_us"])
+
+    @property
+    def duration_s(self) -> float:
+        if self.samples.size < 2:
+            return 0.0
+        return float(self.samples["t_us"][-1] - self.samples["t_us"][0]) * 1e-6
+
+    @property
+    def rate_hz(self) -> float:
+        """Achieved sample rate over the trace (received samples / device time)."""
+        d = self.duration_s
+        return (self.samples.size - 1) / d if d > 0 else 0.0
+
+    @property
+    def lost_frames(self) -> int:
+        return self.counters.lost_frames
+
+    def lost_in(self, t0_us: int, t1_us: int) -> int:
+        """Frames lost in gaps that overlap the device-time window [t0_us, t1_us]."""
+        g = self.gaps
+        hit = (g["t_before_us"] < t1_us) & (g["t_after_us"] > t0_us)
+        return int(g["missing"][hit].sum())
+
+    def with_clock(self, clock: ClockMap | None) -> Trace:
+        return replace(self, clock=clock)
+
+    # ----------------------------------------------------------------- persistence
+    def meta(self) -> dict[str, Any]:
+        return {
+            "format": TRACE_FORMAT,
+            "version": TRACE_VERSION,
+            "logger": None if self.info is None else self.info.to_dict(),
+            "counters": self.counters.to_dict(),
+            "port": self.port,
+            "host_start_ns": self.host_start_ns,
+            "host_stop_ns": self.host_stop_ns,
+            "clock": None if self.clock is None else self.clock.to_dict(),
+            "error": self.error,
+            "dtypes": {k: np.lib.format.dtype_to_descr(v) for k, v in _FILES.items()},
+        }
+
+    def save(self, directory: str | os.PathLike[str]) -> Path:
+        """Write the trace directory (meta.json + .bin files)."""
+        d = Path(directory)
+        d.mkdir(parents=True, exist_ok=True)
+        for name, dtype in _FILES.items():
+            np.ascontiguousarray(getattr(self, name), dtype=dtype).tofile(d / f"{name}.bin")
+        _write_json(d / "meta.json", {**self.meta(), "complete": True})
+        return d
+
+    @classmethod
+    def load(cls, directory: str | os.PathLike[str], mmap: bool = True) -> Trace:
+        d = Path(directory)
+        try:
+            meta = json.loads((d / "meta.json").read_text())
+        except (OSError, ValueError) as err:
+            from profiler.errors import BadInputError
+
+            raise BadInputError(
+                f"{d} is not a coupprof trace directory ({err})",
+                fix="pass the directory written by `coupprof collect --trace-dir`",
+            ) from None
+        if meta.get("format") != TRACE_FORMAT:
+            from profiler.errors import BadInputError
+
+            raise BadInputError(f"{d}/meta.json is not a {TRACE_FORMAT} file")
+        arrays = {name: _read_records(d / f"{name}.bin", dtype, mmap) for name, dtype in _FILES.items()}
+        return cls(
+            info=None if meta.get("logger") is None else LoggerInfo.from_dict(meta["logger"]),
+            counters=CaptureCounters.from_dict(meta.get("counters", {})),
+            port=meta.get("port", ""),
+            host_start_ns=meta.get("host_start_ns"),
+            host_stop_ns=meta.get("host_stop_ns"),
+            clock=None if meta.get("clock") is None else ClockMap.from_dict(meta["clock"]),
+            error=meta.get("error"),
+            path=d,
+            **arrays,
+        )
+
+    # ----------------------------------------------------------------- export
+    def to_csv(self, path: str | os.PathLike[str], chunk: int = 200_000) -> list[Path]:
+        """Samples to ``path``; edges to ``<stem>.edges.csv``; metadata to ``<stem>.json``.
+
+        Sample columns: t_us, host_ns (empty without a clock map), current_a,
+        bus_v, power_w, markers. Edge columns: t_us, host_ns, markers, changed.
+        Written in chunks so a long trace is never expanded in memory at once.
+        """
+        p = Path(path)
+        info = self._info()
+        stem = p.with_suffix("") if p.suffix == ".csv" else p
+        edges_p = stem.with_name(stem.name + ".edges.csv")
+        meta_p = stem.with_name(stem.name + ".json")
+        with open(p, "w", newline="") as f:
+            for i in range(0, max(self.samples.size, 1), chunk):
+                s = self.samples[i : i + chunk]
+                cur = info.current_a(s["current"])
+                bus = info.bus_v(s["bus"])
+                df = pd.DataFrame(
+                    {
+                        "t_us": s["t_us"],
+                        "host_ns": (
+                            self.clock.to_host_ns(s["t_us"]) if self.clock
+                            else pd.array([pd.NA] * s.size, dtype="Int64")
+                        ),
+                        "current_a": cur,
+                        "bus_v": bus,
+                        "power_w": cur * bus,
+                        "markers": s["markers"],
+                    }
+                )
+                df.to_csv(f, header=i == 0, index=False, float_format="%.9g", na_rep="")
+        with open(edges_p, "w", newline="") as f:
+            w = csv.writer(f)
+            w.writerow(["t_us", "host_ns", "markers", "changed"])
+            host_e = self.clock.to_host_ns(self.edges["t_us"]) if self.clock else None
+            for i, e in enumerate(self.edges.tolist()):
+                w.writerow([e[0], "" if host_e is None else int(host_e[i]), e[1], e[2]])
+        sidecar = {
+            **{k: v for k, v in self.meta().items() if k != "dtypes"},
+            "samples": int(self.samples.size),
+            "edges": int(self.edges.size),
+            "duration_s": self.duration_s,
+            "rate_hz": self.rate_hz,
+            "gaps": [
+                {"t_before_us": int(g[0]), "t_after_us": int(g[1]), "missing": int(g[2])}
+                for g in self.gaps.tolist()
+            ],
+            "files": {"samples": p.name, "edges": edges_p.name},
+        }
+        if self.info is not None:
+            sidecar["power_source"] = "arduino"
+            sidecar["front_end"] = self.info.front_end_name
+        _write_json(meta_p, sidecar)
+        return [p, edges_p, meta_p]
+
+
+def _read_records(path: Path, dtype: np.dtype, mmap: bool) -> np.ndarray:
+    if not path.exists():
+        return _empty(dtype)
+    n = path.stat().st_size // dtype.itemsize
+    if n == 0:
+        return _empty(dtype)
+    if mmap:
+        return np.memmap(path, dtype=dtype, mode="r", shape=(n,))
+    return np.fromfile(path, dtype=dtype, count=n)
+
+
+def _write_json(path: Path, obj: dict[str, Any]) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(obj, indent=2, default=_json_default) + "\n")
+    os.replace(tmp, path)
+
+
+def _json_default(o: object) -> object:
+    if isinstance(o, np.integer):
+        return int(o)
+    if isinstance(o, np.floating):
+        return float(o)
+    raise TypeError(f"not JSON serialisable: {type(o).__name__}")
+
+
+class TraceWriter:
+    """Appends decoded chunks to a trace directory as they arrive.
+
+    Memory stays bounded: each chunk goes straight to the .bin files.
+    ``finish`` writes the final meta.json and returns the memory-mapped Trace.
+    """
+
+    def __init__(self, directory: str | os.PathLike[str], keep_raw: bool = False) -> None:
+        self.path = Path(directory)
+        self.path.mkdir(parents=True, exist_ok=True)
+        # Kept open for the whole capture; closed by close()/finish().
+        self._files = {name: open(self.path / f"{name}.bin", "wb") for name in _FILES}  # noqa: SIM115
+        self._raw = open(self.path / "raw.bin", "wb") if keep_raw else None  # noqa: SIM115
+        self.counts = {name: 0 for name in _FILES}
+        self.write_meta(Trace(info=None), complete=False)
+
+    def write_raw(self, data: bytes) -> None:
+        if self._raw is not None:
+            self._raw.write(data)
+
+    def append(self, chunk: DecodedChunk) -> None:
+        for name in _FILES:
+            arr = getattr(chunk, name)
+            if arr.size:
+                self._files[name].write(np.ascontiguousarray(arr).tobytes())
+                self.counts[name] += arr.size
+
+    def flush(self) -> None:
+        for f in self._files.values():
+            f.flush()
+        if self._raw is not None:
+            self._raw.flush()
+
+    def write_meta(self, trace: Trace, complete: bool) -> None:
+        _write_json(self.path / "meta.json", {**trace.meta(), "complete": complete})
+
+    def close(self) -> None:
+        for f in self._files.values():
+            f.close()
+        if self._raw is not None:
+            self._raw.close()
+
+    def finish(self, trace: Trace) -> Trace:
+        """Close the files, write meta.json for ``trace`` and load it back (mmap)."""
+        self.close()
+        self.write_meta(trace, complete=True)
+        return Trace.load(self.path)
