@@ -19,6 +19,7 @@ from profiler.errors import ProfilerError
 COMMANDS: list[str] = [
     "zoo",
     "layers",
+    "slice",
 ]
 
 EPILOG = """\

@@ -1,0 +1,138 @@
+"""`coupprof slice MODEL`: cut a model into per-layer sub-models, list them, optionally verify."""
+
+from __future__ import annotations
+
+import shutil
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from profiler.errors import BadInputError, VerificationError
+
+
+def register(subparsers: Any) -> None:
+    p = subparsers.add_parser(
+        "slice",
+        help="cut a .tflite model into one sub-model per layer",
+        description="Cut a .tflite model into chained per-layer sub-models (cached by model "
+        "sha256 and cut points) and print the layer table. Default grouping: a layer starts at "
+        "each conv / fully-connected / matmul op; a depthwise conv joins the 1x1 conv after it; "
+        "activations, pooling, reshape and element-wise ops join their producer "
+        "(docs/slicing.md). With --verify, run the whole model and the chained sub-models on the "
+        "same random inputs and exit 1 if any output differs.",
+    )
+    p.add_argument("model", type=Path, metavar="MODEL", help="the .tflite model to slice")
+    p.add_argument("--granularity", choices=("layer", "op"), default="layer",
+                   help="layer: the documented default grouping; op: one layer per operator")
+    p.add_argument("--cuts", default=None, metavar="I,J,K",
+                   help="explicit cut points: op indices where a new layer starts")
+    p.add_argument("--verify", action="store_true",
+                   help="check that the chained sub-models reproduce the whole model's outputs")
+    p.add_argument("--seed", type=int, default=0, help="seed of the random inputs for --verify")
+    p.add_argument("-o", "--output", type=Path, default=None, metavar="DIR",
+                   help="write layer_000.tflite ... and manifest.json to DIR")
+    p.set_defaults(func=run)
+
+
+@contextmanager
+def _progress(enabled: bool) -> Iterator[Callable[[str, int, int], None] | None]:
+    """A rich progress bar on a terminal; nothing in pipes."""
+    if not enabled:
+        yield None
+        return
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+
+    tasks: dict[str, Any] = {}
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                  transient=True) as bar:
+        def update(what: str, done: int, total: int) -> None:
+            if what not in tasks:
+                tasks[what] = bar.add_task(what, total=total)
+            bar.update(tasks[what], completed=done, total=total)
+
+        yield update
+
+
+# Short names keep the table inside 80 columns.
+SHORT_NAMES = {
+    "CONV_2D": "CONV", "DEPTHWISE_CONV_2D": "DWCONV", "FULLY_CONNECTED": "FC",
+    "TRANSPOSE_CONV": "TCONV", "BATCH_MATMUL": "MATMUL", "MAX_POOL_2D": "MAXPOOL",
+    "AVERAGE_POOL_2D": "AVGPOOL", "CONCATENATION": "CONCAT", "DEQUANTIZE": "DEQUANT",
+    "LOCAL_RESPONSE_NORMALIZATION": "LRN", "RESIZE_BILINEAR": "RESIZE",
+    "RESIZE_NEAREST_NEIGHBOR": "RESIZE_NN",
+}
+
+
+def _op_summary(types: list[str], limit: int = 4) -> str:
+    short = [SHORT_NAMES.get(t, t) for t in types]
+    if len(short) <= limit:
+        return " ".join(short)
+    return " ".join(short[:limit]) + f" …{len(short) - limit} more"
+
+
+def run(args: Any) -> int:
+    from rich.console import Console
+    from rich.table import Table
+
+    from profiler.slicing import slice_model, verify
+    from profiler.tflite.model_io import read_model_bytes
+
+    if args.cuts is not None and args.granularity != "layer":
+        raise BadInputError("--cuts and --granularity op exclude each other", "give one of them")
+    data = read_model_bytes(args.model)
+    with _progress(sys.stderr.isatty()) as bar:
+        sliced = slice_model(data, args.granularity, cuts=args.cuts,
+                             progress=(lambda d, n: bar("slicing", d, n)) if bar else None)
+
+    if args.output is not None:
+        _write(sliced, args.output)
+
+    console = Console()
+    mode = f"cuts {','.join(map(str, sliced.cuts))}" if sliced.granularity == "cuts" else sliced.granularity
+    table = Table(title=f"{args.model.name}: {len(sliced.layers)} layers ({mode}), "
+                  f"sha256 {sliced.source_sha256[:12]}")
+    for col, justify in (("layer", "right"), ("ops", "right"), ("op types", "left"),
+                         ("MACs", "right"), ("param bytes", "right"),
+                         ("in bytes", "right"), ("out bytes", "right")):
+        table.add_column(col, justify=justify)  # type: ignore[arg-type]
+    for layer in sliced.layers:
+        ops = layer.op_indices
+        span = str(ops[0]) if len(ops) == 1 else f"{ops[0]}-{ops[-1]}"
+        table.add_row(str(layer.index), span, _op_summary(layer.op_types), f"{layer.macs:,}",
+                      f"{layer.param_bytes:,}", f"{layer.input_bytes:,}", f"{layer.output_bytes:,}")
+    table.add_section()
+    table.add_row("total", "", "", f"{sum(la.macs for la in sliced.layers):,}",
+                  f"{sum(la.param_bytes for la in sliced.layers):,}", "", "")
+    console.print(table)
+    where = args.output if args.output is not None else sliced.cache_dir
+    if where is not None:
+        console.print(f"sub-models: {where}" + (" (from cache)" if sliced.from_cache else ""))
+
+    if not args.verify:
+        return 0
+    with _progress(sys.stderr.isatty()) as bar:
+        result = verify(sliced, data, seed=args.seed,
+                        progress=(lambda d, n: bar("verifying", d, n)) if bar else None)
+    if not result.ok:
+        raise VerificationError(result.summary(), "the sub-models in the cache or -o DIR "
+                                "are not faithful; report the model and this message")
+    console.print(result.summary())
+    return 0
+
+
+def _write(sliced: Any, out: Path) -> None:
+    from profiler.slicing.cache import MANIFEST, layer_file
+
+    if out.exists() and not out.is_dir():
+        raise BadInputError(f"-o {out} exists and is not a directory", "pass a directory path")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        for layer in sliced.layers:
+            (out / layer_file(layer.index)).write_bytes(layer.model_bytes)
+        if sliced.cache_dir is not None and (sliced.cache_dir / MANIFEST).exists():
+            shutil.copyfile(sliced.cache_dir / MANIFEST, out / MANIFEST)
+    except OSError as err:
+        raise BadInputError(f"cannot write sub-models to {out}: {err.strerror}",
+                            "pass a writable directory with -o") from None
