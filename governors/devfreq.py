@@ -44,7 +44,8 @@ class DevfreqGovernor(Governor):
         self._lo_hz = self.read_int("min_freq")
         self._hi_hz = self.read_int("max_freq")
         if self.method == "userspace":
-            if self.read("governor") != USERSPACE:
+            before = self.read("governor")
+            if before != USERSPACE:
                 self.write("governor", USERSPACE)
             # The kernel adds userspace/ while handling the governor write; allow a
             # short grace period for trees that are updated asynchronously.
@@ -55,6 +56,8 @@ class DevfreqGovernor(Governor):
                 self.notes.append(f"{self.io.path(self.rel(SET_FREQ))} did not appear after"
                                   " selecting the userspace governor; clamping min/max instead")
                 self.method = "clamp"
+                if before != USERSPACE:
+                    self.write("governor", before)  # min = max pins any governor
 
     def _limits(self, lo_hz: int, hi_hz: int) -> None:
         def w_lo(v: int) -> None:

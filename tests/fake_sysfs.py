@@ -293,6 +293,10 @@ class FakeKernel:
             self.boot[d] = _rint(d / "scaling_cur_freq")
         for d in self.devfreq_dirs():
             self.boot[d] = _rint(d / "cur_freq")
+        # kgsl and mpgpu: the level their own DVFS rests at when the limits allow it.
+        for d in (sys / "class/kgsl/kgsl-3d0", sys / "class/mpgpu"):
+            if d.exists():
+                self.boot[d] = _rint(d / ("gpuclk" if "kgsl" in d.name else "cur_freq"))
 
     def cpufreq_dirs(self) -> list[Path]:
         return sorted((self.sys / CPU / "cpufreq").glob("policy*"))
@@ -364,18 +368,14 @@ class FakeKernel:
     def _kgsl(self, d: Path) -> None:
         levels = [int(x) for x in _rd(d / "gpu_available_frequencies").split()]
         mx, mn = _rint(d / "max_pwrlevel"), _rint(d / "min_pwrlevel")
-        cur_hz = _rint(d / "gpuclk")
-        active = levels.index(cur_hz) if cur_hz in levels else len(levels) - 1
-        active = min(max(active, mx), mn)  # level numbers: 0 fastest
+        active = min(max(levels.index(self.boot[d]), mx), mn)  # level numbers: 0 fastest
         if _rint(d / "gpuclk") != levels[active]:
             _put(d / "gpuclk", str(levels[active]))
 
     def _mpgpu(self, d: Path) -> None:
         lo, hi = _rint(d / "min_freq"), _rint(d / "max_freq")
-        cur_mhz = _rint(d / "cur_freq")
-        idx = VIM_GPU_MHZ.index(cur_mhz) if cur_mhz in VIM_GPU_MHZ else hi
-        idx = min(max(idx, lo), hi)
-        if cur_mhz != VIM_GPU_MHZ[idx]:
+        idx = min(max(VIM_GPU_MHZ.index(self.boot[d]), lo), hi)
+        if _rint(d / "cur_freq") != VIM_GPU_MHZ[idx]:
             _put(d / "cur_freq", str(VIM_GPU_MHZ[idx]))
 
 

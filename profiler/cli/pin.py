@@ -52,13 +52,13 @@ def register(subparsers: Any) -> None:
     p.add_argument("--freq", required=True, metavar="K",
                    help="1-based level of the processor's frequency table, or min / max")
     add_board_args(p)
-    p.add_argument("command", nargs=argparse.REMAINDER, metavar="-- COMMAND",
+    p.add_argument("cmd", nargs=argparse.REMAINDER, metavar="-- COMMAND",
                    help="the command to run while the level is held")
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    cmd = list(args.command)
+    cmd = list(args.cmd)
     if cmd and cmd[0] == "--":
         cmd = cmd[1:]
     if not cmd:
