@@ -1,0 +1,181 @@
+"""What slicing a model into per-layer sub-models costs, single thread.
+
+1. Ratio: median over frames of (sum of the layer times in one frame) divided by the
+   median of the whole model's invoke time. Both run in the same process on the same
+   core, interleaved frame by frame (order alternating), so drift hits both alike.
+   Targets: <= 1.10 on the default model, <= 1.05 on ResNet50.
+2. Wall time to slice ResNet50 (cache off).
+3. Instrumentation cost per layer: a chain of N trivial ADD sub-models, run through
+   the runner (clock reads, hand-over copies, timestamp bookkeeping) and bare
+   (only the N invokes); (instrumented - bare) / N. Target: <= 5 us per layer.
+
+    .venv/bin/python benchmarks/slicing_overhead.py [--frames 300] [--resnet-frames 30] [--json FILE]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from profiler import zoo
+from profiler.boards.model import ProcessorSpec
+from profiler.processors import CpuExecutor
+from profiler.runner import LayerRunner
+from profiler.slicing.slicer import slice_model
+from profiler.tflite.model_io import serialize_model
+from profiler.zoo.emit import draw_constants, to_model
+from profiler.zoo.graph import Graph
+
+TARGETS = {"default": 1.10, "resnet50": 1.05}
+INSTRUMENTATION_TARGET_US = 5.0
+
+
+def verdict(value: float, target: float) -> str:
+    return "ok" if value <= target else "OVER TARGET"
+
+
+def ratio(data: bytes, executor: CpuExecutor, frames: int, warmup: int) -> dict[str, Any]:
+    """Interleaved per-layer frames and whole-model invokes on the same inputs."""
+    sliced = slice_model(data, cache_dir=False)
+    runner = LayerRunner(sliced, executor, seed=0)
+    whole = executor.interpreter(data, name="whole model")
+    for det in whole.get_input_details():
+        whole.set_tensor(det["index"], runner.inputs[det["index"]])
+    clock = time.perf_counter_ns
+
+    def whole_frame() -> int:
+        t0 = clock()
+        whole.invoke()
+        return clock() - t0
+
+    def layer_frame() -> int:
+        row = runner.run_frame()
+        return sum(end - start for _, _, start, end in row)
+
+    for _ in range(warmup):
+        whole_frame()
+        layer_frame()
+    sums, wholes = [], []
+    for f in range(frames):
+        if f % 2:  # alternate which goes first
+            wholes.append(whole_frame())
+            sums.append(layer_frame())
+        else:
+            sums.append(layer_frame())
+            wholes.append(whole_frame())
+    med_sum, med_whole = statistics.median(sums), statistics.median(wholes)
+    return {
+        "layers": len(sliced.layers),
+        "frames": frames,
+        "median_layer_sum_ms": med_sum / 1e6,
+        "median_whole_ms": med_whole / 1e6,
+        "ratio": med_sum / med_whole,
+    }
+
+
+def add_chain(n: int, shape: tuple[int, ...] = (1, 8)) -> bytes:
+    """x -> x+x -> ... : n ADD operators on a tiny tensor (invoke cost ~ nothing)."""
+    g = Graph("add_chain")
+    cur = g.input("x", shape)
+    for i in range(n):
+        cur = g.add(cur, cur, act="NONE", name=f"add{i}")
+    g.output(cur)
+    return serialize_model(to_model(g, draw_constants(g, 0)))
+
+
+def instrumentation(executor: CpuExecutor, n_layers: int, frames: int) -> dict[str, Any]:
+    sliced = slice_model(add_chain(n_layers), "op", cache_dir=False)
+    runner = LayerRunner(sliced, executor)
+    invokes = [interp.invoke for interp in runner.interpreters]
+    clock = time.perf_counter_ns
+
+    def bare() -> int:
+        t0 = clock()
+        for invoke in invokes:
+            invoke()
+        return clock() - t0
+
+    def instrumented() -> int:
+        t0 = clock()
+        runner.run_frame()
+        return clock() - t0
+
+    for _ in range(20):
+        bare()
+        instrumented()
+    b, m = [], []
+    for _ in range(frames):
+        b.append(bare())
+        m.append(instrumented())
+    med_b, med_m = statistics.median(b), statistics.median(m)
+    return {
+        "layers": n_layers,
+        "frames": frames,
+        "bare_us_per_layer": med_b / n_layers / 1e3,
+        "instrumented_us_per_layer": med_m / n_layers / 1e3,
+        "overhead_us_per_layer": (med_m - med_b) / n_layers / 1e3,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--frames", type=int, default=300, help="frames on the default model")
+    ap.add_argument("--resnet-frames", type=int, default=30, help="frames on ResNet50")
+    ap.add_argument("--resnet-size", type=int, default=224, help="ResNet50 input size")
+    ap.add_argument("--skip-resnet", action="store_true")
+    ap.add_argument("--chain", type=int, default=200, help="trivial layers for the cost test")
+    ap.add_argument("--core", type=int, default=None, help="core to pin to (default: the last)")
+    ap.add_argument("--json", type=Path, default=None, help="also write the figures here")
+    args = ap.parse_args(argv)
+
+    core = args.core if args.core is not None else max(os.sched_getaffinity(0))
+    proc = ProcessorSpec("B", "cpu", f"core {core}", (core,))
+    out: dict[str, Any] = {"core": core, "threads": 1, "machine": platform.machine(),
+                           "python": platform.python_version(), "command": " ".join(sys.argv)}
+    print(f"single thread, pinned to core {core}")
+    with CpuExecutor(proc, threads=1) as ex:
+        default = zoo.default_model_path()
+        r = ratio(default.read_bytes(), ex, args.frames, warmup=20)
+        out["default"] = {"model": default.name, **r}
+        print(f"{default.name}: {r['layers']} layers, median per-frame layer sum "
+              f"{r['median_layer_sum_ms']:.3f} ms / median whole invoke {r['median_whole_ms']:.3f} ms"
+              f" = ratio {r['ratio']:.3f} (target <= {TARGETS['default']:.2f}: "
+              f"{verdict(r['ratio'], TARGETS['default'])}; {args.frames} frames)")
+
+        if not args.skip_resnet:
+            data = zoo.build("resnet50", size=args.resnet_size)
+            t0 = time.perf_counter()
+            sliced = slice_model(data, cache_dir=False)
+            slice_s = time.perf_counter() - t0
+            out["resnet50_slice_s"] = slice_s
+            print(f"resnet50 (size {args.resnet_size}, {len(data) / 1e6:.1f} MB): sliced into "
+                  f"{len(sliced.layers)} layers in {slice_s:.2f} s (cache off)")
+            del sliced
+            r = ratio(data, ex, args.resnet_frames, warmup=2)
+            out["resnet50"] = {"size": args.resnet_size, **r}
+            print(f"resnet50: median per-frame layer sum {r['median_layer_sum_ms']:.2f} ms / "
+                  f"median whole invoke {r['median_whole_ms']:.2f} ms = ratio {r['ratio']:.3f} "
+                  f"(target <= {TARGETS['resnet50']:.2f}: {verdict(r['ratio'], TARGETS['resnet50'])}; "
+                  f"{args.resnet_frames} frames)")
+
+        c = instrumentation(ex, args.chain, frames=300)
+        out["instrumentation"] = c
+        print(f"instrumentation on {c['layers']} trivial ADD layers: "
+              f"{c['instrumented_us_per_layer']:.2f} us/layer instrumented vs "
+              f"{c['bare_us_per_layer']:.2f} bare = {c['overhead_us_per_layer']:.2f} us/layer "
+              f"(target <= {INSTRUMENTATION_TARGET_US:g}: "
+              f"{verdict(c['overhead_us_per_layer'], INSTRUMENTATION_TARGET_US)})")
+    if args.json:
+        args.json.write_text(json.dumps(out, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
