@@ -316,7 +316,7 @@ def test_missing_governor_directory_names_the_path(tmp_path):
     guard = RestoreGuard([gov])
     with pytest.raises(GovernorError, match=r"ff9a0000\.gpu does not exist.*--board"):
         guard.__enter__()
-    assert signal.getsignal(signal.SIGTERM) is not guard._handler  # handlers put back
+    assert signal.getsignal(signal.SIGTERM) != guard._handler  # handlers put back
 
 
 def test_exception_inside_the_guard_restores(tmp_path):
