@@ -17,6 +17,7 @@ next invoke, as LiteRT requires.
 
 from __future__ import annotations
 
+import gc
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
@@ -184,10 +185,18 @@ class LayerRunner:
             if progress:
                 progress(f + 1, total)
         ts = np.empty((frames, len(self._steps), 4), dtype=np.int64)
-        for f in range(frames):
-            ts[f] = self.run_frame(f)
-            if progress:
-                progress(warmup + f + 1, total)
+        # As timeit does: no garbage-collector pauses inside a timed window.
+        gc_was_enabled = gc.isenabled()
+        gc.collect()
+        gc.disable()
+        try:
+            for f in range(frames):
+                ts[f] = self.run_frame(f)
+                if progress:
+                    progress(warmup + f + 1, total)
+        finally:
+            if gc_was_enabled:
+                gc.enable()
         return LayerTimings(ts)
 
     def outputs(self) -> dict[int, np.ndarray]:
