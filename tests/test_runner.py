@@ -190,3 +190,25 @@ def test_cores_this_process_cannot_use_are_a_hardware_error() -> None:
     with pytest.raises(HardwareError, match="cannot pin to cores 1000"):
         CpuExecutor(big_proc((1000,))).open()
     assert os.sched_getaffinity(0) == original
+
+
+def test_garbage_collector_paused_only_while_measuring() -> None:
+    import gc
+
+    class GcProbe(LayerHooks):
+        def __init__(self) -> None:
+            self.seen: list[tuple[bool, bool]] = []
+            self.warm = False
+
+        def before_frame(self, frame: int, warmup: bool) -> None:
+            self.warm = warmup
+
+        def before_layer(self, layer: int) -> None:
+            self.seen.append((self.warm, gc.isenabled()))
+
+    probe = GcProbe()
+    assert gc.isenabled()
+    with CpuExecutor(big_proc(), threads=1) as ex:
+        LayerRunner(chain(), ex, hooks=probe).run(frames=1, warmup=1)
+    assert probe.seen == [(True, True)] * 4 + [(False, False)] * 4
+    assert gc.isenabled()
