@@ -1,0 +1,138 @@
+"""`coupprof boards`: list the board profiles; `coupprof boards show NAME|PATH`: print one.
+
+`show` prints the processors (cores, host, governor, accelerator) and the DVFS
+levels in MHz (with mV where known), laid out like ARM-CO-UP's Table 9. Showing a
+profile by path validates it: an invalid file fails with the key and the problem.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+from rich import box
+from rich.console import Console
+from rich.table import Table
+
+from profiler.boards.host import format_cpu_list
+from profiler.boards.model import Board
+from profiler.boards.profiles import (
+    GENERATED,
+    bundled_profiles,
+    detect_board,
+    load_board,
+    load_profile,
+    read_model_string,
+)
+from profiler.cli.pin import add_board_args, sysfs_root
+from profiler.errors import BadInputError, ProfilerError
+
+
+def register(subparsers: Any) -> None:
+    p = subparsers.add_parser(
+        "boards",
+        help="list board profiles, or show one with its DVFS levels",
+        description="Without arguments: list the bundled board profiles (and `host`, read "
+        "from this machine's /sys), marking the detected one. `coupprof boards show NAME|PATH` "
+        "prints a board's processors and DVFS levels in MHz; a PATH is validated.",
+    )
+    p.add_argument("action", nargs="?", choices=("list", "show"), default="list",
+                   help="list (default) or show")
+    p.add_argument("name", nargs="?", default=None, metavar="NAME|PATH",
+                   help="board to show (default: the detected board, else sim)")
+    add_board_args(p)
+    p.set_defaults(func=run)
+
+
+def console() -> Console:
+    # Wide enough in pipes that level tables do not wrap; a terminal uses its own width.
+    return Console(width=None if sys.stdout.isatty() else 120)
+
+
+def run(args: argparse.Namespace) -> int:
+    root = sysfs_root(args)
+    out = console()
+    if args.action == "list":
+        if args.name:
+            raise BadInputError(f"`boards list` takes no NAME (got {args.name!r})",
+                                f"use `coupprof boards show {args.name}`")
+        out.print(list_table(root))
+        return 0
+    name = args.name or args.board or detect_board(root) or "sim"
+    board = load_board(name, root)
+    for table in board_tables(board):
+        out.print(table)
+    return 0
+
+
+def list_table(root: Any) -> Table:
+    detected = detect_board(root)
+    model = read_model_string(root)
+    t = Table(title="board profiles", box=box.SIMPLE_HEAD,
+              caption=(f"* detected from device tree model '{model}'" if detected else
+                       f"no bundled board matches {'the model ' + repr(model) if model else 'this machine'}"
+                       "; commands use 'sim' unless --board is given"))
+    for col in ("board", "description", "processors", "profile"):
+        t.add_column(col)
+    for name, path in bundled_profiles().items():
+        try:
+            b = load_profile(path)
+            procs = " ".join(b.processors)
+            desc = b.description + (" [simulated]" if b.simulated else "")
+        except ProfilerError as err:
+            procs, desc = "-", f"INVALID: {err}"
+        mark = "*" if name == detected else ""
+        t.add_row(f"{name}{mark}", desc, procs, str(path.relative_to(path.parents[2])))
+    for name in GENERATED:
+        t.add_row(name, "this machine's CPU clusters, read from /sys at run time",
+                  "(from /sys)", "generated")
+    return t
+
+
+def board_tables(board: Board) -> list[Table]:
+    src = str(board.source) if board.source else "generated"
+    head = Table(title=f"{board.name}: {board.description}"
+                 + (" (simulated board)" if board.simulated else ""),
+                 caption=f"profile: {src}", box=box.SIMPLE_HEAD)
+    for col in ("proc", "kind", "name", "cores", "host", "governor", "accelerator / delegate"):
+        head.add_column(col, no_wrap=col == "governor")
+    for p in board.processors.values():
+        gov = f"{p.governor.kind} {p.governor.path}".strip() if p.governor else \
+            (f"none (uses {p.host}'s levels)" if p.host else "none")
+        accel = p.accelerator or ""
+        if p.delegate:
+            accel = f"{accel} delegate {p.delegate}".strip()
+        head.add_row(p.letter, p.kind, p.name, format_cpu_list(p.cores) if p.cores else "",
+                     p.host or "", gov, accel or ("CPU (LiteRT)" if p.kind == "cpu" else ""))
+    tables = [head]
+    dvfs = [p for p in board.processors.values() if p.freqs_khz]
+    if dvfs:
+        levels = Table(title="DVFS levels (--freq K): MHz / mV", box=box.SIMPLE_HEAD)
+        levels.add_column("K", justify="right")
+        for p in dvfs:
+            levels.add_column(f"{p.letter} ({p.name})", justify="right")
+        for k in range(max(len(p.freqs_khz) for p in dvfs)):
+            row = [str(k + 1)]
+            for p in dvfs:
+                if k < len(p.freqs_khz):
+                    mv = p.volts_mv[k] if k < len(p.volts_mv) else None
+                    row.append(f"{p.freqs_khz[k] / 1000:g}" + (f" / {mv}" if mv else ""))
+                else:
+                    row.append("")
+            levels.add_row(*row)
+        tables.append(levels)
+    if board.simulated:
+        sim = Table(title="simulation model (modelled constants, see the profile's comments)",
+                    box=box.SIMPLE_HEAD)
+        for col in ("proc", "P_static mW", "C_eff nF", "speed at max vs host", "freq share",
+                    "delay up us", "delay down us"):
+            sim.add_column(col, justify="right")
+        for p in board.processors.values():
+            s = p.extra.get("sim", {})
+            sim.add_row(p.letter, f"{s.get('p_static_mw', '')}", f"{s.get('c_eff_nf', '')}",
+                        f"{s.get('speed_at_max', '')}", f"{s.get('freq_sensitivity', '')}",
+                        "-".join(f"{v:g}" for v in s.get("dvfs_delay_up_us", ())),
+                        "-".join(f"{v:g}" for v in s.get("dvfs_delay_down_us", ())))
+        tables.append(sim)
+    return tables
