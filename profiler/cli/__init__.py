@@ -19,6 +19,8 @@ from profiler.errors import ProfilerError
 COMMANDS: list[str] = [
     "zoo",
     "layers",
+    "pin",
+    "boards",
     "slice",
 ]
 
