@@ -31,7 +31,8 @@ class AlignedBufferT(schema.BufferT):
             builder.StartVector(1, len(payload), BUFFER_ALIGNMENT)
             builder.head = builder.Head() - len(payload)
             builder.Bytes[builder.Head(): builder.Head() + len(payload)] = payload
-            data = builder.EndVector(len(payload))
+            builder.vectorNumElems = len(payload)
+            data = builder.EndVector()
         schema.BufferStart(builder)
         if data is not None:
             schema.BufferAddData(builder, data)
