@@ -97,11 +97,20 @@ class LayerRunner:
             executor.interpreter(layer.model_bytes, name=f"layer {layer.index} of {model_name}")
             for layer in self.layers
         ]
+        self._check_arity()
         self.inputs = self._make_inputs(inputs, seed)
         self._producer: dict[int, tuple[int, int]] = {}  # model tensor -> (layer pos, sub-model tensor)
         self._steps = [self._plan(pos) for pos in range(len(self.layers))]
 
     # -- set-up -------------------------------------------------------------------
+
+    def _check_arity(self) -> None:
+        for layer, interp in zip(self.layers, self.interpreters, strict=True):
+            for what, specs, details in (("inputs", layer.inputs, interp.get_input_details()),
+                                         ("outputs", layer.outputs, interp.get_output_details())):
+                if len(details) != len(specs):
+                    raise ModelError(f"layer {layer.index}: sub-model has {len(details)} {what}, "
+                                     f"the slicer listed {len(specs)}", "re-slice the model")
 
     def _make_inputs(self, given: dict[int, np.ndarray] | None, seed: int) -> dict[int, np.ndarray]:
         """One array per model input tensor, shaped and typed as its first consumer wants."""
@@ -122,9 +131,6 @@ class LayerRunner:
         """(invoke, feeds) for layer `pos`; records its outputs as producers for later layers."""
         layer, interp = self.layers[pos], self.interpreters[pos]
         in_details = interp.get_input_details()
-        if len(in_details) != len(layer.inputs):
-            raise ModelError(f"layer {layer.index}: sub-model has {len(in_details)} inputs, "
-                             f"slicer listed {len(layer.inputs)}", "re-slice the model")
         feeds: list[Callable[[], Any]] = []
         for spec, det in zip(layer.inputs, in_details, strict=True):
             idx, dst = int(spec.index), int(det["index"])

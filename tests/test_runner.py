@@ -212,3 +212,12 @@ def test_garbage_collector_paused_only_while_measuring() -> None:
         LayerRunner(chain(), ex, hooks=probe).run(frames=1, warmup=1)
     assert probe.seen == [(True, True)] * 4 + [(False, False)] * 4
     assert gc.isenabled()
+
+
+def test_spec_count_mismatch_is_a_model_error() -> None:
+    c = chain()
+    layer = c.layers[2]  # two inputs (y1, x); claim a third
+    c.layers[2] = Layer(layer.index, layer.op_indices, layer.op_types, layer.macs, 0,
+                        [*layer.inputs, spec(9, "ghost")], layer.outputs, layer.model_bytes)
+    with CpuExecutor(big_proc(), threads=1) as ex, pytest.raises(ModelError, match="has 2 inputs"):
+        LayerRunner(c, ex)
