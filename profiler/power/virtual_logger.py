@@ -1,0 +1,450 @@
+"""A logger in Python that speaks firmware/PROTOCOL.md over a pseudo-terminal.
+
+``VirtualLogger`` owns the master side of a pty and serves the slave path
+(``logger.port``, e.g. ``/dev/pts/7``) to whoever opens it with pyserial, just
+as the real firmware serves ``/dev/ttyACM0`` or the simavr rig serves its pty.
+A thread answers commands and, while streaming, synthesises samples at the
+configured rate from ``power_w(t_s, markers)``:
+
+- ``t_s`` is the logger's own clock in seconds (``t_us / 1e6``, unwrapped),
+  ``markers`` the marker bits at each sample; both are numpy arrays and the
+  callable returns watts (an array or a scalar).
+- The host moves marker lines with ``set_markers(levels)`` (what the ``sim``
+  marker back end calls). The logger timestamps the change with its clock,
+  which runs at ``1 + drift_ppm * 1e-6`` times the host clock and starts at
+  ``start_us``; the change shows in the marker bits of later samples and as
+  an EDGE frame. ``true_clock()`` gives the exact device -> host mapping, the
+  ground truth clock-map fits are checked against.
+
+Faults can be injected while it runs: ``corrupt_frames(n)``, ``drop_frames(n)``,
+``spurious_edge(bits)``, ``close_port()`` (the cable is pulled) and
+``answer_commands = False`` (a logger that never answers). A transmit buffer
+of ``tx_buffer_bytes`` models the firmware's: when the host stops reading,
+samples are dropped and reported in STATUS, never queued without bound.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import os
+import select
+import threading
+import tty
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from profiler.clock import Clock, perf_clock
+from profiler.power import protocol as P
+from profiler.power.clockmap import ClockMap
+
+#: power_w(t_s, markers) -> watts; vectorised over numpy arrays.
+PowerFn = Callable[[np.ndarray, np.ndarray], "np.ndarray | float"]
+
+MAX_RATE_HZ = 100_000
+
+
+@dataclass
+class VirtualCounters:
+    samples_total: int = 0
+    samples_dropped: int = 0
+    edges_total: int = 0
+    frames_sent: int = 0
+    bytes_sent: int = 0
+    commands: int = 0
+    frames_corrupted: int = 0
+    frames_dropped: int = 0
+
+
+class VirtualLogger:
+    """A protocol-v1 logger on a pty. Use as a context manager or call start()/close()."""
+
+    def __init__(
+        self,
+        power_w: PowerFn | float = 2.0,
+        *,
+        rate_hz: int = 10_000,
+        marker_count: int = 4,
+        bus_v: float = 5.0,
+        current_lsb_na: int = 100_000,
+        bus_lsb_uv: int = 1250,
+        shunt_uohm: int = 10_000,
+        start_us: int = 0,
+        drift_ppm: float = 0.0,
+        clock: Clock = perf_clock,
+        tick_s: float = 0.005,
+        status_interval_s: float = 1.0,
+        tx_buffer_bytes: int = 1 << 16,
+        answer_commands: bool = True,
+        boot_ident: bool = True,
+        fw_version: str = "virt-1.0",
+    ) -> None:
+        if not 1 <= marker_count <= 4:
+            raise ValueError("marker_count must be 1..4")
+        self.power_w = power_w
+        self.rate_hz = int(rate_hz)
+        self.marker_count = marker_count
+        self.bus_v = float(bus_v)
+        self.current_lsb_na = int(current_lsb_na)
+        self.bus_lsb_uv = int(bus_lsb_uv)
+        self.shunt_uohm = int(shunt_uohm)
+        self.start_us = int(start_us)
+        self.drift_ppm = float(drift_ppm)
+        self.clock = clock
+        self.tick_s = tick_s
+        self.status_interval_us = int(status_interval_s * 1e6)
+        self.tx_buffer_bytes = tx_buffer_bytes
+        self.answer_commands = answer_commands
+        self.boot_ident = boot_ident
+        self.fw_version = fw_version
+        self.counters = VirtualCounters()
+
+        self._lock = threading.Lock()
+        self._origin_ns = 0
+        self._master = -1
+        self._slave = -1
+        self.port = ""
+        self._thread: threading.Thread | None = None
+        self._stop = threading.Event()
+        self._parser = P.CommandParser()
+        self._tx = bytearray()
+        self._seq = 0
+        self._streaming = False
+        self._level = 0
+        # Marker history since the oldest sample not yet generated: (device µs, level).
+        self._hist_t: list[int] = []
+        self._hist_lv: list[int] = []
+        self._pending_edges: list[tuple[int, int, int]] = []  # (t_us, markers, changed)
+        self._next_k = 0  # index of the next sample since START
+        self._t_start_us = 0
+        self._pend = np.zeros(0, P.SAMPLE_DTYPE)  # samples waiting to fill a frame
+        self._next_status_us = 0
+        self._corrupt_next = 0
+        self._drop_next = 0
+        self.closed = threading.Event()
+        self.error: BaseException | None = None
+
+    # ----------------------------------------------------------------- clock
+    def device_us(self, host_ns: int | None = None) -> int:
+        """The logger's clock (unwrapped µs) at host time ``host_ns`` (default: now)."""
+        h = self.clock() if host_ns is None else host_ns
+        return self.start_us + int((h - self._origin_ns) * (1.0 + self.drift_ppm * 1e-6) // 1000)
+
+    def true_clock(self) -> ClockMap:
+        """The exact device µs -> host ns mapping (ground truth for tests)."""
+        return ClockMap(
+            device_ref_us=self.start_us,
+            host_ref_ns=self._origin_ns,
+            ns_per_us=1000.0 / (1.0 + self.drift_ppm * 1e-6),
+        )
+
+    # ----------------------------------------------------------------- lifecycle
+    def start(self) -> VirtualLogger:
+        self._master, self._slave = os.openpty()
+        tty.setraw(self._slave)  # no echo, no line editing: a byte pipe
+        fl = fcntl.fcntl(self._master, fcntl.F_GETFL)
+        fcntl.fcntl(self._master, fcntl.F_SETFL, fl | os.O_NONBLOCK)
+        self.port = os.ttyname(self._slave)
+        self._origin_ns = self.clock()
+        if self.boot_ident:
+            self._send_now(P.encode_ident(self._take_seq(), self._t32(), self.info()))
+        self._thread = threading.Thread(target=self._run, name="virtual-logger", daemon=True)
+        self._thread.start()
+        return self
+
+    def close(self) -> None:
+        self._stop.set()
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join(timeout=5)
+        self._close_fds()
+
+    def __enter__(self) -> VirtualLogger:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _close_fds(self) -> None:
+        for fd in (self._master, self._slave):
+            if fd >= 0:
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+        self._master = self._slave = -1
+        self.closed.set()
+
+    # ----------------------------------------------------------------- host-side API
+    def set_markers(self, levels: int) -> None:
+        """Drive the marker inputs (bit k = line k); the logger timestamps the change."""
+        levels &= (1 << self.marker_count) - 1
+        with self._lock:
+            if levels == self._level:
+                return
+            t = self.device_us()
+            changed = levels ^ self._level
+            self._level = levels
+            self._hist_t.append(t)
+            self._hist_lv.append(levels)
+            if self._streaming:
+                self._pending_edges.append((t, levels, changed))
+                self.counters.edges_total += 1
+
+    @property
+    def markers(self) -> int:
+        return self._level
+
+    @property
+    def streaming(self) -> bool:
+        return self._streaming
+
+    def info(self) -> P.LoggerInfo:
+        return P.LoggerInfo(
+            protocol=P.PROTOCOL_VERSION,
+            front_end=P.FrontEnd.SYNTHETIC,
+            marker_count=self.marker_count,
+            flags=(0x01 if self._streaming else 0) | (0x02 if self.bus_lsb_uv else 0),
+            rate_hz=self.rate_hz,
+            shunt_uohm=self.shunt_uohm,
+            current_lsb_na=self.current_lsb_na,
+            bus_lsb_uv=self.bus_lsb_uv,
+            bus_nominal_mv=int(round(self.bus_v * 1000)),
+            fw_version=self.fw_version,
+        )
+
+    # ----------------------------------------------------------------- faults
+    def corrupt_frames(self, n: int = 1) -> None:
+        """Flip a bit in each of the next ``n`` frames (their CRC fails on the host)."""
+        with self._lock:
+            self._corrupt_next += n
+
+    def drop_frames(self, n: int = 1) -> None:
+        """Lose the next ``n`` frames on the line (their seq numbers are used up)."""
+        with self._lock:
+            self._drop_next += n
+
+    def spurious_edge(self, bits: int = 1) -> None:
+        """Report an edge on ``bits`` that the host never made (a glitch)."""
+        with self._lock:
+            if self._streaming:
+                t = self.device_us()
+                self._pending_edges.append((t, self._level ^ bits, bits))
+                self.counters.edges_total += 1
+
+    def close_port(self) -> None:
+        """Pull the cable: close the pty; the host sees the port vanish."""
+        self._stop.set()
+        if self._thread is None or not self._thread.is_alive():
+            self._close_fds()
+        self.closed.wait(timeout=5)
+
+    # ----------------------------------------------------------------- thread
+    def _take_seq(self) -> int:
+        s = self._seq
+        self._seq = (self._seq + 1) % P.SEQ_MODULO
+        return s
+
+    def _t32(self, t_us: int | None = None) -> int:
+        return (self.device_us() if t_us is None else t_us) % P.T_US_MODULO
+
+    def _send_now(self, frame: bytes) -> None:
+        """Queue a control frame (never dropped: the firmware sends these blocking)."""
+        self._tx += frame
+        self.counters.frames_sent += 1
+
+    def _run(self) -> None:
+        try:
+            self._loop()
+        except BaseException as err:  # surfaced to tests via .error
+            self.error = err
+        finally:
+            self._close_fds()
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            fd = self._master
+            if fd < 0:
+                break
+            wlist = [fd] if self._tx else []
+            try:
+                r, w, _ = select.select([fd], wlist, [], self.tick_s)
+            except (OSError, ValueError):
+                break
+            if r:
+                try:
+                    data = os.read(fd, 4096)
+                except OSError as err:
+                    if err.errno in (errno.EAGAIN, errno.EINTR):
+                        data = b""
+                    else:
+                        break
+                if data:
+                    self._handle(self._parser.feed(data))
+            with self._lock:
+                if self._streaming:
+                    self._produce()
+            if not self._flush():
+                break
+
+    def _flush(self) -> bool:
+        """Write what the pty takes now; False when the pty is gone."""
+        if not self._tx:
+            return True
+        try:
+            n = os.write(self._master, self._tx)
+        except OSError as err:
+            return err.errno in (errno.EAGAIN, errno.EINTR)
+        self.counters.bytes_sent += n
+        del self._tx[:n]
+        return True
+
+    def _handle(self, cmds: list[P.ParsedCommand]) -> None:
+        for c in cmds:
+            self.counters.commands += 1
+            if not self.answer_commands:
+                continue
+            with self._lock:
+                self._answer(c)
+
+    def _ack(self, cmd: int, status: int) -> None:
+        self._send_now(P.encode_ack(self._take_seq(), self._t32(), cmd, status))
+
+    def _answer(self, c: P.ParsedCommand) -> None:
+        if not c.crc_ok:
+            self._ack(0, P.AckStatus.BAD_CRC)
+        elif c.cmd == P.Command.IDENTIFY:
+            self._send_now(P.encode_ident(self._take_seq(), self._t32(), self.info()))
+            self._ack(c.cmd, P.AckStatus.OK)
+        elif c.cmd == P.Command.START:
+            self._ack(c.cmd, P.AckStatus.OK)
+            if not self._streaming:
+                self._begin_stream()
+        elif c.cmd == P.Command.STOP:
+            if self._streaming:
+                self._produce()
+                self._end_stream()
+            self._send_status()
+            self._ack(c.cmd, P.AckStatus.OK)
+        elif c.cmd in (P.Command.SET_RATE, P.Command.SET_CAL):
+            if self._streaming:
+                self._ack(c.cmd, P.AckStatus.BUSY)
+            elif c.cmd == P.Command.SET_RATE and len(c.payload) == 4:
+                rate = int.from_bytes(c.payload, "little")
+                ok = 1 <= rate <= MAX_RATE_HZ
+                if ok:
+                    self.rate_hz = rate
+                self._ack(c.cmd, P.AckStatus.OK if ok else P.AckStatus.BAD_ARGUMENT)
+            elif c.cmd == P.Command.SET_CAL and len(c.payload) == 8:
+                shunt = int.from_bytes(c.payload[:4], "little")
+                lsb = int.from_bytes(c.payload[4:], "little", signed=True)
+                ok = shunt > 0 and lsb != 0
+                if ok:
+                    self.shunt_uohm, self.current_lsb_na = shunt, lsb
+                self._ack(c.cmd, P.AckStatus.OK if ok else P.AckStatus.BAD_ARGUMENT)
+            else:
+                self._ack(c.cmd, P.AckStatus.BAD_ARGUMENT)
+        else:
+            self._ack(c.cmd, P.AckStatus.UNKNOWN_COMMAND)
+
+    def _begin_stream(self) -> None:
+        self.counters.samples_total = self.counters.samples_dropped = 0
+        self.counters.edges_total = 0
+        now = self.device_us()
+        self._streaming = True
+        self._t_start_us = now
+        self._next_k = 0
+        self._next_status_us = now + self.status_interval_us
+        self._hist_t = [now]
+        self._hist_lv = [self._level]
+        self._pending_edges = []
+        self._pend = np.zeros(0, P.SAMPLE_DTYPE)
+
+    def _end_stream(self) -> None:
+        if self._pend.size:  # flush the partial frame
+            self._emit([(int(self._pend["t_us"][-1]), self._samples_frame(self._pend), self._pend.size)])
+            self._pend = np.zeros(0, P.SAMPLE_DTYPE)
+        self._streaming = False
+
+    def _send_status(self) -> None:
+        c = self.counters
+        self._send_now(
+            P.encode_status(self._take_seq(), self._t32(), c.samples_total, c.samples_dropped, c.edges_total)
+        )
+
+    def _sample_times(self, upto_us: int) -> np.ndarray:
+        """Device times of samples due by ``upto_us`` (exact integer schedule)."""
+        rate = self.rate_hz
+        k_end = ((upto_us - self._t_start_us) * rate) // 1_000_000 + 1
+        if k_end <= self._next_k:
+            return np.zeros(0, np.int64)
+        k = np.arange(self._next_k, k_end, dtype=np.int64)
+        self._next_k = int(k_end)
+        return self._t_start_us + (k * 1_000_000) // rate
+
+    def _produce(self) -> None:
+        """Generate everything due up to now and queue it as frames (lock held)."""
+        now = self.device_us()
+        t = self._sample_times(now)
+        frames: list[tuple[int, bytes | None, int]] = []  # (completion µs, frame or None=edge, n)
+        if t.size:
+            hist_t = np.asarray(self._hist_t, dtype=np.int64)
+            lv = np.asarray(self._hist_lv, dtype=np.int64)[np.searchsorted(hist_t, t, side="right") - 1]
+            # keep the level in force at the last sample, plus anything later
+            keep = max(int(np.searchsorted(hist_t, t[-1], side="right")) - 1, 0)
+            del self._hist_t[:keep], self._hist_lv[:keep]
+            p = np.broadcast_to(np.asarray(self.power_w(t * 1e-6, lv), dtype=np.float64), t.shape)
+            cur = np.clip(np.rint(p / self.bus_v / (self.current_lsb_na * 1e-9)), -32768, 32767)
+            bus = round(self.bus_v / (self.bus_lsb_uv * 1e-6)) if self.bus_lsb_uv else 0
+            new = np.empty(t.size, P.SAMPLE_DTYPE)
+            new["t_us"], new["current"], new["bus"], new["markers"] = t, cur, min(bus, 65535), lv
+            self.counters.samples_total += t.size
+            allp = np.concatenate((self._pend, new)) if self._pend.size else new
+            n_full = allp.size // P.MAX_SAMPLES_PER_FRAME * P.MAX_SAMPLES_PER_FRAME
+            self._pend = allp[n_full:].copy()
+            if n_full:
+                full = allp[:n_full]
+                blob, offs = P.encode_sample_frames(
+                    0, full["t_us"], full["current"], full["bus"], full["markers"]
+                )
+                flen = P.FRAME_OVERHEAD + 1 + P.SAMPLE_BYTES * P.MAX_SAMPLES_PER_FRAME
+                last_t = full["t_us"][P.MAX_SAMPLES_PER_FRAME - 1 :: P.MAX_SAMPLES_PER_FRAME]
+                for i, o in enumerate(offs.tolist()):
+                    frames.append((int(last_t[i]), blob[o : o + flen], P.MAX_SAMPLES_PER_FRAME))
+        for te, mk, ch in self._pending_edges:
+            frames.append((te, P.encode_edge(0, te, mk, ch), 0))
+        self._pending_edges = []
+        frames.sort(key=lambda f: f[0])
+        self._emit(frames)
+        if now >= self._next_status_us:
+            self._send_status()
+            self._next_status_us = now + self.status_interval_us
+
+    def _samples_frame(self, s: np.ndarray) -> bytes:
+        t0 = int(s["t_us"][0])
+        return P.encode_samples(
+            0, t0, (s["t_us"] - t0).tolist(), s["current"].tolist(), s["bus"].tolist(),
+            s["markers"].tolist(),
+        )
+
+    def _emit(self, frames: list[tuple[int, bytes, int]]) -> None:
+        """Stamp seq numbers, apply faults and queue frames (seq 0 placeholders)."""
+        for _, frame, nsamp in frames:
+            if len(self._tx) + len(frame) > self.tx_buffer_bytes:
+                # Transmit buffer full: the firmware drops the samples, no seq used.
+                self.counters.samples_dropped += nsamp
+                continue
+            seq = self._take_seq()
+            f = bytearray(frame)
+            f[4:6] = seq.to_bytes(2, "little")
+            f[-2:] = P.crc16(f[2:-2]).to_bytes(2, "little")
+            if self._drop_next:
+                self._drop_next -= 1
+                self.counters.frames_dropped += 1
+                continue
+            if self._corrupt_next:
+                self._corrupt_next -= 1
+                self.counters.frames_corrupted += 1
+                f[P.HEADER_LEN] ^= 0x10  # first payload byte: the CRC no longer matches
+            self._tx += f
+            self.counters.frames_sent += 1
