@@ -22,6 +22,7 @@ COMMANDS: list[str] = [
     "pin",
     "boards",
     "slice",
+    "collect",
 ]
 
 EPILOG = """\
