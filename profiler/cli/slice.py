@@ -83,7 +83,7 @@ def run(args: Any) -> int:
         raise BadInputError("--cuts and --granularity op exclude each other", "give one of them")
     data = read_model_bytes(args.model)
     with _progress(sys.stderr.isatty()) as bar:
-        sliced = slice_model(data, args.granularity, cuts=args.cuts,
+        sliced = slice_model(data, args.granularity, cuts=args.cuts, name=str(args.model),
                              progress=(lambda d, n: bar("slicing", d, n)) if bar else None)
 
     if args.output is not None:

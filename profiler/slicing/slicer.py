@@ -49,6 +49,7 @@ def slice_model(
     cache_dir: str | Path | None | bool = None,
     *,
     progress: Progress | None = None,
+    name: str | None = None,
 ) -> SlicedModel:
     """Cut `model` into one sub-model per layer.
 
@@ -56,7 +57,8 @@ def slice_model(
     (one layer per operator); `cuts` (op indices where layers start) overrides it.
     cache_dir: root of the sub-model cache (default `$COUPPROF_CACHE/slices` or
     `~/.cache/coupprof/slices`); False disables caching. A cache hit returns
-    the stored sub-models without slicing again.
+    the stored sub-models without slicing again. `name` labels `model` in errors
+    when it is given as bytes.
     """
     if granularity not in GRANULARITIES:
         raise BadInputError(f"unknown granularity {granularity!r}",
@@ -66,7 +68,7 @@ def slice_model(
         raise BadInputError("--cuts and --granularity op exclude each other",
                             "give one of them")
     if isinstance(model, (bytes, bytearray, memoryview)):
-        data, name = bytes(model), "model"
+        data, name = bytes(model), name or "model"
         check_tflite_bytes(data, name)
     else:
         data, name = read_model_bytes(model), str(model)
