@@ -1,0 +1,255 @@
+/* Protocol engine (see cp_logger.h). */
+#include "cp_logger.h"
+
+#include "cp_protocol.h"
+
+#define EDGE_FRAME_BYTES (CP_FRAME_OVERHEAD + CP_EDGE_LEN)
+#define STATUS_FRAME_BYTES (CP_FRAME_OVERHEAD + CP_STATUS_LEN)
+
+static void send_frame(cp_logger *lg, uint16_t len)
+{
+    lg->ops->send(lg->ctx, lg->frame, len);
+    lg->seq++;
+}
+
+static void send_ack(cp_logger *lg, uint8_t cmd, uint8_t status)
+{
+    send_frame(lg, cp_frame_ack(lg->frame, lg->seq, lg->ops->now_us(lg->ctx), cmd, status));
+}
+
+static void send_ident(cp_logger *lg)
+{
+    lg->ident.flags = (uint8_t)((lg->ident.flags & ~CP_FLAG_STREAMING) |
+                                (lg->streaming ? CP_FLAG_STREAMING : 0u));
+    send_frame(lg, cp_frame_ident(lg->frame, lg->seq, lg->ops->now_us(lg->ctx), &lg->ident));
+}
+
+static void send_status(cp_logger *lg, uint32_t now)
+{
+    cp_counters c;
+    lg->ops->read_counters(lg->ctx, &c);
+    send_frame(lg, cp_frame_status(lg->frame, lg->seq, now, c.samples_total, c.samples_dropped,
+                                   c.edges_total));
+    lg->last_status_us = now;
+}
+
+static void flush_samples(cp_logger *lg)
+{
+    if (lg->npending) {
+        send_frame(lg, cp_frame_samples(lg->frame, lg->seq, lg->pending, lg->npending));
+        lg->npending = 0;
+    }
+}
+
+/* Caller guarantees room for one SAMPLES frame. */
+static void add_sample(cp_logger *lg, const cp_sample *s)
+{
+    /* dt_us is u16: a sample too far from the frame's first starts a new frame */
+    if (lg->npending && (uint32_t)(s->t_us - lg->pending[0].t_us) > 0xFFFFu) {
+        flush_samples(lg);
+    }
+    lg->pending[lg->npending++] = *s;
+    if (lg->npending == CP_SAMPLES_MAX) {
+        flush_samples(lg);
+    }
+}
+
+static void send_edge(cp_logger *lg, const cp_edge *e)
+{
+    send_frame(lg, cp_frame_edge(lg->frame, lg->seq, e->t_us, e->markers, e->changed));
+}
+
+/* Everything the sampler queued, waiting for room as needed (used on STOP). */
+static void drain(cp_logger *lg)
+{
+    cp_edge e;
+    cp_sample s;
+    while (lg->ops->pop_edge(lg->ctx, &e)) {
+        send_edge(lg, &e);
+    }
+    while (lg->ops->pop_sample(lg->ctx, &s)) {
+        add_sample(lg, &s);
+    }
+    flush_samples(lg);
+}
+
+static void stop_streaming(cp_logger *lg)
+{
+    lg->ops->stop(lg->ctx);
+    drain(lg);
+    lg->streaming = 0;
+}
+
+static void on_command(void *ctx, uint8_t cmd, const uint8_t *payload, uint8_t len)
+{
+    cp_logger *lg = (cp_logger *)ctx;
+    switch (cmd) {
+    case CP_CMD_IDENTIFY:
+        if (len != 0) {
+            send_ack(lg, cmd, CP_ACK_BAD_ARG);
+            return;
+        }
+        send_ident(lg);
+        send_ack(lg, cmd, CP_ACK_OK);
+        return;
+    case CP_CMD_START:
+        if (len != 0) {
+            send_ack(lg, cmd, CP_ACK_BAD_ARG);
+            return;
+        }
+        if (lg->streaming) { /* restart: close the running stream first */
+            stop_streaming(lg);
+        }
+        lg->npending = 0;
+        if (!lg->ops->start(lg->ctx)) {
+            send_ack(lg, cmd, CP_ACK_BUSY); /* front end did not answer */
+            return;
+        }
+        lg->streaming = 1;
+        send_ack(lg, cmd, CP_ACK_OK);
+        lg->last_status_us = lg->ops->now_us(lg->ctx);
+        return;
+    case CP_CMD_STOP:
+        if (len != 0) {
+            send_ack(lg, cmd, CP_ACK_BAD_ARG);
+            return;
+        }
+        if (lg->streaming) {
+            stop_streaming(lg);
+        }
+        send_status(lg, lg->ops->now_us(lg->ctx));
+        send_ack(lg, cmd, CP_ACK_OK);
+        return;
+    case CP_CMD_SET_RATE: {
+        uint32_t req;
+        if (lg->streaming) {
+            send_ack(lg, cmd, CP_ACK_BUSY);
+            return;
+        }
+        if (len != 4) {
+            send_ack(lg, cmd, CP_ACK_BAD_ARG);
+            return;
+        }
+        req = cp_get_u32(payload);
+        if (req == 0) {
+            send_ack(lg, cmd, CP_ACK_BAD_ARG);
+            return;
+        }
+        lg->ident.rate_hz = lg->ops->set_rate(lg->ctx, req);
+        send_ack(lg, cmd, CP_ACK_OK);
+        return;
+    }
+    case CP_CMD_SET_CAL: {
+        uint32_t shunt;
+        int32_t lsb;
+        if (lg->streaming) {
+            send_ack(lg, cmd, CP_ACK_BUSY);
+            return;
+        }
+        /* optional trailing bus_nominal_mV u16 (len 10) */
+        if (len != 8 && len != 10) {
+            send_ack(lg, cmd, CP_ACK_BAD_ARG);
+            return;
+        }
+        shunt = cp_get_u32(payload);
+        lsb = (int32_t)cp_get_u32(payload + 4);
+        if (shunt == 0) {
+            send_ack(lg, cmd, CP_ACK_BAD_ARG);
+            return;
+        }
+        if (lsb == 0) {
+            if (lg->shunt_lsb_nV == 0) { /* nothing to derive it from */
+                send_ack(lg, cmd, CP_ACK_BAD_ARG);
+                return;
+            }
+            /* I = V / R: nA per count = shunt_lsb_nV * 1e6 / shunt_uohm, rounded */
+            {
+                uint32_t num = lg->shunt_lsb_nV * 1000000u; /* 2.5e9 fits in u32 */
+                uint32_t q = num / shunt;
+                uint32_t r = num % shunt;
+                if (r >= shunt - r) {
+                    q++;
+                }
+                if (q == 0 || q > 0x7FFFFFFFu) {
+                    send_ack(lg, cmd, CP_ACK_BAD_ARG);
+                    return;
+                }
+                lsb = (int32_t)q;
+            }
+        }
+        if (len == 10) {
+            uint16_t mv = cp_get_u16(payload + 8);
+            if (mv == 0) {
+                send_ack(lg, cmd, CP_ACK_BAD_ARG);
+                return;
+            }
+            lg->ident.bus_nominal_mV = mv;
+        }
+        lg->ident.shunt_uohm = shunt;
+        lg->ident.current_lsb_nA = lsb;
+        send_ack(lg, cmd, CP_ACK_OK);
+        return;
+    }
+    default:
+        send_ack(lg, cmd, CP_ACK_UNKNOWN);
+        return;
+    }
+}
+
+static void on_bad_crc(void *ctx)
+{
+    send_ack((cp_logger *)ctx, 0, CP_ACK_BAD_CRC);
+}
+
+void cp_logger_init(cp_logger *lg, const cp_logger_ops *ops, void *ctx, const cp_ident *ident,
+                    uint32_t shunt_lsb_nV)
+{
+    lg->ops = ops;
+    lg->ctx = ctx;
+    lg->ident = *ident;
+    lg->shunt_lsb_nV = shunt_lsb_nV;
+    lg->seq = 0;
+    lg->streaming = 0;
+    lg->npending = 0;
+    lg->last_status_us = 0;
+    lg->status_period_us = 1000000u;
+    cp_parser_init(&lg->parser);
+    lg->sink.on_command = on_command;
+    lg->sink.on_bad_crc = on_bad_crc;
+    lg->sink.ctx = lg;
+    send_ident(lg);
+}
+
+void cp_logger_rx(cp_logger *lg, uint8_t byte)
+{
+    cp_parser_feed(&lg->parser, byte, &lg->sink);
+}
+
+void cp_logger_rx_timeout(cp_logger *lg)
+{
+    cp_parser_expire(&lg->parser, &lg->sink);
+}
+
+void cp_logger_poll(cp_logger *lg)
+{
+    cp_edge e;
+    cp_sample s;
+    uint32_t now;
+    if (!lg->streaming) {
+        return;
+    }
+    while (lg->ops->tx_free(lg->ctx) >= EDGE_FRAME_BYTES && lg->ops->pop_edge(lg->ctx, &e)) {
+        send_edge(lg, &e);
+    }
+    /* room for the frame a 4th sample would complete, plus a STATUS, so the
+     * STATUS below is never starved by samples */
+    while (lg->ops->tx_free(lg->ctx) >= CP_SAMPLES_FRAME_MAX + STATUS_FRAME_BYTES &&
+           lg->ops->pop_sample(lg->ctx, &s)) {
+        add_sample(lg, &s);
+    }
+    now = lg->ops->now_us(lg->ctx);
+    if ((uint32_t)(now - lg->last_status_us) >= lg->status_period_us &&
+        lg->ops->tx_free(lg->ctx) >= STATUS_FRAME_BYTES) {
+        send_status(lg, now);
+    }
+}

@@ -1,0 +1,52 @@
+// Device clock: Timer1 free-running at F_CPU/8 = 2 MHz, extended to 48 bits
+// by counting overflows. t_us = ticks / 2 (wraps after 2^32 us).
+#ifndef CLOCK_H
+#define CLOCK_H
+
+#include <avr/io.h>
+#include <stdint.h>
+
+extern volatile uint32_t clk_ovf;
+
+void clock_init(void);
+
+// Overflow count that belongs to a Timer1 value read (or captured) just now.
+// Interrupts must be off (inside an ISR, or under cli).
+static inline uint32_t clock_ovf_for(uint16_t tcnt)
+{
+    uint32_t o = clk_ovf;
+    // an overflow that is pending but not yet counted happened before a small tcnt
+    if ((TIFR1 & _BV(TOV1)) && tcnt < 0x8000u) {
+        o++;
+    }
+    return o;
+}
+
+static inline uint32_t clock_us_of(uint32_t ovf, uint16_t tcnt)
+{
+    return (ovf << 15) | (tcnt >> 1);
+}
+
+static inline uint32_t clock_ticks_of(uint32_t ovf, uint16_t tcnt)
+{
+    return (ovf << 16) | tcnt;
+}
+
+// Interrupts must be off.
+static inline uint32_t clock_now_us_isr(void)
+{
+    uint16_t t = TCNT1;
+    return clock_us_of(clock_ovf_for(t), t);
+}
+
+// Interrupts must be off. Low 32 bits of the tick count (wraps every 35.8 min).
+static inline uint32_t clock_now_ticks_isr(void)
+{
+    uint16_t t = TCNT1;
+    return clock_ticks_of(clock_ovf_for(t), t);
+}
+
+uint32_t clock_now_us(void);
+uint32_t clock_now_ticks(void);
+
+#endif

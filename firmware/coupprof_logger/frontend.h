@@ -1,0 +1,20 @@
+// The current (and bus voltage) front end chosen at build time.
+#ifndef FRONTEND_H
+#define FRONTEND_H
+
+#include <stdint.h>
+
+#include "cp_frame.h"
+
+// Fills the IDENT fields the front end decides (front_end, flags, rate,
+// calibration defaults); returns the shunt-register LSB in nV (0 if none).
+uint32_t fe_init(cp_ident *id);
+uint32_t fe_set_rate(uint32_t req_hz);
+// Start sampling into the sampler rings; 0 if the hardware did not answer.
+int fe_start(void);
+// Stop sampling; returns once no ISR will queue another sample.
+void fe_stop(void);
+// Main-loop housekeeping while streaming (INA226: recover a stuck alert).
+void fe_poll(void);
+
+#endif
