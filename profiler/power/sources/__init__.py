@@ -1,0 +1,195 @@
+"""Power sources, built from a spec string (``--power``).
+
+===========================  ==============================================================
+``arduino:PORT``             this project's logger over serial (streaming; registered by
+                             `profiler.power` when the collector is installed)
+``sim``                      the simulated board's virtual logger (streaming; registered
+                             by the simulated board)
+``hwmon[:DEVICE[:CH]]``      INA2xx / INA3221 on the board's rail through Linux hwmon:
+                             ``hwmon``, ``hwmon:ina226``, ``hwmon:ina3221:VDD_IN``,
+                             ``hwmon:hwmon3:2``, ``hwmon:1-0040`` (counter)
+``nvml[:INDEX]``             an NVIDIA GPU's energy counter (counter)
+``rapl[:ZONE]``              x86 RAPL: packages summed, or ``rapl:dram``, ``rapl:psys``,
+                             ``rapl:intel-rapl:0:2`` (counter)
+``none``                     no power measurement
+``auto``                     the first one found, in `detect_order()`: arduino, hwmon,
+                             nvml, rapl, none
+===========================  ==============================================================
+
+``auto`` tries the sources in order of how directly they measure the board
+running the model: a logger on the supply rail, then an on-board rail monitor,
+then the GPU's own counter, then the host CPU package; ``none`` if nothing is
+found. Hardware is passed in (`SourceHardware`: sysfs roots, clock, and extras
+such as the virtual logger) so tests run on fake trees.
+
+Other back ends register with `register_source(kind, builder, detect=..., order=...)`.
+A malformed spec raises `BadInputError` (exit 2); hardware that is absent or
+unusable raises `HardwareError` / `RuntimeUnavailableError` (exit 3) on open.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from profiler.clock import Clock, perf_clock
+from profiler.errors import BadInputError, ProfilerError
+from profiler.power.sources import hwmon, rapl
+from profiler.power.sources.base import (
+    CounterSource,
+    PowerIntegrator,
+    PowerSource,
+    PowerTrace,
+    SourceInfo,
+    StreamSource,
+    TickTimeoutError,
+)
+from profiler.power.sources.hwmon import HwmonSource
+from profiler.power.sources.none import NoneSource
+from profiler.power.sources.nvml import NvmlSource
+from profiler.power.sources.rapl import RaplSource
+
+__all__ = ["CounterSource", "HwmonSource", "NoneSource", "NvmlSource", "PowerIntegrator",
+           "PowerSource", "PowerTrace", "RaplSource", "SourceHardware", "SourceInfo",
+           "StreamSource", "TickTimeoutError", "detect_order", "detect_power_source",
+           "kinds", "open_power_source", "register_source"]
+
+
+@dataclass
+class SourceHardware:
+    """Where the sources find their hardware; defaults are the real machine's."""
+
+    hwmon_root: Path = hwmon.DEFAULT_ROOT
+    powercap_root: Path = rapl.DEFAULT_ROOT
+    clock: Clock = perf_clock
+    extra: dict[str, Any] = field(default_factory=dict)  # e.g. a virtual logger for "sim"
+
+
+#: builder(spec, rest after the first colon, hardware) -> an unopened source
+Builder = Callable[[str, str, SourceHardware], PowerSource]
+#: detect(hardware) -> a spec if this kind of source is present, else None
+Detector = Callable[[SourceHardware], "str | None"]
+
+
+@dataclass
+class _Entry:
+    builder: Builder
+    detect: Detector | None
+    order: int
+
+
+_REGISTRY: dict[str, _Entry] = {}
+
+
+def register_source(kind: str, builder: Builder, detect: Detector | None = None,
+                    order: int = 50) -> None:
+    """Add (or replace) a back end; ``auto`` runs detectors by ascending ``order``."""
+    _REGISTRY[kind] = _Entry(builder, detect, order)
+
+
+def kinds() -> list[str]:
+    return sorted(_REGISTRY)
+
+
+def detect_order() -> list[str]:
+    return [k for k, e in sorted(_REGISTRY.items(), key=lambda kv: kv[1].order) if e.detect]
+
+
+def _fix() -> str:
+    return "use one of " + ", ".join(kinds() + ["auto"]) + " (see `coupprof layers --help`)"
+
+
+def open_power_source(spec: str, hardware: SourceHardware | None = None) -> PowerSource:
+    """Build (but do not open) the source a spec names; ``auto`` detects one."""
+    hw = hardware or SourceHardware()
+    spec = spec.strip()
+    kind, _, rest = spec.partition(":")
+    kind = kind.lower()
+    if kind == "auto":
+        if rest:
+            raise BadInputError(f"power source {spec!r}: auto takes no arguments", fix=_fix())
+        return open_power_source(detect_power_source(hw), hw)
+    entry = _REGISTRY.get(kind)
+    if entry is None:
+        raise BadInputError(f"unknown power source {spec!r}", fix=_fix())
+    return entry.builder(spec, rest, hw)
+
+
+def detect_power_source(hardware: SourceHardware | None = None) -> str:
+    """The spec of the first source present, in `detect_order()`; ``none`` otherwise."""
+    hw = hardware or SourceHardware()
+    for kind in detect_order():
+        detect = _REGISTRY[kind].detect
+        try:
+            found = detect(hw) if detect else None
+        except ProfilerError:
+            found = None  # present but unusable: try the next
+        if found:
+            return found
+    return "none"
+
+
+# --- built-in back ends -------------------------------------------------------
+
+def _build_none(spec: str, rest: str, hw: SourceHardware) -> PowerSource:
+    if rest:
+        raise BadInputError(f"power source {spec!r}: none takes no arguments", fix=_fix())
+    return NoneSource(spec)
+
+
+def _build_hwmon(spec: str, rest: str, hw: SourceHardware) -> PowerSource:
+    parts = rest.split(":") if rest else []
+    if len(parts) > 2 or any(not p for p in parts):
+        raise BadInputError(f"power source {spec!r}: expected hwmon[:DEVICE[:CHANNEL]]",
+                            fix="e.g. --power hwmon:ina226 or hwmon:ina3221:VDD_IN")
+    device = parts[0] if parts else None
+    channel = parts[1] if len(parts) == 2 else "1"
+    return HwmonSource(device, channel, spec=spec, root=hw.hwmon_root, clock=hw.clock)
+
+
+def _detect_hwmon(hw: SourceHardware) -> str | None:
+    dev = hwmon.find_power_monitor(hw.hwmon_root)
+    return f"hwmon:{dev.directory.name}" if dev else None
+
+
+def _build_nvml(spec: str, rest: str, hw: SourceHardware) -> PowerSource:
+    if rest and not rest.isdigit():
+        raise BadInputError(f"power source {spec!r}: expected nvml or nvml:INDEX",
+                            fix="e.g. --power nvml:0 (indices from `nvidia-smi -L`)")
+    return NvmlSource(int(rest or 0), spec=spec, clock=hw.clock)
+
+
+def _detect_nvml(hw: SourceHardware) -> str | None:
+    try:
+        import pynvml
+    except ImportError:
+        return None
+    try:
+        pynvml.nvmlInit()
+    except pynvml.NVMLError:
+        return None
+    try:
+        return "nvml:0" if pynvml.nvmlDeviceGetCount() > 0 else None
+    finally:
+        pynvml.nvmlShutdown()
+
+
+def _build_rapl(spec: str, rest: str, hw: SourceHardware) -> PowerSource:
+    return RaplSource(rest or None, spec=spec, root=hw.powercap_root, clock=hw.clock)
+
+
+def _detect_rapl(hw: SourceHardware) -> str | None:
+    root = Path(hw.powercap_root)
+    for dirname, name in rapl.list_zones(root):
+        if name.startswith("package-") and os.access(root / dirname / "energy_uj", os.R_OK):
+            return "rapl"
+    return None
+
+
+register_source("none", _build_none, order=100)
+register_source("hwmon", _build_hwmon, _detect_hwmon, order=20)
+register_source("nvml", _build_nvml, _detect_nvml, order=30)
+register_source("rapl", _build_rapl, _detect_rapl, order=40)

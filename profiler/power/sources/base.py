@@ -1,0 +1,225 @@
+"""`PowerSource`: one base class for everything that measures the board's power.
+
+Two shapes of hardware fit under it:
+
+* **Streaming sources** (`StreamSource`: the Arduino logger, the simulated
+  board's virtual logger) deliver timestamped power samples and marker edges.
+  ``start()`` begins a capture, ``stop()`` returns it as a `PowerTrace` on the
+  host clock, and `profiler.attribution.attribute` integrates it per layer.
+* **Counter sources** (`CounterSource`: RAPL, NVML, hwmon) are polled: they
+  expose a cumulative energy counter that refreshes every ``update_interval_ns``.
+  Per-layer energy comes from reading the counter before and after a window in
+  which the layer is repeated until the window is long enough
+  (`profiler.attribution.measure_repeated`). A source whose hardware has only a
+  power reading (most hwmon drivers) gets a software counter: a thread that
+  polls the power and integrates it (`PowerIntegrator`).
+
+Units are in the names: ``power_w``, ``energy_mj``, ``time_ns``. Vendor and OS
+errors are translated into coupprof errors once, inside each back end: setting
+up raises `HardwareError` / `PermissionDeniedError` / `RuntimeUnavailableError`
+(exit 3), failing mid-run raises `PowerSourceError` (exit 4).
+"""
+
+from __future__ import annotations
+
+import threading
+from abc import ABC, abstractmethod
+from dataclasses import asdict, dataclass
+from types import TracebackType
+from typing import Any, ClassVar
+
+from profiler.attribution import PowerTrace
+from profiler.clock import Clock, perf_clock
+from profiler.errors import PowerSourceError
+
+__all__ = ["CounterSource", "PowerIntegrator", "PowerSource", "PowerTrace", "SourceInfo",
+           "StreamSource", "TickTimeoutError"]
+
+
+@dataclass(frozen=True)
+class SourceInfo:
+    """What the run's JSON sidecar records about its power source."""
+
+    spec: str  # as given, e.g. "hwmon:ina226"
+    kind: str  # back end: arduino, sim, hwmon, nvml, rapl, none
+    mode: str  # "stream", "counter" or "none"
+    device: str  # what was opened: a port, a sysfs directory, a GPU name
+    sample_rate_hz: float | None = None  # streaming sources
+    update_interval_ns: int | None = None  # counter sources: how often the counter refreshes
+    energy_resolution_mj: float | None = None  # counter step, where known
+    hardware_energy_counter: bool = False  # False: energy integrated from polled power
+    detail: str = ""  # anything else worth a line (channel label, zones summed)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+class PowerSource(ABC):
+    """Base of every power source. Use as a context manager: ``with source: ...``."""
+
+    kind: ClassVar[str] = ""
+    mode: ClassVar[str] = ""
+
+    def __init__(self, spec: str, clock: Clock = perf_clock) -> None:
+        self.spec = spec
+        self.clock = clock
+        self._open = False
+
+    @property
+    def is_open(self) -> bool:
+        return self._open
+
+    def open(self) -> PowerSource:
+        """Acquire the device (files, library handles, ports). Idempotent."""
+        if not self._open:
+            self._open_device()
+            self._open = True
+        return self
+
+    def close(self) -> None:
+        """Release the device. Idempotent; also called on errors by the context manager."""
+        if self._open:
+            self._open = False
+            self._close_device()
+
+    def __enter__(self) -> PowerSource:
+        return self.open()
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.spec!r}, {'open' if self._open else 'closed'})"
+
+    @abstractmethod
+    def info(self) -> SourceInfo:
+        """Facts for the sidecar (valid after open)."""
+
+    @abstractmethod
+    def _open_device(self) -> None: ...
+
+    @abstractmethod
+    def _close_device(self) -> None: ...
+
+    def _require_open(self) -> None:
+        if not self._open:
+            raise PowerSourceError(f"power source {self.spec!r} is not open",
+                                   fix="use it inside `with source:` or call open() first")
+
+
+class StreamSource(PowerSource):
+    """A source that streams samples and marker edges (the logger, real or virtual)."""
+
+    mode = "stream"
+
+    @abstractmethod
+    def start(self) -> None:
+        """Begin a capture (samples and edges from now on)."""
+
+    @abstractmethod
+    def stop(self) -> PowerTrace:
+        """End the capture and return it on the host clock. On a mid-run failure the
+        back end raises `PowerSourceError` with the partial trace in ``err.trace``."""
+
+
+class TickTimeoutError(PowerSourceError):
+    """A counter did not change within the expected time."""
+
+
+class CounterSource(PowerSource):
+    """A polled source with a cumulative energy counter (hardware or integrated)."""
+
+    mode = "counter"
+    #: How often the hardware refreshes the counter; `measure_repeated` sizes windows from it.
+    update_interval_ns: int = 1_000_000
+
+    def __init__(self, spec: str, clock: Clock = perf_clock) -> None:
+        super().__init__(spec, clock)
+        self._last_power_read: tuple[int, float] | None = None
+
+    @abstractmethod
+    def read_energy_mj(self) -> float:
+        """Energy since open() in mJ, monotone (counter wraps are unfolded)."""
+
+    def read_power_w(self) -> float:
+        """Mean power since the previous call (from the counter); the first call waits
+        for one counter update. Back ends with a direct power reading override it."""
+        last = self._last_power_read or self.wait_for_tick()
+        t_ns, e_mj = self.clock(), self.read_energy_mj()
+        if e_mj == last[1] or t_ns <= last[0]:
+            t_ns, e_mj = self.wait_for_tick(last[1])
+        self._last_power_read = (t_ns, e_mj)
+        return (e_mj - last[1]) * 1e6 / (t_ns - last[0])  # mJ/ns -> W
+
+    def wait_for_tick(self, since_mj: float | None = None, timeout_ns: int | None = None,
+                      ) -> tuple[int, float]:
+        """Spin until the counter changes (from ``since_mj``, or from its value now) and
+        return ``(time_ns, energy_mj)`` at that moment: aligning a window's start with a
+        counter update removes up to one update interval of quantisation error."""
+        start = self.read_energy_mj() if since_mj is None else since_mj
+        t0 = self.clock()
+        limit = timeout_ns if timeout_ns is not None else max(50 * self.update_interval_ns,
+                                                              2_000_000_000)
+        while True:
+            e = self.read_energy_mj()
+            t = self.clock()
+            if e != start:
+                return t, e
+            if t - t0 > limit:
+                raise TickTimeoutError(
+                    f"the energy counter of {self.spec!r} did not change in "
+                    f"{limit / 1e9:g} s", fix="check that the sensor is powered and its "
+                    "driver loaded, or use another --power source")
+
+
+class PowerIntegrator:
+    """A software energy counter for sources that only report power: a thread polls
+    ``read_power_w`` every ``interval_ns`` and integrates it (trapezoid). Between polls
+    the energy grows with the last power, so readings are continuous in time."""
+
+    def __init__(self, read_power_w: Any, interval_ns: int, clock: Clock = perf_clock,
+                 name: str = "power-integrator") -> None:
+        self._read = read_power_w
+        self.interval_ns = max(int(interval_ns), 100_000)
+        self.clock = clock
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._energy_mj = 0.0
+        self._t_ns = 0
+        self._p_w = 0.0
+        self.samples = 0
+        self.error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+
+    def start(self) -> None:
+        self._p_w, self._t_ns = float(self._read()), self.clock()
+        self.samples = 1
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join()
+
+    def _run(self) -> None:
+        wait_s = self.interval_ns / 1e9
+        while not self._stop.wait(wait_s):
+            try:
+                p = float(self._read())
+            except BaseException as err:  # reported by the next energy_mj()
+                self.error = err
+                return
+            t = self.clock()
+            with self._lock:
+                self._energy_mj += (p + self._p_w) * 0.5 * (t - self._t_ns) * 1e-6
+                self._t_ns, self._p_w = t, p
+                self.samples += 1
+
+    def energy_mj(self) -> float:
+        if self.error is not None:
+            err = self.error
+            raise err if isinstance(err, PowerSourceError) else PowerSourceError(
+                f"polling power failed: {err}", fix="check the sensor and its driver")
+        with self._lock:
+            return self._energy_mj + self._p_w * (self.clock() - self._t_ns) * 1e-6
