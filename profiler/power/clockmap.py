@@ -141,6 +141,7 @@ def fit_clock_map(
     floor_ns: float = 50_000.0,
     anchors: int = 4,
     slack: int = 4,
+    min_fraction: float = 0.5,
 ) -> ClockFit:
     """Fit ``host_ns = a + b * device_us`` from two edge lists that mostly pair up.
 
@@ -149,7 +150,9 @@ def fit_clock_map(
     after each change) restrict matches to equal levels. ``tol_ns`` is the
     largest distance at which an edge can still match (keep it below half the
     shortest interval between marker changes); ``anchors`` and ``slack`` bound
-    how many edges may be missing or spurious at either end of the run.
+    how many edges may be missing or spurious at either end of the run. Fewer
+    than ``min_fraction`` of the shorter list matched (or fewer than 2) raises
+    ``MarkerError``: the wiring or the port is wrong, not a stray edge.
     """
     d_all = np.asarray(device_us, dtype=np.int64)
     h_all = np.asarray(host_ns, dtype=np.int64)
@@ -187,10 +190,11 @@ def fit_clock_map(
         if key == prev:
             break
         prev = key
-    if dv.size == 0:
+    need = max(min(2, d_all.size, h_all.size), int(np.ceil(min_fraction * min(d_all.size, h_all.size))))
+    if dv.size < need:
         raise MarkerError(
-            f"cannot map the logger clock: none of {d_all.size} logger edges lies within "
-            f"{tol_ns / 1e6:g} ms of the {h_all.size} host marker changes",
+            f"cannot map the logger clock: only {dv.size} of {d_all.size} logger edges lie "
+            f"within {tol_ns / 1e6:g} ms of the {h_all.size} host marker changes",
             fix="check the marker wiring (line to logger input) and that the logger and the "
             "marker back end are the ones in use",
         )

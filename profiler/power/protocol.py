@@ -315,7 +315,7 @@ def encode_status(
 
 
 def encode_sample_frames(
-    seq0: int,
+    seq0: int | np.ndarray,
     t_us: np.ndarray,
     current: np.ndarray,
     bus: np.ndarray,
@@ -325,8 +325,9 @@ def encode_sample_frames(
     """Pack samples into consecutive SAMPLES frames, vectorised.
 
     ``len(t_us)`` must be a multiple of ``per_frame`` (the last partial frame is
-    the caller's business: use ``encode_samples``). Returns the bytes and the
-    byte offset of each frame. Sample times within a frame must lie within
+    the caller's business: use ``encode_samples``). ``seq0`` is the first
+    frame's seq (then +1 per frame) or an array with each frame's seq. Returns
+    the bytes and the byte offset of each frame. Sample times within a frame must lie within
     65535 µs of its first sample.
     """
     t_us = np.asarray(t_us, dtype=np.int64)
@@ -341,7 +342,7 @@ def encode_sample_frames(
     m[:, 1] = SYNC1
     m[:, 2] = FrameType.SAMPLES
     m[:, 3] = plen
-    seq = (seq0 + np.arange(k)) % SEQ_MODULO
+    seq = (seq0 + np.arange(k) if np.ndim(seq0) == 0 else np.asarray(seq0)) % SEQ_MODULO
     m[:, 4:6] = seq.astype("<u2").view(np.uint8).reshape(k, 2)
     t = t_us.reshape(k, per_frame)
     m[:, 6:10] = (t[:, 0] % T_US_MODULO).astype("<u4").view(np.uint8).reshape(k, 4)

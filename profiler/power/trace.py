@@ -174,6 +174,29 @@ class Trace:
         hit = (g["t_before_us"] < t1_us) & (g["t_after_us"] > t0_us)
         return int(g["missing"][hit].sum())
 
+    def host_fields(self, clock: ClockMap | None = None) -> dict[str, Any]:
+        """The trace on the host clock, as keyword arguments for
+        ``profiler.attribution.PowerTrace``: sample and edge times in host ns,
+        power, marker bits, and lost-frame spans (from the device times around
+        each seq gap)."""
+        cm = clock or self.clock
+        if cm is None:
+            raise ValueError("no clock map: pass one, or fit one with fit_clock_map() first")
+        g = self.gaps
+        return {
+            "t_ns": cm.to_host_ns(self.samples["t_us"]),
+            "power_w": self.power_w,
+            "markers": np.asarray(self.samples["markers"]),
+            "edge_t_ns": cm.to_host_ns(self.edges["t_us"]),
+            "edge_markers": np.asarray(self.edges["markers"]),
+            "edge_changed": np.asarray(self.edges["changed"]),
+            "lost_start_ns": cm.to_host_ns(g["t_before_us"]),
+            "lost_end_ns": cm.to_host_ns(g["t_after_us"]),
+            "lost_frames": np.asarray(g["missing"], dtype=np.int64),
+            "corrupt_frames": self.counters.corrupt_frames,
+            "source": f"arduino:{self.port}",
+        }
+
     def with_clock(self, clock: ClockMap | None) -> Trace:
         return replace(self, clock=clock)
 

@@ -17,8 +17,9 @@ configured rate from ``power_w(t_s, markers)``:
   ground truth clock-map fits are checked against.
 
 Faults can be injected while it runs: ``corrupt_frames(n)``, ``drop_frames(n)``,
-``spurious_edge(bits)``, ``close_port()`` (the cable is pulled) and
-``answer_commands = False`` (a logger that never answers). A transmit buffer
+``spurious_edge(bits)``, ``close_port()`` (the cable is pulled), ``freeze()``
+(the sketch hangs, the port stays) and ``answer_commands = False`` (a logger
+that never answers). A transmit buffer
 of ``tx_buffer_bytes`` models the firmware's: when the host stops reading,
 samples are dropped and reported in STATUS, never queued without bound.
 """
@@ -125,6 +126,7 @@ class VirtualLogger:
         self._corrupt_next = 0
         self._drop_next = 0
         self.closed = threading.Event()
+        self._frozen = threading.Event()
         self.error: BaseException | None = None
 
     # ----------------------------------------------------------------- clock
@@ -232,6 +234,10 @@ class VirtualLogger:
                 self._pending_edges.append((t, self._level ^ bits, bits))
                 self.counters.edges_total += 1
 
+    def freeze(self) -> None:
+        """Hang: stop sending and answering, but keep the port open (a crashed sketch)."""
+        self._frozen.set()
+
     def close_port(self) -> None:
         """Pull the cable: close the pty; the host sees the port vanish."""
         self._stop.set()
@@ -263,6 +269,9 @@ class VirtualLogger:
 
     def _loop(self) -> None:
         while not self._stop.is_set():
+            if self._frozen.is_set():
+                self._stop.wait(self.tick_s)
+                continue
             fd = self._master
             if fd < 0:
                 break
@@ -361,8 +370,8 @@ class VirtualLogger:
         self._pend = np.zeros(0, P.SAMPLE_DTYPE)
 
     def _end_stream(self) -> None:
-        if self._pend.size:  # flush the partial frame
-            self._emit([(int(self._pend["t_us"][-1]), self._samples_frame(self._pend), self._pend.size)])
+        if self._pend.size:  # flush the partial frame (sent blocking, like the firmware)
+            self._send_now(self._samples_frame(self._take_seq(), self._pend))
             self._pend = np.zeros(0, P.SAMPLE_DTYPE)
         self._streaming = False
 
@@ -386,14 +395,15 @@ class VirtualLogger:
         """Generate everything due up to now and queue it as frames (lock held)."""
         now = self.device_us()
         t = self._sample_times(now)
-        frames: list[tuple[int, bytes | None, int]] = []  # (completion µs, frame or None=edge, n)
+        full = self._pend[:0]
         if t.size:
             hist_t = np.asarray(self._hist_t, dtype=np.int64)
             lv = np.asarray(self._hist_lv, dtype=np.int64)[np.searchsorted(hist_t, t, side="right") - 1]
             # keep the level in force at the last sample, plus anything later
             keep = max(int(np.searchsorted(hist_t, t[-1], side="right")) - 1, 0)
             del self._hist_t[:keep], self._hist_lv[:keep]
-            p = np.broadcast_to(np.asarray(self.power_w(t * 1e-6, lv), dtype=np.float64), t.shape)
+            pw = self.power_w(t * 1e-6, lv) if callable(self.power_w) else self.power_w
+            p = np.broadcast_to(np.asarray(pw, dtype=np.float64), t.shape)
             cur = np.clip(np.rint(p / self.bus_v / (self.current_lsb_na * 1e-9)), -32768, 32767)
             bus = round(self.bus_v / (self.bus_lsb_uv * 1e-6)) if self.bus_lsb_uv else 0
             new = np.empty(t.size, P.SAMPLE_DTYPE)
@@ -402,42 +412,51 @@ class VirtualLogger:
             allp = np.concatenate((self._pend, new)) if self._pend.size else new
             n_full = allp.size // P.MAX_SAMPLES_PER_FRAME * P.MAX_SAMPLES_PER_FRAME
             self._pend = allp[n_full:].copy()
-            if n_full:
-                full = allp[:n_full]
-                blob, offs = P.encode_sample_frames(
-                    0, full["t_us"], full["current"], full["bus"], full["markers"]
-                )
-                flen = P.FRAME_OVERHEAD + 1 + P.SAMPLE_BYTES * P.MAX_SAMPLES_PER_FRAME
-                last_t = full["t_us"][P.MAX_SAMPLES_PER_FRAME - 1 :: P.MAX_SAMPLES_PER_FRAME]
-                for i, o in enumerate(offs.tolist()):
-                    frames.append((int(last_t[i]), blob[o : o + flen], P.MAX_SAMPLES_PER_FRAME))
-        for te, mk, ch in self._pending_edges:
-            frames.append((te, P.encode_edge(0, te, mk, ch), 0))
-        self._pending_edges = []
-        frames.sort(key=lambda f: f[0])
-        self._emit(frames)
+            full = allp[:n_full]
+        edges, self._pending_edges = self._pending_edges, []
+        if full.size or edges:
+            self._emit_stream(full, edges)
         if now >= self._next_status_us:
             self._send_status()
             self._next_status_us = now + self.status_interval_us
 
-    def _samples_frame(self, s: np.ndarray) -> bytes:
-        t0 = int(s["t_us"][0])
-        return P.encode_samples(
-            0, t0, (s["t_us"] - t0).tolist(), s["current"].tolist(), s["bus"].tolist(),
-            s["markers"].tolist(),
-        )
-
-    def _emit(self, frames: list[tuple[int, bytes, int]]) -> None:
-        """Stamp seq numbers, apply faults and queue frames (seq 0 placeholders)."""
-        for _, frame, nsamp in frames:
-            if len(self._tx) + len(frame) > self.tx_buffer_bytes:
+    def _emit_stream(self, full: np.ndarray, edges: list[tuple[int, int, int]]) -> None:
+        """Queue full SAMPLES frames and EDGE frames in the order the firmware sends
+        them (by when each is complete), with tx-buffer drops and injected faults."""
+        per = P.MAX_SAMPLES_PER_FRAME
+        n_sf = full.size // per
+        sf_len = P.FRAME_OVERHEAD + 1 + P.SAMPLE_BYTES * per
+        done = np.concatenate((full["t_us"][per - 1 :: per], [e[0] for e in edges])).astype(np.int64)
+        order = np.argsort(done, kind="stable").tolist()
+        room = self.tx_buffer_bytes - len(self._tx)
+        kept: list[int] = []  # frame ids (< n_sf: sample frame, else edge) in send order
+        for i in order:
+            size = sf_len if i < n_sf else P.FRAME_OVERHEAD + P.EDGE_LEN
+            if size > room:
                 # Transmit buffer full: the firmware drops the samples, no seq used.
-                self.counters.samples_dropped += nsamp
+                self.counters.samples_dropped += per if i < n_sf else 0
                 continue
-            seq = self._take_seq()
-            f = bytearray(frame)
-            f[4:6] = seq.to_bytes(2, "little")
-            f[-2:] = P.crc16(f[2:-2]).to_bytes(2, "little")
+            room -= size
+            kept.append(i)
+        seqs = {i: (self._seq + j) % P.SEQ_MODULO for j, i in enumerate(kept)}
+        self._seq = (self._seq + len(kept)) % P.SEQ_MODULO
+        sample_ids = [i for i in kept if i < n_sf]
+        blob = b""
+        if sample_ids:
+            ids = np.asarray(sample_ids)
+            rows = (ids[:, None] * per + np.arange(per)).reshape(-1)
+            sel = full[rows]
+            blob, _ = P.encode_sample_frames(
+                np.asarray([seqs[i] for i in sample_ids]), sel["t_us"], sel["current"],
+                sel["bus"], sel["markers"],
+            )
+        pos = {i: k * sf_len for k, i in enumerate(sample_ids)}
+        for i in kept:
+            if i < n_sf:
+                frame = blob[pos[i] : pos[i] + sf_len]
+            else:
+                te, mk, ch = edges[i - n_sf]
+                frame = P.encode_edge(seqs[i], te, mk, ch)
             if self._drop_next:
                 self._drop_next -= 1
                 self.counters.frames_dropped += 1
@@ -445,6 +464,15 @@ class VirtualLogger:
             if self._corrupt_next:
                 self._corrupt_next -= 1
                 self.counters.frames_corrupted += 1
+                f = bytearray(frame)
                 f[P.HEADER_LEN] ^= 0x10  # first payload byte: the CRC no longer matches
-            self._tx += f
+                frame = bytes(f)
+            self._tx += frame
             self.counters.frames_sent += 1
+
+    def _samples_frame(self, seq: int, s: np.ndarray) -> bytes:
+        t0 = int(s["t_us"][0])
+        return P.encode_samples(
+            seq, t0, (s["t_us"] - t0).tolist(), s["current"].tolist(), s["bus"].tolist(),
+            s["markers"].tolist(),
+        )

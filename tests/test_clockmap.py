@@ -1,0 +1,146 @@
+"""Logger clock -> host clock: fits against a known offset and drift, with a
+missed and a spurious edge, marker levels, and the virtual logger's real clock."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pytest
+import serial
+
+from profiler.errors import MarkerError
+from profiler.power import protocol as P
+from profiler.power.clockmap import ClockMap, fit_clock_map
+from profiler.power.virtual_logger import VirtualLogger
+
+
+def make_events(seed: int, n: int, drift_ppm: float, start_us: int, jitter_us: float):
+    """Host marker times (layer boundaries 1..60 ms apart) and the device times the
+    logger would stamp: device runs (1 + drift) times as fast, starting at start_us."""
+    rng = np.random.default_rng(seed)
+    host_ns = 5_000_000_000_000 + np.cumsum(rng.uniform(1e6, 60e6, n)).astype(np.int64)
+    true_b = 1000.0 / (1.0 + drift_ppm * 1e-6)  # host ns per device µs
+    dev_exact = start_us + (host_ns - host_ns[0]) / true_b
+    dev_us = np.floor(dev_exact + rng.normal(0, jitter_us, n)).astype(np.int64)
+    truth = ClockMap(device_ref_us=start_us, host_ref_ns=int(host_ns[0]), ns_per_us=true_b)
+    return host_ns, dev_us, truth
+
+
+@pytest.mark.parametrize(
+    ("drift_ppm", "start_us"),
+    [(0.0, 0), (4_000.0, 123_456_789), (-5_000.0, (1 << 32) - 1_000_000), (250.0, 10**11)],
+)
+def test_fit_recovers_offset_and_drift_with_a_missed_and_a_spurious_edge(
+    drift_ppm: float, start_us: int
+) -> None:
+    host_ns, dev_us, truth = make_events(1, 400, drift_ppm, start_us, jitter_us=2.0)
+    missed = 137
+    spurious_t = dev_us[250] + 7_000  # a glitch 7 ms after a real edge
+    dev = np.sort(np.append(np.delete(dev_us, missed), spurious_t))
+    fit = fit_clock_map(dev, host_ns)
+
+    assert fit.missed_host.tolist() == [missed]
+    assert dev[fit.spurious_device].tolist() == [spurious_t]
+    # every other host event is paired with its own device edge
+    assert np.array_equal(dev[fit.device_index], np.delete(dev_us, missed))
+    assert np.array_equal(fit.host_index, np.delete(np.arange(400), missed))
+    # the map agrees with the truth to the jitter over the whole run
+    span = np.array([dev_us[0], dev_us[-1]])
+    err_ns = fit.clock.to_host_ns(span) - truth.to_host_ns(span)
+    assert np.all(np.abs(err_ns) < 2_000)
+    assert fit.clock.drift_ppm == pytest.approx(drift_ppm, abs=0.5)
+    assert fit.clock.matched == 399
+    assert fit.clock.residual_rms_ns < 5_000
+
+
+def test_missed_and_spurious_edges_at_the_very_start_and_end() -> None:
+    host_ns, dev_us, truth = make_events(2, 200, 2_000.0, 1_000, jitter_us=1.0)
+    dev = np.delete(dev_us, [0, 199])  # first and last edge missed
+    dev = np.sort(np.concatenate(([dev_us[0] - 30_000], dev, [dev_us[-1] + 40_000])))  # glitches
+    fit = fit_clock_map(dev, host_ns)
+    assert fit.missed_host.tolist() == [0, 199]
+    assert fit.spurious_device.tolist() == [0, dev.size - 1]
+    assert abs(fit.clock.to_host_ns(dev_us[100]) - truth.to_host_ns(dev_us[100])) < 2_000
+
+
+def test_levels_keep_an_edge_off_the_wrong_event() -> None:
+    """With marker levels, a spurious edge right next to a host event cannot steal it."""
+    host_ns, dev_us, truth = make_events(3, 100, 1_000.0, 0, jitter_us=1.0)
+    levels = np.arange(100) % 2
+    glitch_t = dev_us[40] - 50  # 50 µs before edge 40, with the wrong level
+    dev = np.insert(dev_us, 40, glitch_t)
+    dev_lv = np.insert(levels, 40, 1 - levels[40])
+    with_lv = fit_clock_map(dev, host_ns, device_levels=dev_lv, host_levels=levels)
+    assert with_lv.spurious_device.tolist() == [40]
+    assert with_lv.missed_host.size == 0
+    assert with_lv.device_index[40] == 41  # host event 40 matched its real edge
+
+
+def test_outlier_latency_is_rejected_from_the_fit() -> None:
+    host_ns, dev_us, truth = make_events(4, 300, -3_000.0, 50, jitter_us=1.0)
+    dev = dev_us.copy()
+    dev[[20, 150, 280]] -= 300  # three edges seen 300 µs early (a slow GPIO write)
+    fit = fit_clock_map(dev, host_ns, floor_ns=50_000)
+    assert fit.clock.rejected == 3
+    assert fit.clock.matched == 300
+    assert abs(fit.clock.to_host_ns(dev_us[150]) - truth.to_host_ns(dev_us[150])) < 2_000
+
+
+def test_single_edge_gives_an_offset_at_nominal_rate() -> None:
+    fit = fit_clock_map(np.array([1_000]), np.array([9_000_000]))
+    assert fit.clock.to_host_ns(2_000) == 10_000_000
+    assert fit.clock.ns_per_us == 1000.0
+
+
+def test_no_edges_is_a_marker_error() -> None:
+    with pytest.raises(MarkerError, match="0 logger edges"):
+        fit_clock_map(np.zeros(0, np.int64), np.array([1, 2, 3]))
+    with pytest.raises(MarkerError, match="only 1 of 2 logger edges"):
+        # edges exist but 10 s away from any host event, tolerance 0.5 ms
+        fit_clock_map(np.array([0, 10_000_000]), np.array([0, 1_000_000_000]), max_drift_ppm=10)
+
+
+def test_clock_map_roundtrip_dict() -> None:
+    cm = ClockMap(device_ref_us=5, host_ref_ns=10**15, ns_per_us=999.5, matched=3)
+    assert ClockMap.from_dict(cm.to_dict()) == cm
+    assert cm.to_device_us(cm.to_host_ns(10_005))[()] == pytest.approx(10_005, abs=1e-3)
+
+
+def test_fit_on_the_virtual_loggers_clock() -> None:
+    """Edges from the virtual logger (offset + 3000 ppm drift) map back onto the
+    host times the markers were set, within the call's own duration."""
+    with VirtualLogger(1.0, rate_hz=1000, start_us=(1 << 32) - 200_000, drift_ppm=3000.0) as vl:
+        ser = serial.serial_for_url(vl.port, baudrate=P.BAUDRATE, timeout=0.01)
+        dec = P.StreamDecoder()
+        edges = []
+        before, after = [], []
+        ser.write(P.encode_command(P.Command.START))
+        deadline = time.monotonic() + 5
+        while not any(isinstance(m, P.Ack) for m in dec.feed(ser.read(4096)).messages):
+            assert time.monotonic() < deadline
+        for i in range(30):
+            time.sleep(0.005 + 0.002 * (i % 3))
+            before.append(time.perf_counter_ns())
+            vl.set_markers(i % 2 ^ 1)
+            after.append(time.perf_counter_ns())
+        ser.write(P.encode_command(P.Command.STOP))
+        while True:
+            out = dec.feed(ser.read(4096))
+            edges.append(out.edges)
+            if any(isinstance(m, P.Ack) and m.cmd == P.Command.STOP for m in out.messages):
+                break
+            assert time.monotonic() < deadline
+        ser.close()
+        truth = vl.true_clock()
+    e = np.concatenate(edges)
+    assert e.size == 30
+    assert e["t_us"][0] < 1 << 32 < e["t_us"][-1]  # the u32 clock wrapped and was unwrapped
+    host_mid = (np.array(before) + np.array(after)) // 2
+    fit = fit_clock_map(e["t_us"], host_mid, tol_ns=2_000_000)
+    assert fit.clock.matched == 30
+    # the truth puts each edge inside its set_markers call (µs flooring: 1 µs slack)
+    t_true = truth.to_host_ns(e["t_us"])
+    assert np.all(t_true >= np.array(before) - 1_500)
+    assert np.all(t_true <= np.array(after) + 1_500)
+    assert fit.clock.drift_ppm == pytest.approx(3000.0, abs=200.0)
