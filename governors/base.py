@@ -207,8 +207,18 @@ class Governor(ABC):
     def _readback_name(self) -> str:
         return "the kernel"
 
+    def pick_method(self) -> str:
+        """The method `begin` will use (subclasses that choose one override this)."""
+        return self.method
+
     def describe(self) -> str:
-        return f"{self.kind}/{self.method} at {self.io.path(self.dir)}"
+        method = self.method
+        if not method:
+            try:
+                method = self.pick_method()
+            except Exception:  # describing must never fail; the files may be missing
+                method = "?"
+        return f"{self.kind}/{method} at {self.io.path(self.dir)}"
 
 
 # ---- helpers shared by the back ends ---------------------------------------------

@@ -21,6 +21,8 @@ COMMANDS: list[str] = [
     "layers",
     "pin",
     "boards",
+    "dvfs_latency",
+    "doctor",
     "slice",
     "collect",
 ]

@@ -1,0 +1,286 @@
+"""`coupprof doctor`: what this machine offers for profiling, and what to fix.
+
+Sections: runtime and versions; accelerators (LiteRT GPU/NPU libraries and devices,
+delegates named by the board profile); the board (detected or chosen) and its
+governors with whether their files exist and are writable and whether the profile's
+levels are ones the kernel offers; GPIO chips; serial ports and, where one answers
+IDENTIFY, the logger's identity. Every problem is printed with its fix. The
+collection is a dataclass so tests and other commands can use it without rendering.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes.util
+import glob
+import importlib.metadata
+import os
+import platform
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rich import box
+from rich.console import Console
+from rich.table import Table
+
+from governors import make_governor
+from governors.sim import SimTree
+from profiler import __version__
+from profiler.boards.model import Board
+from profiler.boards.profiles import detect_board, read_model_string, select_board
+from profiler.cli.pin import add_board_args, sysfs_root
+from profiler.errors import ProfilerError
+
+
+@dataclass(frozen=True)
+class Item:
+    section: str
+    name: str
+    ok: bool | None  # None = information only
+    detail: str
+    fix: str = ""
+
+
+@dataclass
+class Report:
+    items: list[Item] = field(default_factory=list)
+
+    def add(self, section: str, name: str, ok: bool | None, detail: str, fix: str = "") -> None:
+        self.items.append(Item(section, name, ok, detail, fix))
+
+    @property
+    def problems(self) -> list[Item]:
+        return [i for i in self.items if i.ok is False]
+
+
+def register(subparsers: Any) -> None:
+    p = subparsers.add_parser(
+        "doctor",
+        help="check runtime, accelerators, board, governors, GPIO and serial ports",
+        description="Report what this machine offers for profiling (runtime and versions, "
+        "accelerators, the detected board, DVFS governors and whether they are writable, "
+        "GPIO chips, serial ports and the logger's identity) and how to fix each problem.",
+    )
+    add_board_args(p)
+    p.add_argument("--dev-root", default="/dev", metavar="DIR",
+                   help="where device nodes live (default /dev)")
+    p.add_argument("--port", action="append", default=None, metavar="URL",
+                   help="serial port or pyserial URL to ask for a logger (repeatable; "
+                   "default: every port pyserial lists)")
+    p.add_argument("--no-identify", action="store_true",
+                   help="list serial ports without sending IDENTIFY")
+    p.add_argument("--strict", action="store_true", help="exit 1 when any problem is found")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    root = sysfs_root(args)
+    report = collect(root, Path(args.dev_root), args.board, args.port, not args.no_identify)
+    out = Console(width=None if sys.stdout.isatty() else 120)
+    out.print(render(report))
+    if report.problems:
+        out.print(f"{len(report.problems)} problem(s):")
+        for item in report.problems:
+            out.print(f"- {item.section} / {item.name}: {item.detail}" + (
+                f"\n  fix: {item.fix}" if item.fix else ""), highlight=False)
+    else:
+        out.print("no problems found")
+    return 1 if args.strict and report.problems else 0
+
+
+def collect(root: Path, dev_root: Path, board_arg: str | None, ports: list[str] | None,
+            identify: bool) -> Report:
+    r = Report()
+    check_runtime(r)
+    board = check_board(r, root, board_arg)
+    check_accelerators(r, board)
+    if board is not None:
+        check_governors(r, board, root)
+    check_gpio(r, dev_root, root)
+    check_serial(r, ports, identify)
+    return r
+
+
+def check_runtime(r: Report) -> None:
+    r.add("runtime", "python", None, f"{platform.python_version()} ({sys.executable})")
+    r.add("runtime", "coupprof", None, __version__)
+    r.add("runtime", "kernel", None, f"{platform.system()} {platform.release()} "
+          f"{platform.machine()}")
+    try:
+        from profiler.runtime import runtime
+
+        rt = runtime()
+        r.add("runtime", "inference runtime", True, f"{rt.name} {rt.version}")
+    except ProfilerError as err:
+        r.add("runtime", "inference runtime", False, err.message, err.fix or "")
+    for dist in ("numpy", "pandas", "pyserial", "rich", "flatbuffers"):
+        try:
+            r.add("runtime", dist, None, importlib.metadata.version(dist))
+        except importlib.metadata.PackageNotFoundError:
+            r.add("runtime", dist, False, "not installed", "run ./setup.sh")
+
+
+def _litert_dir() -> Path | None:
+    try:
+        import ai_edge_litert
+
+        return Path(ai_edge_litert.__file__).parent
+    except ImportError:
+        return None
+
+
+def check_accelerators(r: Report, board: Board | None) -> None:
+    base = _litert_dir()
+    # GPU: LiteRT's GPU accelerator needs an OpenCL ICD (or WebGPU over a render node).
+    opencl = ctypes.util.find_library("OpenCL")
+    icds = glob.glob("/etc/OpenCL/vendors/*.icd")
+    render = glob.glob("/dev/dri/renderD*")
+    gpu_ok = bool(opencl and icds) or bool(render and base and
+                                           (base / "libLiteRtWebGpuAccelerator.so").exists())
+    detail = (f"OpenCL loader: {opencl or 'none'}; ICDs: {len(icds)}; render nodes: {len(render)}"
+              " (library check only; `coupprof layers -p G` tries it)")
+    wants_gpu = board is not None and any(p.accelerator == "gpu" and not board.simulated
+                                          for p in board.processors.values())
+    r.add("accelerators", "LiteRT GPU", gpu_ok if wants_gpu else None, detail,
+          "install the GPU vendor's OpenCL driver (an ICD in /etc/OpenCL/vendors)")
+    dispatch = sorted(Path(p).parts[-3] for p in glob.glob(
+        str(base / "vendors/*/dispatch/libLiteRtDispatch_*.so"))) if base else []
+    npu_nodes = [p for pat in ("accel/accel*", "fastrpc-*", "galcore", "rknpu*", "vipcore")
+                 for p in glob.glob(f"/dev/{pat}")]
+    wants_npu = board is not None and any(p.accelerator == "npu" and not board.simulated
+                                          for p in board.processors.values())
+    r.add("accelerators", "LiteRT NPU", (bool(dispatch) and bool(npu_nodes)) if wants_npu else None,
+          f"dispatch libraries: {', '.join(dispatch) or 'none'}; NPU device nodes: "
+          f"{', '.join(npu_nodes) or 'none'}",
+          "install the vendor's LiteRT dispatch library and NPU driver")
+    if board is None:
+        return
+    for p in board.processors.values():
+        if p.delegate:
+            found = os.path.exists(p.delegate) or ctypes.util.find_library(
+                Path(p.delegate).name.removeprefix("lib").split(".so")[0]) is not None
+            r.add("accelerators", f"{p.letter} delegate", found, p.delegate,
+                  f"install {p.delegate} or set `delegate` in the board profile to its path")
+
+
+def check_board(r: Report, root: Path, board_arg: str | None) -> Board | None:
+    model = read_model_string(root)
+    r.add("board", "device tree model", None, model or "none (not a device-tree machine)")
+    detected = detect_board(root)
+    r.add("board", "detected", None, detected or "no bundled profile matches")
+    notes: list[str] = []
+    try:
+        board = select_board(board_arg, root, notes.append)
+    except ProfilerError as err:
+        r.add("board", "profile", False, err.message, err.fix or "")
+        return None
+    r.add("board", "using", True if board.simulated or board_arg or detected else None,
+          f"{board.name}: {board.description}"
+          + (" (simulated: numbers are modelled)" if board.simulated else ""))
+    return board
+
+
+def check_governors(r: Report, board: Board, root: Path) -> None:
+    tree = SimTree(board) if board.simulated else None
+    try:
+        for p in board.processors.values():
+            if p.governor is None:
+                r.add("governors", p.letter, None,
+                      f"no DVFS{' (uses ' + p.host + ' levels)' if p.host else ''}")
+                continue
+            gov = make_governor(board, p, root, sim_tree=tree)
+            checks = gov.checks()
+            bad = [c for c in checks if not c.ok]
+            if bad:
+                for c in bad:
+                    r.add("governors", p.letter, False, c.what, c.fix)
+                continue
+            r.add("governors", p.letter, True, f"{gov.describe()}: files writable")
+            table = getattr(gov, "available_khz", None)
+            have = table() if table else []
+            missing = [f for f in p.freqs_khz if have and f not in have]
+            if missing:
+                r.add("governors", f"{p.letter} levels", False,
+                      f"profile levels {', '.join(f'{f / 1000:g}' for f in missing)} MHz are not"
+                      f" offered by the kernel ({', '.join(f'{f / 1000:g}' for f in have)})",
+                      "edit freqs_khz in the board profile to the kernel's levels"
+                      + (" (or use --board host for CPUs)" if p.kind == "cpu" else ""))
+    finally:
+        if tree is not None:
+            tree.remove()
+
+
+def check_gpio(r: Report, dev_root: Path, root: Path) -> None:
+    chips = sorted(dev_root.glob("gpiochip*"))
+    if not chips:
+        r.add("gpio", "chips", None if not (root / "class/gpio").exists() else False,
+              f"no {dev_root}/gpiochip* character devices",
+              "markers need a GPIO chip: use a board with one, or `--markers sim`/`none`")
+    for chip in chips:
+        label = _read(root / "bus/gpio/devices" / chip.name / "label") or \
+            _read(root / "class/gpio" / chip.name / "label") or "?"
+        ok = os.access(chip, os.R_OK | os.W_OK)
+        r.add("gpio", chip.name, ok, f"label {label}", "" if ok else
+              f"run as root or add yourself to the gpio group (sudo chmod a+rw {chip})")
+    try:
+        import gpiod  # noqa: F401
+
+        r.add("gpio", "python gpiod", True, "installed")
+    except ImportError:
+        r.add("gpio", "python gpiod", None if not chips else False, "not installed",
+              "pip install 'coupprof[gpio]' (libgpiod v2 bindings)")
+
+
+def check_serial(r: Report, ports: list[str] | None, identify: bool) -> None:
+    if ports is None:
+        try:
+            from serial.tools import list_ports
+
+            found = list_ports.comports()
+        except ImportError:
+            r.add("serial", "pyserial", False, "not installed", "run ./setup.sh")
+            return
+        # The logger is a USB serial device (ttyACM/ttyUSB); built-in UARTs (hwid n/a)
+        # are listed but not probed, so a silent ttyS0 is not reported as a broken logger.
+        ports = [p.device for p in found if p.hwid and p.hwid != "n/a"]
+        for p in found:
+            r.add("serial", p.device, None, f"{p.description} {p.hwid}".strip()
+                  + ("" if p.device in ports else " (not USB: not probed; use --port to probe)"))
+        if not found:
+            r.add("serial", "ports", None, "no serial ports found (the power logger is optional;"
+                  " `--power sim` works without one)")
+    if not identify:
+        return
+    try:
+        from profiler.power.collector import Collector
+    except ImportError:
+        r.add("serial", "logger", None, "power collector not installed; identity not checked")
+        return
+    for url in ports:
+        try:
+            with Collector(url, timeout_s=1.0) as col:
+                info = col.open()
+            r.add("serial", f"{url} logger", True,
+                  f"protocol {info.protocol}, firmware {info.fw_version}, {info.rate_hz} Hz, "
+                  f"{info.marker_count} marker pins, front end {info.front_end}")
+        except ProfilerError as err:
+            r.add("serial", f"{url} logger", False, err.message, err.fix or "")
+
+
+def _read(p: Path) -> str | None:
+    try:
+        return p.read_text().strip()
+    except OSError:
+        return None
+
+
+def render(report: Report) -> Table:
+    t = Table(title="coupprof doctor", box=box.SIMPLE_HEAD)
+    for col in ("section", "item", "status", "detail"):
+        t.add_column(col, overflow="fold")
+    mark = {True: "ok", False: "PROBLEM", None: "-"}
+    for i in report.items:
+        t.add_row(i.section, i.name, mark[i.ok], i.detail)
+    return t

@@ -1,0 +1,205 @@
+"""`coupprof dvfs-latency`: DVFS transition delays between levels, as ARM-CO-UP Table 10.
+
+Writes one CSV row per transition and repeat (tidy) plus a JSON sidecar, and prints
+Table 10's summary: per direction the shortest and the longest delay with the
+levels where they occur. See governors/latency.py for the method.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from rich import box
+from rich.console import Console
+from rich.progress import Progress
+from rich.table import Table
+
+from governors import RestoreGuard, dvfs_processor, make_governor
+from governors.latency import (
+    BusyLoop,
+    LatencyPlan,
+    LatencyRun,
+    SimBusyLoop,
+    VirtualClock,
+    measure,
+    pin_to_cores,
+    summary,
+)
+from governors.sim import SimGovernor, SimTree
+from profiler.boards.profiles import select_board
+from profiler.cli.pin import add_board_args, say, sysfs_root
+from profiler.errors import BadInputError
+
+SIDECAR_FORMAT = "coupprof-dvfs-latency/1"
+CSV_COLUMNS = ("board", "processor", "method", "simulated", "from_level", "from_mhz",
+               "to_level", "to_mhz", "direction", "repeat", "delay_us", "detected")
+
+
+def register(subparsers: Any) -> None:
+    p = subparsers.add_parser(
+        "dvfs-latency",
+        help="measure DVFS transition delays between levels (ARM-CO-UP Table 10)",
+        description="For every ordered pair of levels, hold the first, write the second and "
+        "time how long until a calibrated busy loop on the processor runs at the new speed "
+        "(CPU clusters), or until the kernel reports the new frequency (--method readback, "
+        "GPUs). On the simulated board the delays are the profile's model, recovered by the "
+        "same detection code, and labelled as such. Writes CSV + JSON; restores the governor.",
+    )
+    p.add_argument("--processor", "-p", required=True, metavar="LETTER",
+                   help="L, B, G or N (N measures its host cluster)")
+    add_board_args(p)
+    p.add_argument("--levels", default=None, metavar="I,J,...",
+                   help="levels to use (default: all of the processor's levels)")
+    p.add_argument("--repeats", type=int, default=3, help="repeats per transition (default 3)")
+    p.add_argument("--method", choices=("auto", "busy-loop", "readback"), default="auto",
+                   help="auto: busy loop on CPU clusters, read-back on GPUs (default)")
+    p.add_argument("--chunk-us", type=float, default=50.0,
+                   help="busy-loop chunk length, the resolution of the result (default 50 us)")
+    p.add_argument("--csv", type=Path, default=None,
+                   help="CSV to write (default: ./coupprof-out/dvfs-latency-BOARD-P.csv)")
+    p.add_argument("--json", type=Path, default=None,
+                   help="JSON sidecar (default: the CSV path with .json)")
+    p.set_defaults(func=run)
+
+
+def parse_levels(text: str | None, n: int, letter: str) -> list[int]:
+    if not text:
+        return list(range(1, n + 1))
+    try:
+        levels = sorted({int(t) for t in text.split(",") if t.strip()})
+    except ValueError:
+        raise BadInputError(f"--levels '{text}' is not a comma-separated list of level numbers",
+                            "e.g. --levels 1,4,8") from None
+    bad = [k for k in levels if not 1 <= k <= n]
+    if bad or len(levels) < 2:
+        raise BadInputError(f"--levels '{text}': processor {letter} has levels 1..{n}"
+                            " and at least two are needed", f"e.g. --levels 1,{n}")
+    return levels
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.repeats < 1:
+        raise BadInputError(f"--repeats {args.repeats} must be 1 or more")
+    if args.chunk_us <= 0:
+        raise BadInputError(f"--chunk-us {args.chunk_us} must be positive")
+    root = sysfs_root(args)
+    board = select_board(args.board, root, announce=say)
+    target = dvfs_processor(board, args.processor)
+    if not target.freqs_khz:
+        raise BadInputError(f"processor {target.letter} on board '{board.name}' has no DVFS levels",
+                            "pick a processor with a frequency table (`coupprof boards show`)")
+    levels = parse_levels(args.levels, len(target.freqs_khz), target.letter)
+    plan = LatencyPlan(target, levels, args.repeats, args.chunk_us)
+
+    loop: BusyLoop | None
+    old_affinity = None
+    if board.simulated:
+        if args.method == "readback":
+            raise BadInputError("--method readback means nothing on the simulated board",
+                                "drop --method (the simulated busy loop is used)")
+        clock = VirtualClock()
+        tree = SimTree(board, clock_ns=clock)  # its own tree: its kernel runs on the virtual clock
+        gov = make_governor(board, target, sim_tree=tree)
+        assert isinstance(gov, SimGovernor)
+        loop = SimBusyLoop(gov, clock)
+    else:
+        tree = None
+        gov = make_governor(board, target, root)
+        method = args.method
+        if method == "auto":
+            method = "busy-loop" if target.kind == "cpu" else "readback"
+        if method == "busy-loop" and target.kind != "cpu":
+            raise BadInputError(f"a busy loop cannot run on {target.letter} ({target.kind})",
+                                "use --method readback for GPUs")
+        loop = BusyLoop() if method == "busy-loop" else None
+        if loop is not None:
+            old_affinity = pin_to_cores(target.cores)
+            if old_affinity is None:
+                raise BadInputError(f"cannot run on processor {target.letter}'s cores "
+                                    f"{list(target.cores)} (not in this process's CPU set)",
+                                    "run without taskset/cgroup limits, or use --method readback")
+    try:
+        with Progress(disable=not sys.stderr.isatty(), transient=True) as bar:
+            task = bar.add_task(f"{board.name} {target.letter} transitions", total=None)
+            with RestoreGuard([gov]):
+                result = measure(gov, plan, loop, board.name, board.simulated,
+                                 progress=lambda d, t: bar.update(task, completed=d, total=t))
+    finally:
+        if old_affinity is not None:
+            os.sched_setaffinity(0, old_affinity)
+        if tree is not None:
+            tree.remove()
+
+    csv_path = args.csv or Path("coupprof-out") / f"dvfs-latency-{board.name}-{target.letter}.csv"
+    json_path = args.json or csv_path.with_suffix(".json")
+    write_csv(result, csv_path)
+    write_sidecar(result, json_path, board.description)
+    out = Console(width=None if sys.stdout.isatty() else 120)
+    out.print(render(result))
+    for note in result.notes:
+        out.print(f"note: {note}")
+    out.print(f"wrote {csv_path} and {json_path}")
+    return 0
+
+
+def title(run: LatencyRun) -> str:
+    what = {"busy-loop": "busy loop on the cluster (write -> speed change)",
+            "readback": "kernel read-back (write -> reported frequency; not the hardware)",
+            "sim-busy-loop": "SIMULATED board: the profile's modelled delays (ARM-CO-UP Table 10)"
+                             " recovered by the busy-loop detection; not a measurement"}
+    return f"DVFS transition delay, {run.board} {run.processor}: {what[run.method]}"
+
+
+def render(run: LatencyRun) -> Table:
+    t = Table(title=title(run), box=box.SIMPLE_HEAD,
+              caption=f"median over repeats; {len(run.transitions)} transitions")
+    for col in ("transition", "PE", "min delay us", "levels i -> j", "max delay us",
+                "levels i -> j", "n"):
+        t.add_column(col, justify="right" if "us" in col or col == "n" else "left")
+    for row in summary(run):
+        t.add_row(str(row["direction"]), str(row["processor"]), f"{row['min_delay_us']:.0f}",
+                  f"{row['min_from']} -> {row['min_to']}", f"{row['max_delay_us']:.0f}",
+                  f"{row['max_from']} -> {row['max_to']}", str(row["transitions"]))
+    missed = sum(1 for tr in run.transitions for d in tr.delays_us if d is None)
+    if missed:
+        t.caption += f"; {missed} measurement(s) saw no change within the timeout"
+    return t
+
+
+def write_csv(run: LatencyRun, path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(CSV_COLUMNS)
+        for tr in run.transitions:
+            for i, d in enumerate(tr.delays_us, 1):
+                w.writerow([run.board, run.processor, run.method, run.simulated,
+                            tr.from_level, f"{tr.from_khz / 1000:g}", tr.to_level,
+                            f"{tr.to_khz / 1000:g}", tr.direction, i,
+                            "" if d is None else f"{d:.1f}", d is not None])
+
+
+def write_sidecar(run: LatencyRun, path: Path, description: str) -> None:
+    from profiler.results import environment
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    doc = {
+        "format": SIDECAR_FORMAT,
+        "board": run.board,
+        "board_description": description,
+        "simulated": run.simulated,
+        "title": title(run),
+        "processor": run.processor,
+        "method": run.method,
+        "chunk_us": run.chunk_us,
+        "summary": summary(run),
+        "notes": run.notes,
+        "environment": environment(),
+    }
+    path.write_text(json.dumps(doc, indent=2) + "\n")
