@@ -5,7 +5,10 @@ Measuring and rendering are separate: `run_tables(run)` turns a `LayerRun` into 
 JSON sidecar; `read_tables` loads those files back into the same `RunTables`;
 `render` draws a rich table from a `RunTables`, fresh or loaded.
 
-CSV layout (tidy; units in column names):
+CSV layout (tidy; units in column names). Every row starts with the run's
+identifying columns (`ID_COLUMNS`: board, simulated, model, processor,
+freq_level, freq_khz; the frequency columns are blank when the run left the
+frequency alone) so runs can be concatenated (sweeps, notebooks); then:
 
 - one row per layer, ``kind = "layer"``: layer, op_types, macs, param_bytes,
   bytes_in, bytes_out, time_ms_{mean,median,p95,std}, transfer_ms_{mean,median,p95},
@@ -42,15 +45,20 @@ POWER_COLUMNS = ("power_w", "energy_mj", "dynamic_energy_mj", "fps_per_w", "samp
 # Per-frame totals contributed by a power source.
 POWER_TOTALS = ("power_w", "energy_mj", "dynamic_energy_mj", "fps_per_w", "samples", "lost_frames")
 
+# The run's identity, repeated on every row (from the sidecar's metadata).
+ID_COLUMNS = ("board", "simulated", "model", "processor", "freq_level", "freq_khz")
+
 LAYER_COLUMNS = (
-    "kind", "layer", "op_types", "macs", "param_bytes", "bytes_in", "bytes_out",
+    "kind", *ID_COLUMNS, "layer", "op_types", "macs", "param_bytes", "bytes_in", "bytes_out",
     "time_ms_mean", "time_ms_median", "time_ms_p95", "time_ms_std",
     "transfer_ms_mean", "transfer_ms_median", "transfer_ms_p95", "frames",
 )
 FRAME_COLUMNS = (
-    "kind", "layer", "frame", "time_ms", "transfer_ms",
+    "kind", *ID_COLUMNS, "layer", "frame", "time_ms", "transfer_ms",
     "start_ns", "end_ns", "transfer_start_ns", "transfer_end_ns",
 )
+# Nullable integers: blank when the run did not set a frequency.
+NULLABLE_INT_COLUMNS = ("freq_level", "freq_khz")
 INT_COLUMNS = ("layer", "frame", "macs", "param_bytes", "bytes_in", "bytes_out", "frames",
                "samples", "start_ns", "end_ns", "transfer_start_ns", "transfer_end_ns")
 
@@ -92,6 +100,27 @@ def _stats_ms(values_ns: np.ndarray, axis: int = 0) -> dict[str, np.ndarray]:
     }
 
 
+def model_name(model_path: Any) -> str:
+    """'/x/mobilenet_v1_0.25_128.tflite' -> 'mobilenet_v1_0.25_128' (the CSV's `model`)."""
+    name = Path(str(model_path or "model")).name
+    return name[: -len(".tflite")] if name.endswith(".tflite") else name
+
+
+def id_columns(info: dict[str, Any], rows: int) -> dict[str, Any]:
+    """The ID_COLUMNS for `rows` rows of a run with metadata `info` (RunInfo.to_dict())."""
+    def nullable(v: Any) -> pd.arrays.IntegerArray:
+        return pd.array([None if v is None else int(v)] * rows, dtype="Int64")
+
+    return {
+        "board": [str(info.get("board", ""))] * rows,
+        "simulated": [bool(info.get("simulated", False))] * rows,
+        "model": [model_name(info.get("model_path"))] * rows,
+        "processor": [str(info.get("processor", ""))] * rows,
+        "freq_level": nullable(info.get("freq_level")),
+        "freq_khz": nullable(info.get("freq_khz")),
+    }
+
+
 def layer_table(run: LayerRun) -> pd.DataFrame:
     """One row per layer with time/transfer aggregates over the recorded frames."""
     t = run.timings
@@ -99,6 +128,7 @@ def layer_table(run: LayerRun) -> pd.DataFrame:
     xfer = _stats_ms(t.transfer_ns)
     df = pd.DataFrame({
         "kind": "layer",
+        **id_columns(run.info.to_dict(), len(run.layers)),
         "layer": [li.index for li in run.layers],
         "op_types": ["+".join(li.op_types) for li in run.layers],
         "macs": [li.macs for li in run.layers],
@@ -132,6 +162,7 @@ def frame_table(run: LayerRun) -> pd.DataFrame:
 
     return pd.DataFrame({
         "kind": "frame",
+        **id_columns(run.info.to_dict(), n_frames * n_layers),
         "layer": np.repeat(layer_ids, n_frames),
         "frame": np.tile(np.arange(n_frames), n_layers),
         "time_ms": flat(t.time_ns) / 1e6,
@@ -216,7 +247,8 @@ def read_tables(csv_path: str | Path, json_path: str | Path | None = None) -> Ru
                                 "pass the CSV written by `coupprof layers` (its .json beside it)")
     try:
         meta = json.loads(json_p.read_text())
-        df = pd.read_csv(csv_p, dtype={c: "Int64" for c in INT_COLUMNS})
+        df = pd.read_csv(csv_p, dtype={c: "Int64" for c in INT_COLUMNS + NULLABLE_INT_COLUMNS},
+                         keep_default_na=True)
     except (ValueError, OSError) as err:
         raise BadInputError(f"cannot read results {csv_p} / {json_p}: {err}",
                             "re-run `coupprof layers` to write them again") from None
@@ -227,8 +259,13 @@ def read_tables(csv_path: str | Path, json_path: str | Path | None = None) -> Ru
     for key in ("format", "csv", "raw_rows", "units"):
         meta.pop(key, None)
 
+    df = with_id_columns(df, meta)
+
     def part(kind: str) -> pd.DataFrame:
-        sub = df[df["kind"] == kind].dropna(axis=1, how="all").reset_index(drop=True)
+        sub = df[df["kind"] == kind]
+        # Columns of the other row kind are blank here; the ID columns stay even when blank.
+        keep = [c for c in sub.columns if c in ID_COLUMNS or sub[c].notna().any()]
+        sub = sub[keep].reset_index(drop=True)
         for col in sub.columns:
             if col in INT_COLUMNS and col not in ("start_ns", "end_ns",
                                                   "transfer_start_ns", "transfer_end_ns"):
@@ -238,6 +275,22 @@ def read_tables(csv_path: str | Path, json_path: str | Path | None = None) -> Ru
     frames = part("frame")
     return RunTables(layers=part("layer"), frames=frames if len(frames) else None,
                      info=meta, totals=tot)
+
+
+def with_id_columns(df: pd.DataFrame, info: dict[str, Any]) -> pd.DataFrame:
+    """`df` with ID_COLUMNS right after `kind`, filled from `info` where the CSV lacks them
+    (CSVs written before the columns existed), so old and new runs concatenate alike."""
+    ids = id_columns(info, len(df))
+    out = df.copy()
+    for name in ID_COLUMNS:
+        if name not in out.columns:
+            out[name] = ids[name]
+    out["simulated"] = out["simulated"].astype(bool)
+    for name in NULLABLE_INT_COLUMNS:
+        out[name] = out[name].astype("Int64")
+    first = ["kind"] if "kind" in out.columns else []
+    order = first + list(ID_COLUMNS) + [c for c in out.columns if c not in first + list(ID_COLUMNS)]
+    return out[order]
 
 
 # -- rendering ---------------------------------------------------------------------

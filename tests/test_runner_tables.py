@@ -168,3 +168,44 @@ def test_layer_run_rejects_mismatched_shapes() -> None:
     run = make_run()
     with pytest.raises(ValueError, match="1 layers but timestamps for 2"):
         LayerRun(run.info, run.layers[:1], run.timings)
+
+
+def test_every_row_carries_the_run_identity(tmp_path: Path) -> None:
+    run = make_run()
+    run.info = info(simulated=True, board="sim", processor="G", freq_level=4, freq_khz=600_000)
+    csv, _ = write_tables(run_tables(run, raw=True), tmp_path / "id.csv")
+    df = pd.read_csv(csv)
+    assert list(df.columns[:7]) == ["kind", "board", "simulated", "model", "processor",
+                                    "freq_level", "freq_khz"]
+    assert len(df) == 2 + 40  # layer rows and frame rows alike
+    assert set(df["board"]) == {"sim"} and set(df["simulated"]) == {True}
+    assert set(df["model"]) == {"mobilenet"} and set(df["processor"]) == {"G"}
+    assert set(df["freq_level"]) == {4} and set(df["freq_khz"]) == {600_000}
+    back = read_tables(csv)
+    assert back.layers["freq_khz"].tolist() == [600_000, 600_000]
+    assert back.frames is not None and set(back.frames["processor"]) == {"G"}
+
+
+def test_runs_without_a_frequency_keep_blank_frequency_columns(tmp_path: Path) -> None:
+    csv, _ = write_tables(run_tables(make_run(), raw=False), tmp_path / "nofreq.csv")
+    df = pd.read_csv(csv)
+    assert df["freq_level"].isna().all() and df["freq_khz"].isna().all()
+    back = read_tables(csv)
+    # Kept (blank) on read-back so runs with and without a level concatenate into one frame.
+    assert back.layers["freq_level"].isna().all() and "freq_khz" in back.layers.columns
+    both = pd.concat([back.layers, read_tables(csv).layers], ignore_index=True)
+    assert list(both.columns[:7]) == list(pd.read_csv(csv).columns[:7])
+
+
+def test_csv_from_before_the_identity_columns_still_reads_and_renders(tmp_path: Path) -> None:
+    run = make_run()
+    run.info = info(processor="L", freq_level=2, freq_khz=600_000)
+    fresh = run_tables(run, raw=True)
+    csv, _ = write_tables(fresh, tmp_path / "old.csv")
+    old = pd.read_csv(csv).drop(columns=["board", "simulated", "model", "processor",
+                                         "freq_level", "freq_khz"])
+    old.to_csv(csv, index=False)
+    back = read_tables(csv)
+    assert back.layers["processor"].tolist() == ["L", "L"]  # filled from the sidecar
+    assert back.layers["freq_level"].tolist() == [2, 2]
+    assert render_text(back) == render_text(fresh)
