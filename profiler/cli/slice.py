@@ -42,11 +42,12 @@ def _progress(enabled: bool) -> Iterator[Callable[[str, int, int], None] | None]
     if not enabled:
         yield None
         return
+    from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
     tasks: dict[str, Any] = {}
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                  transient=True) as bar:
+                  console=Console(stderr=True), transient=True) as bar:
         def update(what: str, done: int, total: int) -> None:
             if what not in tasks:
                 tasks[what] = bar.add_task(what, total=total)
@@ -108,7 +109,8 @@ def run(args: Any) -> int:
     console.print(table)
     where = args.output if args.output is not None else sliced.cache_dir
     if where is not None:
-        console.print(f"sub-models: {where}" + (" (from cache)" if sliced.from_cache else ""))
+        console.print(f"sub-models: {where}" + (" (from cache)" if sliced.from_cache else ""),
+                      soft_wrap=True, highlight=False)
 
     if not args.verify:
         return 0
@@ -118,7 +120,7 @@ def run(args: Any) -> int:
     if not result.ok:
         raise VerificationError(result.summary(), "the sub-models in the cache or -o DIR "
                                 "are not faithful; report the model and this message")
-    console.print(result.summary())
+    console.print(result.summary(), soft_wrap=True, highlight=False)
     return 0
 
 
