@@ -198,7 +198,8 @@ class Governor(ABC):
             if not self.has(name):
                 continue
             p = self.io.path(self.rel(name))
-            writable = os.access(p, os.W_OK)
+            # effective ids: what a write by this process will be checked against
+            writable = os.access(p, os.W_OK, effective_ids=os.access in os.supports_effective_ids)
             out.append(Check(f"{self.letter}: {p}", writable,
                              "" if writable else "run as root (sudo) or grant write access:"
                              f" sudo chmod a+w {p}"))
