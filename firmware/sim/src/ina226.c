@@ -33,6 +33,9 @@ static const uint16_t avg_n[8] = { 1, 4, 16, 64, 128, 256, 512, 1024 };
 #define SHUNT_LSB_V 2.5e-6
 #define BUS_LSB_V 1.25e-3
 
+/* I2C high-speed mode entered with a master code, until the next STOP */
+static int twi_hs_mode;
+
 static inline int cfg_mode(const ina226_t *p) { return p->config & 7; }
 static inline int cfg_avg(const ina226_t *p) { return avg_n[(p->config >> 9) & 7]; }
 
@@ -209,10 +212,14 @@ static void twi_hook(avr_irq_t *irq, uint32_t value, void *param)
 	v.u.v = value;
 	(void)irq;
 
-	if (v.u.twi.msg & TWI_COND_STOP)
+	if (v.u.twi.msg & TWI_COND_STOP) {
 		p->selected = 0;
+		twi_hs_mode = 0;
+	}
 	if (v.u.twi.msg & TWI_COND_START) {
 		p->selected = 0;
+		if ((v.u.twi.addr & 0xF8) == 0x08)	/* Hs-mode master code: nobody acknowledges */
+			twi_hs_mode = 1;
 		if ((v.u.twi.addr >> 1) == p->addr7) {
 			p->selected = 1;
 			p->reading = v.u.twi.addr & 1;
@@ -301,28 +308,30 @@ static void twcr_write(avr_t *avr, avr_io_addr_t addr, uint8_t v, void *param)
 	int sto_before = avr_regbit_get(avr, twi->twsto);
 	uint8_t status_before = avr->data[twi->r_twsr] & 0xF8;
 	avr_cycle_timer_slot_p before = find_twi_timer(avr);
+	uint8_t int_bit = (uint8_t)(1u << twi->twi.raised.bit);
+	uint8_t sto_req = (uint8_t)(1u << twi->twsto.bit);
+	if (!tt.warned && (v & int_bit) && !(v & sto_req) && avr_regbit_get(avr, twi->twen)) {
+		/* a START or byte goes out at this SCL; above 400 kHz the INA226 wants Hs-mode */
+		double khz = r->freq_hz / (double)scl_cycles(avr) / 1000.0;
+		if (khz > 400.5 && !twi_hs_mode) {
+			rig_warn(r, "TWI SCL is %.0f kHz without the I2C high-speed master code: "
+					"a real INA226 only follows up to 400 kHz in fast mode", khz);
+			tt.warned = 1;
+		}
+	}
 	avr_cycle_count_t when_before = before ? before->when : 0;
 
 	tt.orig(avr, addr, v, tt.orig_param);
 	/* Writing one to TWINT clears it. simavr 1.6 keeps the written one when TWINT
 	 * was already clear (the first START after reset), so the firmware would see
 	 * TWINT before the START is done; every status arrives through a timer. */
-	if (v & (1u << twi->twi.raised.bit)) {
+	if (v & int_bit) {
 		avr_clear_interrupt(avr, &twi->twi);
 		avr_regbit_clear(avr, twi->twi.raised);
 	}
 
 	uint64_t bit = scl_cycles(avr);
-	if (!tt.warned && avr_regbit_get(avr, twi->twen)) {
-		double khz = r->freq_hz / (double)bit / 1000.0;
-		if (khz > 400.5) {
-			rig_warn(r, "TWI SCL is %.0f kHz: above the INA226's 400 kHz fast mode "
-					"(high-speed mode needs a master code the firmware does not send)", khz);
-			tt.warned = 1;
-		}
-	}
-	uint8_t sto_bit = (uint8_t)(1u << twi->twsto.bit);
-	if (!sto_before && (v & sto_bit))	/* STOP, then the bus-free time before the next START */
+	if (!sto_before && (v & sto_req))	/* STOP, then the bus-free time before the next START */
 		tt.bus_free_at = avr->cycle + bit + bit / 2;
 
 	avr_cycle_timer_slot_p after = find_twi_timer(avr);

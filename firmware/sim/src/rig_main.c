@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "avr_adc.h"
+#include "avr_extint.h"
 #include "avr_ioport.h"
 #include "sim_avr.h"
 #include "sim_elf.h"
@@ -231,12 +232,12 @@ static void usage(FILE *f)
 "\n"
 "  --waveform FILE      current/voltage waveform (firmware/sim/README.md); default 0 A, 5 V\n"
 "  --bus-v V            bus voltage when the waveform gives none (default 5.0)\n"
-"  --shunt-ohm R        shunt of the simulated board (default 0.01)\n"
+"  --shunt-ohm R        shunt of the simulated board (default 0.1, as the firmware assumes)\n"
 "  --amp-gain G         A0 current-sense amplifier gain (default 50)\n"
 "  --amp-offset-v V     amplifier output offset (default 0)\n"
 "  --adc-channel N      ADC input the amplifier drives (default 0 = A0)\n"
 "  --ina-addr A         INA226 7-bit address (default 0x40)\n"
-"  --ina-alert PIN      wire the INA226 ALERT output to PIN, e.g. B0 (default: none)\n"
+"  --ina-alert PIN      INA226 ALERT output wired to PIN (default B0 = D8/ICP1; 'none')\n"
 "  --markers PINS       marker inputs, default D2,D3,D4,D5\n"
 "  --log FILE           ground-truth log (pins, gt, ina, adc, note lines)\n"
 "  --log-sensor         also log every INA226 update and ADC sample\n"
@@ -296,11 +297,11 @@ int main(int argc, char **argv)
 {
 	rig_t *r = &g_rig;
 	opts_t o = { .freq = 0, .stdin_control = -1, .gt_period_us = 1000, .bus_v = 5.0,
-			.ina_addr = 0x40 };
+			.ina_addr = 0x40, .alert_port = 'B', .alert_bit = 0 };
 	const char *markers = "D2,D3,D4,D5";
 	int want_pty = -1;
 	memset(r, 0, sizeof(*r));
-	r->shunt_ohm = 0.01;
+	r->shunt_ohm = 0.1;	/* firmware defaults: INA226 breakout R100, A0 shunt 0.1 ohm */
 	r->amp_gain = 50;
 
 	enum { O_WAVE = 256, O_BUSV, O_SHUNT, O_GAIN, O_OFFS, O_ADCCH, O_INAADDR, O_ALERT,
@@ -335,7 +336,9 @@ int main(int argc, char **argv)
 		case O_INAADDR: o.ina_addr = (int)strtol(optarg, &end, 0);
 			if (*end || o.ina_addr < 0x08 || o.ina_addr > 0x77) return die("bad --ina-addr");
 			break;
-		case O_ALERT: if (parse_pin(optarg, &o.alert_port, &o.alert_bit))
+		case O_ALERT: if (!strcmp(optarg, "none"))
+				o.alert_port = 0;
+			else if (parse_pin(optarg, &o.alert_port, &o.alert_bit))
 				return die("bad --ina-alert %s (want e.g. B0)", optarg);
 			break;
 		case O_MARKERS: markers = optarg; break;
@@ -455,6 +458,11 @@ int main(int argc, char **argv)
 	static ina226_t ina;
 	ina226_attach(&ina, r, (uint8_t)o.ina_addr, o.alert_port, o.alert_bit);
 	adc_attach(r);
+	/* simavr 1.6 polls INT0/INT1 every cycle while their pin is low in the default
+	 * low-level mode, even with the interrupt disabled; PD2/PD3 are markers, idle low.
+	 * Without "strict" level triggering a low level fires once, on its falling edge. */
+	avr_extint_set_strict_lvl_trig(avr, 0, 0);
+	avr_extint_set_strict_lvl_trig(avr, 1, 0);
 	for (int k = 0; k < r->marker_count; k++) {
 		r->marker_irq[k] = avr_io_getirq(avr, AVR_IOCTL_IOPORT_GETIRQ(r->marker_port),
 				r->marker_bit[k]);
