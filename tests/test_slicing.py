@@ -306,6 +306,14 @@ def test_default_cache_root_follows_env(tmp_path, monkeypatch) -> None:  # noqa:
     assert slice_model(data).from_cache
 
 
+def test_unwritable_cache_still_slices(tmp_path) -> None:  # noqa: ANN001
+    blocker = tmp_path / "file"
+    blocker.write_text("not a directory")
+    s = slice_model(MODELS["int8"], cache_dir=blocker)
+    assert s.cache_dir is None and all(la.path is None for la in s.layers)
+    assert verify(s, MODELS["int8"]).ok
+
+
 def test_model_from_path_and_bytes_agree(tmp_path) -> None:  # noqa: ANN001
     path = tmp_path / "m.tflite"
     path.write_bytes(MODELS["int8"])

@@ -49,6 +49,10 @@ def test_slice_writes_submodels_and_table(model: Path, tmp_path: Path) -> None:
     assert "match the whole model" in r.stdout
     stem_macs = f"{16 * 16 * 8 * 27:,}"
     assert stem_macs in r.stdout
+    # Writing a coarser slicing into the same DIR leaves no stale layer files behind.
+    again = run(str(model), "--cuts", "5", "-o", str(out), cache=tmp_path / "cache")
+    assert again.returncode == 0, again.stderr
+    assert sorted(p.name for p in out.glob("layer_*")) == ["layer_000.tflite", "layer_001.tflite"]
 
 
 def test_op_granularity_and_cuts(model: Path, tmp_path: Path) -> None:

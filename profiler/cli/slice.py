@@ -131,6 +131,9 @@ def _write(sliced: Any, out: Path) -> None:
         raise BadInputError(f"-o {out} exists and is not a directory", "pass a directory path")
     try:
         out.mkdir(parents=True, exist_ok=True)
+        for stale in out.glob("layer_[0-9][0-9][0-9].tflite"):  # from an earlier slicing
+            if int(stale.stem[6:]) >= len(sliced.layers):
+                stale.unlink()
         for layer in sliced.layers:
             (out / layer_file(layer.index)).write_bytes(layer.model_bytes)
         if sliced.cache_dir is not None and (sliced.cache_dir / MANIFEST).exists():

@@ -87,7 +87,12 @@ def slice_model(
 
     sliced = _slice(data, name, sha, mode, granularity, cut_list, progress)
     if entry is not None:
-        cache.store(entry, sliced)
+        try:
+            cache.store(entry, sliced)
+        except OSError:  # read-only or full cache: the sub-models are still in memory
+            sliced.cache_dir = None
+            for layer in sliced.layers:
+                layer.path = None
     return sliced
 
 
