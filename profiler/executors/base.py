@@ -1,0 +1,323 @@
+"""What every executor offers: a processor that loads sub-models and runs them.
+
+An `Executor` stands for one processor of a board (a CPU core set, a GPU or NPU
+accelerator, a delegate). It is opened *on the thread that will drive it*: `open()`
+pins that thread to the processor's host cores before any sub-model is created,
+because LiteRT's worker threads are born inside the constructors and inherit the
+creator's affinity (`os.sched_setaffinity(0, ...)` affects only the calling thread
+on Linux). `load()` then gives a `SubModel` per layer.
+
+A `SubModel` has three steps, the same for every kind of processor:
+
+    sub.set_input(i, array)   host -> the sub-model's input buffer i (an upload on a device)
+    sub.run()                 execute; returns once outputs are readable on the host
+    sub.output(i)             a host array of output i, valid until the next run()
+
+so "a layer's time" is always `run()`: for an accelerator that covers the work and
+reading the outputs back, the only completion signal LiteRT's Python API has (the
+read blocks until the device is done). A hand-over between layers is
+`dst.set_input(j, src.output(i))`, with a copy in between when it crosses threads.
+
+`stretch` turns any executor into a slower processor (the simulated board): after
+each run the executor waits until ``elapsed * stretch()`` has passed.
+
+`SubModelInterpreter` dresses a `SubModel` as a LiteRT interpreter so the per-layer
+runner (`profiler.runner.LayerRunner`) drives accelerators unchanged.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Any
+
+import numpy as np
+
+from profiler.boards.host import format_cpu_list
+from profiler.boards.model import ProcessorSpec
+from profiler.clock import Clock, perf_clock
+from profiler.errors import BadInputError, BoardError, HardwareError
+
+#: A function returning t_target / t_host for the next run (>= 1), read after each run.
+Stretch = Callable[[], float]
+
+# Below this much remaining time a stretched run spins instead of sleeping.
+_SPIN_NS = 200_000
+
+
+@dataclass(frozen=True)
+class TensorIO:
+    """One input or output of a sub-model, in the sub-model's order."""
+
+    name: str
+    shape: tuple[int, ...]
+    dtype: np.dtype
+
+    @property
+    def size(self) -> int:
+        return int(np.prod(self.shape, dtype=np.int64)) if self.shape else 1
+
+    @property
+    def nbytes(self) -> int:
+        return self.size * self.dtype.itemsize
+
+
+class SubModel(ABC):
+    """One layer's sub-model loaded on a processor."""
+
+    name: str
+    inputs: list[TensorIO]
+    outputs: list[TensorIO]
+    #: True when some of its ops run on the CPU instead of the accelerator; None = not
+    #: applicable (a CPU processor) or unknown.
+    fallback: bool | None = None
+    #: Why (the runtime's words), when fallback is True.
+    fallback_detail: str = ""
+
+    @abstractmethod
+    def set_input(self, i: int, value: np.ndarray) -> None:
+        """Copy `value` into input buffer i (host -> processor)."""
+
+    @abstractmethod
+    def run(self) -> None:
+        """Execute; return once every output is readable on the host."""
+
+    @abstractmethod
+    def output(self, i: int) -> np.ndarray:
+        """Output i as a host array. It may alias the sub-model's buffer: copy it
+        before the next run() if it must outlive it, and never write to it."""
+
+    def close(self) -> None:  # noqa: B027 - optional hook
+        """Release runtime objects (buffers, compiled models)."""
+
+
+class StretchedSubModel(SubModel):
+    """A sub-model whose runs take `stretch()` times their real wall time (sim board).
+
+    The wait sleeps (freeing the core, as an idle processor would) and spins only for
+    the last `_SPIN_NS`, so the target end is met within a few microseconds."""
+
+    def __init__(self, inner: SubModel, stretch: Stretch, clock: Clock = perf_clock) -> None:
+        self.inner = inner
+        self.stretch = stretch
+        self.clock = clock
+        self.name = inner.name
+        self.inputs = inner.inputs
+        self.outputs = inner.outputs
+        self.fallback = inner.fallback
+        self.fallback_detail = inner.fallback_detail
+
+    def set_input(self, i: int, value: np.ndarray) -> None:
+        self.inner.set_input(i, value)
+
+    def run(self) -> None:
+        t0 = self.clock()
+        self.inner.run()
+        elapsed = self.clock() - t0
+        wait_until(t0 + int(elapsed * max(1.0, float(self.stretch()))), self.clock)
+
+    def output(self, i: int) -> np.ndarray:
+        return self.inner.output(i)
+
+    def close(self) -> None:
+        self.inner.close()
+
+
+def wait_until(deadline_ns: int, clock: Clock = perf_clock) -> None:
+    """Sleep, then spin, until `clock()` reaches `deadline_ns`."""
+    while True:
+        left = deadline_ns - clock()
+        if left <= 0:
+            return
+        if left > _SPIN_NS:
+            time.sleep((left - _SPIN_NS) / 1e9)
+
+
+def pin_thread(cores: Sequence[int], what: str) -> None:
+    """Pin the calling thread to `cores`; a one-line HardwareError if the OS refuses."""
+    try:
+        os.sched_setaffinity(0, cores)
+    except OSError as err:
+        allowed = format_cpu_list(sorted(os.sched_getaffinity(0)))
+        raise HardwareError(
+            f"cannot pin {what} to cores {format_cpu_list(list(cores))}: {err.strerror} "
+            f"(this thread may use cores {allowed})",
+            "check the board profile's cores, or run outside a restricted cpuset",
+        ) from None
+
+
+class Executor(ABC):
+    """One processor of a board: pins its driving thread and loads sub-models.
+
+        with make_executor(board, "G") as ex:        # pins this thread to G's host cores
+            sub = ex.load(layer.model_bytes, name="layer 3")
+            sub.set_input(0, x); sub.run(); y = sub.output(0)
+    """
+
+    #: "cpu", "accelerator", "delegate"
+    kind: str = ""
+
+    def __init__(self, proc: ProcessorSpec, *, cores: Sequence[int] | None = None,
+                 threads: int | None = None, stretch: Stretch | None = None,
+                 clock: Clock = perf_clock) -> None:
+        host_cores = tuple(cores) if cores is not None else tuple(proc.cores)
+        if not host_cores:
+            raise BoardError(f"processor {proc.letter} lists no CPU cores to drive it from",
+                             "fix the board profile's `cores` (or the host cluster's)")
+        if threads is not None and threads < 1:
+            raise BadInputError(f"--threads {threads} must be at least 1",
+                                f"use --threads 1..{len(host_cores)}")
+        self.proc = proc
+        self.cores: tuple[int, ...] = host_cores
+        self.threads: int = threads if threads is not None else self.default_threads()
+        self.stretch = stretch
+        self.clock = clock
+        self._saved: set[int] | None = None
+        self._thread: int | None = None
+        self._subs: list[SubModel] = []
+
+    # -- life cycle ------------------------------------------------------------------
+
+    def default_threads(self) -> int:
+        return len(self.cores)
+
+    def __enter__(self) -> Executor:
+        self.open()
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.close()
+
+    def open(self) -> None:
+        """Pin the calling thread to the host cores (remembering its old set), then
+        prepare the runtime (e.g. an accelerator's environment)."""
+        if self._saved is not None:
+            return
+        saved = os.sched_getaffinity(0)
+        pin_thread(self.cores, f"processor {self.proc.letter}")
+        self._saved = saved
+        self._thread = threading.get_ident()
+        try:
+            self._open_runtime()
+        except BaseException:
+            self.close()
+            raise
+
+    def pin(self) -> None:
+        """Re-pin the calling thread to this processor's cores (no state kept)."""
+        pin_thread(self.cores, f"processor {self.proc.letter}")
+
+    def close(self) -> None:
+        """Release every sub-model and the runtime, then restore the thread's affinity."""
+        subs, self._subs = self._subs, []
+        try:
+            self._close_runtime(subs)
+        finally:
+            if self._saved is not None:
+                if self._thread == threading.get_ident():
+                    os.sched_setaffinity(0, self._saved)
+                self._saved = None
+
+    @property
+    def is_open(self) -> bool:
+        return self._saved is not None
+
+    def _open_runtime(self) -> None:  # noqa: B027 - optional hook
+        """Back ends prepare shared runtime state here (called pinned)."""
+
+    def _close_runtime(self, subs: list[SubModel]) -> None:
+        for sub in subs:
+            sub.close()
+
+    # -- loading -------------------------------------------------------------------
+
+    def load(self, model_bytes: bytes, name: str = "model") -> SubModel:
+        """A sub-model on this processor (stretched if the executor has a stretch)."""
+        if not self.is_open:
+            # Creating it unpinned would leave its worker threads on any core.
+            raise RuntimeError(f"{type(self).__name__}.load() called before open()")
+        sub = self._load(model_bytes, name)
+        if self.stretch is not None:
+            sub = StretchedSubModel(sub, self.stretch, self.clock)
+        self._subs.append(sub)
+        return sub
+
+    @abstractmethod
+    def _load(self, model_bytes: bytes, name: str) -> SubModel: ...
+
+    def interpreter(self, model_bytes: bytes, name: str = "model") -> Any:
+        """An object with LiteRT's interpreter API, for `LayerRunner`."""
+        return SubModelInterpreter(self.load(model_bytes, name))
+
+    def describe(self) -> dict[str, Any]:
+        d: dict[str, Any] = {"processor": self.proc.letter, "kind": self.proc.kind,
+                             "executor": self.kind, "cores": list(self.cores),
+                             "threads": self.threads}
+        if self.stretch is not None:
+            d["stretched"] = True
+        return d
+
+
+class SubModelInterpreter:
+    """The subset of LiteRT's `Interpreter` API that `LayerRunner` uses, over a SubModel.
+
+    Tensor "indices" are positions: inputs 0..n-1, outputs n..n+m-1. Inputs arrive by
+    `set_tensor` (the runner hands over through it, so an upload counts as transfer);
+    arrays written through `tensor(i)()` views are staged and uploaded by `invoke`.
+    """
+
+    #: Tells `LayerRunner` to hand over through `set_tensor` instead of buffer views.
+    takes_inputs_by_set_tensor = True
+
+    def __init__(self, sub: SubModel) -> None:
+        self.sub = sub
+        self._n_in = len(sub.inputs)
+        self._staged: dict[int, np.ndarray] = {}
+
+    def _details(self, ios: list[TensorIO], base: int) -> list[dict[str, Any]]:
+        return [{"name": t.name, "index": base + k, "shape": np.array(t.shape, dtype=np.int32),
+                 "dtype": t.dtype.type, "quantization": (0.0, 0)} for k, t in enumerate(ios)]
+
+    def get_input_details(self) -> list[dict[str, Any]]:
+        return self._details(self.sub.inputs, 0)
+
+    def get_output_details(self) -> list[dict[str, Any]]:
+        return self._details(self.sub.outputs, self._n_in)
+
+    def allocate_tensors(self) -> None:
+        pass
+
+    def set_tensor(self, index: int, value: np.ndarray) -> None:
+        if not 0 <= index < self._n_in:
+            raise ValueError(f"{self.sub.name}: tensor {index} is not an input")
+        self._staged.pop(index, None)
+        self.sub.set_input(index, value)
+
+    def tensor(self, index: int) -> Callable[[], np.ndarray]:
+        if index < self._n_in:
+            spec = self.sub.inputs[index]
+
+            def staged() -> np.ndarray:
+                buf = self._staged.get(index)
+                if buf is None:
+                    buf = self._staged[index] = np.zeros(spec.shape, spec.dtype)
+                return buf
+
+            return staged
+        return lambda: self.sub.output(index - self._n_in)
+
+    def invoke(self) -> None:
+        for index, value in self._staged.items():
+            self.sub.set_input(index, value)
+        self.sub.run()
+
+    def get_tensor(self, index: int) -> np.ndarray:
+        if index < self._n_in:
+            return self.tensor(index)().copy()
+        return np.array(self.sub.output(index - self._n_in), copy=True)
