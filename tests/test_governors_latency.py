@@ -142,3 +142,30 @@ def test_cli_rejects_bad_levels_and_busy_loop_on_gpu(tmp_path):
                       cwd=tmp_path)
         assert out.returncode == 2, out.stderr
         assert text in out.stderr and "Traceback" not in out.stderr
+
+
+@pytest.mark.hardware
+def test_real_board_big_cluster_transition_delays():
+    """On a real board (e.g. ROCK Pi N10 running its vendor kernel), as root, nothing wired:
+    `pytest -m hardware tests/test_governors_latency.py`. Measures B's adjacent up/down
+    transitions with the busy loop; the board's governor state is restored afterwards."""
+    from governors import sysfs_root_from_env
+    from governors.latency import BusyLoop, pin_to_cores
+    from profiler.boards.profiles import select_board
+
+    root = sysfs_root_from_env()
+    board = select_board(None, root)
+    if board.simulated:
+        pytest.skip("no known board detected")
+    proc = board.processor("B")
+    gov = make_governor(board, proc, root)
+    old = pin_to_cores(proc.cores)
+    try:
+        with RestoreGuard([gov]):
+            run = measure(gov, LatencyPlan(proc, [1, 2, len(proc.freqs_khz)], repeats=3),
+                          BusyLoop(), board.name, False)
+    finally:
+        if old is not None:
+            os.sched_setaffinity(0, old)
+    delays = [d for tr in run.transitions for d in tr.detected]
+    assert delays and all(0 <= d < 50_000 for d in delays)
