@@ -52,6 +52,7 @@ class SimulatedMachine:
         self.next_tick = tick_ns
         self.max_uj = int((zone / "max_energy_range_uj").read_text())
         self.counter_uj = float((zone / "energy_uj").read_text())
+        self.written = int(self.counter_uj)
         self.energy_uj = 0.0  # true energy since start
 
     def advance(self, dt_ns: int, extra_w: float = 0.0) -> None:
@@ -63,7 +64,9 @@ class SimulatedMachine:
             self.counter_uj = (self.counter_uj + e) % self.max_uj
             self.now_ns += step
             if self.now_ns == self.next_tick:
-                (self.zone / "energy_uj").write_text(f"{int(self.counter_uj)}\n")
+                if int(self.counter_uj) != self.written:
+                    self.written = int(self.counter_uj)
+                    (self.zone / "energy_uj").write_text(f"{self.written}\n")
                 self.next_tick += self.tick_ns
 
     def clock(self) -> int:
@@ -155,8 +158,8 @@ def test_measure_repeated_resolves_a_short_call(tmp_path: Path) -> None:
 
 def test_measure_repeated_counter_that_never_ticks(tmp_path: Path) -> None:
     zone = make_zone(tmp_path, "intel-rapl:0", "package-0")
-    # No power: the counter never changes. Reads cost 1 ms so the 2 s timeout comes soon.
-    machine = SimulatedMachine(zone, idle_w=0.0, read_cost_ns=1_000_000)
+    # No power: the counter never changes. Reads cost 10 ms so the 2 s timeout comes soon.
+    machine = SimulatedMachine(zone, idle_w=0.0, read_cost_ns=10_000_000)
     from profiler.power.sources import TickTimeoutError
 
     with RaplSource(root=tmp_path, clock=machine.clock) as src, \
@@ -221,3 +224,11 @@ def test_nvml_without_bindings(monkeypatch: pytest.MonkeyPatch) -> None:
     with pytest.raises(RuntimeUnavailableError, match=r"coupprof\[nvml\]") as info:
         NvmlSource().open()
     assert info.value.exit_code == 3
+
+
+def test_measure_update_interval(tmp_path: Path) -> None:
+    zone = make_zone(tmp_path, "intel-rapl:0", "package-0")
+    machine = SimulatedMachine(zone, idle_w=3.0, tick_ns=7_000_000, read_cost_ns=100_000)
+    with RaplSource(root=tmp_path, clock=machine.clock) as src:
+        assert src.measure_update_interval(ticks=4) == pytest.approx(7_000_000, abs=100_000)
+        assert src.update_interval_ns == pytest.approx(7_000_000, abs=100_000)

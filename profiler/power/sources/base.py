@@ -173,6 +173,17 @@ class CounterSource(PowerSource):
                     "driver loaded, or use another --power source")
 
 
+    def measure_update_interval(self, ticks: int = 5) -> int:
+        """Time ``ticks`` counter updates, set ``update_interval_ns`` to their mean period
+        and return it. The refresh rate varies by device and load (NVML: 20-100 ms)."""
+        t_first, e = self.wait_for_tick()
+        t = t_first
+        for _ in range(ticks):
+            t, e = self.wait_for_tick(e)
+        self.update_interval_ns = max(int((t - t_first) / ticks), 1)
+        return self.update_interval_ns
+
+
 class PowerIntegrator:
     """A software energy counter for sources that only report power: a thread polls
     ``read_power_w`` every ``interval_ns`` and integrates it (trapezoid). Between polls

@@ -26,9 +26,10 @@ from profiler.errors import (
 )
 from profiler.power.sources.base import CounterSource, PowerIntegrator, SourceInfo
 
-#: How often the driver refreshes the energy counter (measured on an H100: see the
-#: nvml tests); windows are sized from it.
-UPDATE_INTERVAL_NS = 20_000_000
+#: How often the driver refreshes the energy counter: about 100 ms, measured on an
+#: H200 (tests/test_power_sources_nvml.py). `CounterSource.measure_update_interval`
+#: measures it on the GPU at hand.
+UPDATE_INTERVAL_NS = 100_000_000
 
 
 def _import_pynvml() -> Any:
