@@ -211,6 +211,12 @@ static void twi_hook(avr_irq_t *irq, uint32_t value, void *param)
 	avr_twi_msg_irq_t v;
 	v.u.v = value;
 	(void)irq;
+	if (p->rig->log_twi)
+		rig_log(p->rig, "twi %.4f %s%s%s%s%s addr %02x data %02x\n",
+				rig_cycles_to_us(p->rig, p->rig->avr->cycle),
+				v.u.twi.msg & TWI_COND_START ? "S" : "", v.u.twi.msg & TWI_COND_STOP ? "P" : "",
+				v.u.twi.msg & TWI_COND_WRITE ? "W" : "", v.u.twi.msg & TWI_COND_READ ? "R" : "",
+				v.u.twi.msg & TWI_COND_ACK ? "A" : "", v.u.twi.addr, v.u.twi.data);
 
 	if (v.u.twi.msg & TWI_COND_STOP) {
 		p->selected = 0;

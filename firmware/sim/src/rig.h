@@ -32,6 +32,7 @@ typedef struct rig_t {
 	double amp_offset_v;	/* amplifier output offset, volts */
 	int adc_channel;		/* ADC input the amplifier drives */
 	int log_sensor;			/* log every INA226 update and ADC sample */
+	int log_twi;			/* log every TWI message the INA226 sees */
 
 	/* marker pins */
 	char marker_port;

@@ -127,6 +127,67 @@ static avr_cycle_count_t pacer_tick(avr_t *avr, avr_cycle_count_t when, void *pa
 	return when + (uint64_t)(uintptr_t)param;
 }
 
+/* ---- interrupt statistics (--isr-stats): where the firmware's CPU time goes -- */
+
+#define ISR_NEST_MAX 16
+static struct {
+	uint64_t count, total, max;
+	uint64_t entry[ISR_NEST_MAX];
+	int depth;
+	uint64_t max_depth;
+} isr_stat[64];
+
+static void isr_running_hook(avr_irq_t *irq, uint32_t value, void *param)
+{
+	rig_t *r = &g_rig;
+	int v = (int)(uintptr_t)param;
+	(void)irq;
+	if (value) {
+		if (isr_stat[v].depth < ISR_NEST_MAX)
+			isr_stat[v].entry[isr_stat[v].depth] = r->avr->cycle;
+		isr_stat[v].depth++;
+		if ((uint64_t)isr_stat[v].depth > isr_stat[v].max_depth)
+			isr_stat[v].max_depth = (uint64_t)isr_stat[v].depth;
+	} else if (isr_stat[v].depth > 0) {
+		isr_stat[v].depth--;
+		if (isr_stat[v].depth < ISR_NEST_MAX) {
+			uint64_t d = r->avr->cycle - isr_stat[v].entry[isr_stat[v].depth];
+			isr_stat[v].count++;
+			isr_stat[v].total += d;
+			if (d > isr_stat[v].max)
+				isr_stat[v].max = d;
+		}
+	}
+}
+
+static void isr_stats_attach(avr_t *avr)
+{
+	for (int i = 0; i < avr->interrupts.vector_count; i++) {
+		avr_int_vector_t *vec = avr->interrupts.vector[i];
+		if (vec->vector < 64)
+			avr_irq_register_notify(vec->irq + AVR_INT_IRQ_RUNNING, isr_running_hook,
+					(void *)(uintptr_t)vec->vector);
+	}
+}
+
+static void isr_stats_report(rig_t *r, FILE *f)
+{
+	double total = (double)r->avr->cycle;
+	for (int v = 0; v < 64; v++) {
+		if (!isr_stat[v].count)
+			continue;
+		char line[256];
+		snprintf(line, sizeof(line), "isr vector %d count %llu mean_cycles %.1f max_cycles %llu "
+				"cpu_pct %.2f max_nesting %llu",
+				v, (unsigned long long)isr_stat[v].count,
+				(double)isr_stat[v].total / isr_stat[v].count, (unsigned long long)isr_stat[v].max,
+				total > 0 ? 100.0 * isr_stat[v].total / total : 0.0,
+				(unsigned long long)isr_stat[v].max_depth);
+		fprintf(f, "coupprof_rig: %s\n", line);
+		rig_log(r, "%s\n", line);
+	}
+}
+
 /* ---- A0 front end: current-sense amplifier into the ADC ------------------ */
 
 static struct {
@@ -241,6 +302,8 @@ static void usage(FILE *f)
 "  --markers PINS       marker inputs, default D2,D3,D4,D5\n"
 "  --log FILE           ground-truth log (pins, gt, ina, adc, note lines)\n"
 "  --log-sensor         also log every INA226 update and ADC sample\n"
+"  --log-twi            also log every TWI message the INA226 sees (debugging)\n"
+"  --isr-stats          report per interrupt vector: count, cycles, CPU share, nesting\n"
 "  --gt-period-us T     period of 'gt' lines (default 1000)\n"
 "  --info FILE          write 'pty PATH' and 'fifo PATH' there once ready\n"
 "  --pty-link PATH      symlink to the UART pty\n"
@@ -299,20 +362,21 @@ int main(int argc, char **argv)
 	opts_t o = { .freq = 0, .stdin_control = -1, .gt_period_us = 1000, .bus_v = 5.0,
 			.ina_addr = 0x40, .alert_port = 'B', .alert_bit = 0 };
 	const char *markers = "D2,D3,D4,D5";
-	int want_pty = -1;
+	int want_pty = -1, isr_stats = 0;
 	memset(r, 0, sizeof(*r));
 	r->shunt_ohm = 0.1;	/* firmware defaults: INA226 breakout R100, A0 shunt 0.1 ohm */
 	r->amp_gain = 50;
 
 	enum { O_WAVE = 256, O_BUSV, O_SHUNT, O_GAIN, O_OFFS, O_ADCCH, O_INAADDR, O_ALERT,
-		O_MARKERS, O_LOG, O_LOGS, O_GTP, O_INFO, O_PTYLINK, O_FIFO, O_SCRIPT, O_NOSTDIN,
+		O_MARKERS, O_LOG, O_LOGS, O_LOGT, O_ISR, O_GTP, O_INFO, O_PTYLINK, O_FIFO, O_SCRIPT, O_NOSTDIN,
 		O_FAST, O_STDIN, O_PTY, O_SECONDS, O_UARTOUT, O_MCU, O_FREQ, O_QUIET, O_HELP };
 	static const struct option lo[] = {
 		{ "waveform", 1, 0, O_WAVE }, { "bus-v", 1, 0, O_BUSV }, { "shunt-ohm", 1, 0, O_SHUNT },
 		{ "amp-gain", 1, 0, O_GAIN }, { "amp-offset-v", 1, 0, O_OFFS },
 		{ "adc-channel", 1, 0, O_ADCCH }, { "ina-addr", 1, 0, O_INAADDR },
 		{ "ina-alert", 1, 0, O_ALERT }, { "markers", 1, 0, O_MARKERS }, { "log", 1, 0, O_LOG },
-		{ "log-sensor", 0, 0, O_LOGS }, { "gt-period-us", 1, 0, O_GTP }, { "info", 1, 0, O_INFO },
+		{ "log-sensor", 0, 0, O_LOGS }, { "log-twi", 0, 0, O_LOGT },
+		{ "isr-stats", 0, 0, O_ISR }, { "gt-period-us", 1, 0, O_GTP }, { "info", 1, 0, O_INFO },
 		{ "pty-link", 1, 0, O_PTYLINK }, { "marker-fifo", 1, 0, O_FIFO },
 		{ "script", 1, 0, O_SCRIPT }, { "no-stdin", 0, 0, O_NOSTDIN }, { "fast", 0, 0, O_FAST },
 		{ "stdin", 0, 0, O_STDIN }, { "pty", 0, 0, O_PTY }, { "seconds", 1, 0, O_SECONDS },
@@ -344,6 +408,8 @@ int main(int argc, char **argv)
 		case O_MARKERS: markers = optarg; break;
 		case O_LOG: o.log = optarg; break;
 		case O_LOGS: r->log_sensor = 1; break;
+		case O_LOGT: r->log_twi = 1; break;
+		case O_ISR: isr_stats = 1; break;
 		case O_GTP: NUM(o.gt_period_us, 1, "--gt-period-us"); break;
 		case O_INFO: o.info = optarg; break;
 		case O_PTYLINK: o.pty_link = optarg; break;
@@ -458,6 +524,8 @@ int main(int argc, char **argv)
 	static ina226_t ina;
 	ina226_attach(&ina, r, (uint8_t)o.ina_addr, o.alert_port, o.alert_bit);
 	adc_attach(r);
+	if (isr_stats)
+		isr_stats_attach(avr);
 	/* simavr 1.6 polls INT0/INT1 every cycle while their pin is low in the default
 	 * low-level mode, even with the interrupt disabled; PD2/PD3 are markers, idle low.
 	 * Without "strict" level triggering a low level fires once, on its falling edge. */
@@ -602,6 +670,8 @@ int main(int argc, char **argv)
 		}
 	}
 done:;
+	if (isr_stats)
+		isr_stats_report(r, stderr);
 	double t_end = rig_cycles_to_s(r, avr->cycle);
 	rig_integrate_to(r, t_end);
 	rig_log(r, "end %.4f %u %.12g %.12g\n", t_end * 1e6, r->marker_state, r->integ.q_c,
