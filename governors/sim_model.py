@@ -10,7 +10,7 @@ Speed: a layer that takes `t_host` on the host CPU takes
 on processor X at frequency f, where `a` (freq_sensitivity) is the share of the
 layer's time that scales with the clock (the rest is memory-bound).
 
-Power: P = P_static + C_eff * V^2 * f  (mW = mW + nF * V^2 * MHz * 1e-3 ... see power_mw).
+Power while busy: P = P_static + C_eff * V^2 * f (p_static_mw, c_eff_nf, the level's volts_mv).
 
 Transition delay: Table 10 of ARM-CO-UP gives the shortest and longest delay per
 processor and direction; a jump of one level takes the shortest, a jump across the

@@ -95,6 +95,8 @@ def run(args: argparse.Namespace) -> int:
         except OSError as err:
             raise BadInputError(f"cannot run {cmd[0]!r}: {err.strerror}",
                                 "check the command after --") from None
+        if guard.signalled is not None:  # arrived while starting it: pass it on now
+            child.send_signal(guard.signalled)
         say(f"running: {' '.join(cmd)} (pid {child.pid})")
         rc = child.wait()
     say(f"restored {target.letter}'s governor state")
