@@ -119,11 +119,14 @@ def test_fit_on_the_virtual_loggers_clock() -> None:
         deadline = time.monotonic() + 5
         while not any(isinstance(m, P.Ack) for m in dec.feed(ser.read(4096)).messages):
             assert time.monotonic() < deadline
-        for i in range(30):
+        i = 0
+        while i < 30 or vl.device_us() < (1 << 32) + 50_000:  # until past the u32 wrap
+            assert time.monotonic() < deadline
             time.sleep(0.005 + 0.002 * (i % 3))
             before.append(time.perf_counter_ns())
             vl.set_markers(i % 2 ^ 1)
             after.append(time.perf_counter_ns())
+            i += 1
         ser.write(P.encode_command(P.Command.STOP))
         while True:
             out = dec.feed(ser.read(4096))
@@ -134,11 +137,11 @@ def test_fit_on_the_virtual_loggers_clock() -> None:
         ser.close()
         truth = vl.true_clock()
     e = np.concatenate(edges)
-    assert e.size == 30
+    assert e.size == len(before) >= 30
     assert e["t_us"][0] < 1 << 32 < e["t_us"][-1]  # the u32 clock wrapped and was unwrapped
     host_mid = (np.array(before) + np.array(after)) // 2
     fit = fit_clock_map(e["t_us"], host_mid, tol_ns=2_000_000)
-    assert fit.clock.matched == 30
+    assert fit.clock.matched == e.size
     # the truth puts each edge inside its set_markers call (µs flooring: 1 µs slack)
     t_true = truth.to_host_ns(e["t_us"])
     assert np.all(t_true >= np.array(before) - 1_500)

@@ -148,6 +148,7 @@ class Collector:
         self._last_frame_ns = 0
         self._host_start_ns: int | None = None
         self._t_start = 0.0
+        self._last_flush = 0.0
 
     # ----------------------------------------------------------------- lifecycle
     def __enter__(self) -> Collector:
@@ -220,6 +221,10 @@ class Collector:
             if sink is not None:
                 sink.write_raw(data)
                 sink.append(out)
+                now = time.monotonic()
+                if now - self._last_flush > 0.5:  # a crash loses at most ~0.5 s
+                    sink.flush()
+                    self._last_flush = now
             self.counters.update_from(self._decoder.counters)
             for m in out.messages:
                 if isinstance(m, P.Ident):
