@@ -25,6 +25,7 @@ COMMANDS: list[str] = [
     "doctor",
     "slice",
     "collect",
+    "sweep",
 ]
 
 EPILOG = """\

@@ -1,0 +1,219 @@
+"""`coupprof sweep`: every (processor, DVFS level) pair of a board into one CSV.
+
+    coupprof sweep --processors L,B,G --freqs all -o DIR [--resume]
+
+Slices the model once, builds each processor's interpreters once, and changes
+only the frequency between levels (restored afterwards). Each finished pair is
+appended to DIR/sweep.csv at once, so an interrupted sweep keeps its rows and
+`--resume` measures only the missing pairs. See profiler/sweep.py.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from rich import box
+from rich.console import Console
+from rich.table import Table
+
+from profiler.cli.layers import nonneg_int, positive_int
+from profiler.cli.pin import add_board_args, say, sysfs_root
+from profiler.sweep import Pair, PairResult, SweepProgress, SweepResult
+
+
+def register(subparsers: Any) -> None:
+    p = subparsers.add_parser(
+        "sweep",
+        help="time every layer at every (processor, DVFS level) pair",
+        description="Run the model layer by layer at every (processor, frequency level) pair "
+        "and append each pair's layer rows to DIR/sweep.csv as soon as it finishes (JSON "
+        "sidecar: DIR/sweep.json). Interpreters are built once per processor; only the "
+        "frequency changes between levels, and the governors are restored afterwards. "
+        "An interrupted sweep keeps its rows: run it again with --resume.",
+    )
+    add_board_args(p)
+    p.add_argument("--processors", default=None, metavar="L,B,G,N",
+                   help="processors to sweep (default: every processor of the board)")
+    p.add_argument("--freqs", default="all", metavar="all|current|1,3,5",
+                   help="levels (1-based, per processor's table; N uses its host cluster's), "
+                   "'all', or 'current' to leave the frequency alone (default: all)")
+    p.add_argument("--model", "-m", type=Path, default=None,
+                   help="the .tflite model (default: the bundled MobileNetV1 0.25 128x128)")
+    p.add_argument("--frames", type=positive_int, default=30,
+                   help="measured frames per pair (default: 30)")
+    p.add_argument("--warmup", type=nonneg_int, default=3,
+                   help="unrecorded warm-up frames per pair, after the level is set (default: 3)")
+    p.add_argument("--threads", type=positive_int, default=None,
+                   help="interpreter threads per layer (default: the processor's core count)")
+    p.add_argument("--granularity", choices=("layer", "op"), default="layer",
+                   help="layer: the documented default grouping; op: one layer per operator")
+    p.add_argument("--cuts", default=None, metavar="I,J,K",
+                   help="explicit cut points: op indices where a new layer starts")
+    p.add_argument("-o", "--output", type=Path, default=None, metavar="DIR",
+                   help="output directory (default: ./coupprof-out/sweep-MODEL-BOARD)")
+    p.add_argument("--resume", action="store_true",
+                   help="add only the pairs missing from DIR/sweep.csv")
+    p.add_argument("--seed", type=int, default=0, help="seed of the random input (default: 0)")
+    p.set_defaults(func=run)
+
+
+def _mhz(khz: int | None) -> str:
+    return "" if khz is None else f"{khz / 1000:g}"
+
+
+def _pair_line(i: int, n: int, r: PairResult) -> str:
+    t = r.totals
+    text = (f"[{i}/{n}] {r.pair.label()}: {r.rows} layers, "
+            f"{t['latency_ms_mean']:.3f} ms/frame, {t['fps']:.1f} FPS")
+    if "energy_mj" in t:
+        text += f", {t['energy_mj']:.3f} mJ/frame"
+    if "fps_per_w" in t:
+        text += f", {t['fps_per_w']:.2f} FPS/W"
+    if r.pair.level is not None and r.effective_khz is not None:
+        text += f" (reads {_mhz(r.effective_khz)} MHz)"
+    return text
+
+
+class PlainProgress(SweepProgress):
+    """One line per finished pair on stdout (pipes, logs, CI)."""
+
+    def __init__(self) -> None:
+        self.n = 0
+        self.finished = 0
+
+    def start(self, todo: Sequence[Pair], skipped: Sequence[Pair], frames_per_pair: int) -> None:
+        self.n = len(todo)
+        if skipped:
+            print(f"resuming: {len(skipped)} pairs already done, {len(todo)} to measure", flush=True)
+
+    def note(self, text: str) -> None:
+        say(text)
+
+    def pair_done(self, index: int, result: PairResult) -> None:
+        self.finished += 1
+        print(_pair_line(index + 1, self.n, result), flush=True)
+
+
+class BarProgress(PlainProgress):
+    """A rich bar over all frames of the sweep with its ETA; finished pairs print above it.
+
+    No auto-refresh thread (it would hold the GIL when an invoke returns and delay a
+    timestamp): the bar is redrawn from the measuring thread at most ten times a second.
+    """
+
+    def __init__(self, console: Console) -> None:
+        super().__init__()
+        from rich.progress import (
+            BarColumn,
+            MofNCompleteColumn,
+            Progress,
+            TextColumn,
+            TimeElapsedColumn,
+            TimeRemainingColumn,
+        )
+
+        self.console = console
+        self.bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                            TextColumn("frames"), TimeElapsedColumn(), TextColumn("ETA"),
+                            TimeRemainingColumn(), console=console, transient=True,
+                            auto_refresh=False)
+        self.task: Any = None
+        self.per_pair = 0
+        self.base = 0
+        self.last = 0.0
+
+    def start(self, todo: Sequence[Pair], skipped: Sequence[Pair], frames_per_pair: int) -> None:
+        super().start(todo, skipped, frames_per_pair)
+        self.per_pair = frames_per_pair
+        self.bar.start()
+        self.task = self.bar.add_task("sweep", total=max(1, len(todo) * frames_per_pair))
+        self.bar.refresh()
+
+    def note(self, text: str) -> None:
+        self.bar.console.print(f"coupprof: {text}", style="dim", highlight=False)
+
+    def pair_started(self, index: int, pair: Pair) -> None:
+        self.base = index * self.per_pair
+        self.bar.update(self.task, description=f"{index + 1}/{self.n} {pair.label()}",
+                        completed=self.base)
+        self.bar.refresh()
+
+    def frame(self, done: int, total: int) -> None:
+        self.bar.update(self.task, completed=self.base + done)
+        now = time.monotonic()
+        if now - self.last >= 0.1:
+            self.last = now
+            self.bar.refresh()
+
+    def pair_done(self, index: int, result: PairResult) -> None:
+        self.finished += 1
+        self.bar.console.print(_pair_line(index + 1, self.n, result), highlight=False)
+        self.bar.refresh()
+
+    def stop(self) -> None:
+        self.bar.stop()
+
+
+def summary_table(result: SweepResult) -> Table:
+    power = any("fps_per_w" in r.totals for r in result.done)
+    t = Table(title=f"sweep: {len(result.done)} pairs measured"
+              + (f", {len(result.skipped)} already done" if result.skipped else ""),
+              box=box.SIMPLE_HEAD, padding=(0, 1), pad_edge=False)
+    for head in ("proc", "level", "MHz", "reads MHz", "ms/frame", "FPS"):
+        t.add_column(head, justify="right")
+    if power:
+        t.add_column("mJ/frame", justify="right")
+        t.add_column("FPS/W", justify="right")
+    for r in result.done:
+        cells = [r.pair.processor, "" if r.pair.level is None else str(r.pair.level),
+                 _mhz(r.pair.freq_khz), _mhz(r.effective_khz),
+                 f"{r.totals['latency_ms_mean']:.3f}", f"{r.totals['fps']:.1f}"]
+        if power:
+            cells += [f"{r.totals.get('energy_mj', float('nan')):.3f}",
+                      f"{r.totals.get('fps_per_w', float('nan')):.2f}"]
+        t.add_row(*cells)
+    return t
+
+
+def run(args: argparse.Namespace) -> int:
+    from profiler.boards.profiles import select_board
+    from profiler.sweep import Sweep, SweepSettings, parse_freqs, parse_processors, plan_pairs
+
+    if args.model is None:
+        from profiler.zoo import default_model_path
+
+        args.model = default_model_path()
+    root = sysfs_root(args)
+    board = select_board(args.board, root, announce=say)
+    freqs = parse_freqs(args.freqs)
+    pairs = plan_pairs(board, parse_processors(args.processors, board), freqs)
+    out = args.output or Path("coupprof-out") / f"sweep-{Path(args.model).stem}-{board.name}"
+    settings = SweepSettings(frames=args.frames, warmup=args.warmup, threads=args.threads,
+                             granularity=args.granularity, cuts=args.cuts, seed=args.seed)
+    sweep = Sweep(board, Path(args.model), pairs, out, settings, resume=args.resume,
+                  sysfs_root=root)
+    tty = sys.stderr.isatty()
+    progress = BarProgress(Console(stderr=True)) if tty else PlainProgress()
+    try:
+        result = sweep.run(progress)
+    except KeyboardInterrupt:
+        if isinstance(progress, BarProgress):
+            progress.stop()
+        say(f"interrupted after {progress.finished} of {progress.n} pairs; their rows are in "
+            f"{sweep.csv_path}; run the same command with --resume to finish")
+        raise
+    finally:
+        if isinstance(progress, BarProgress):
+            progress.stop()
+    if not result.done:
+        print(f"nothing to do: all {len(result.skipped)} pairs are already in {result.csv_path}")
+        return 0
+    Console().print(summary_table(result))
+    print(f"wrote {result.csv_path} ({len(pairs)} pairs, "
+          f"{sum(r.rows for r in result.done)} rows added) and {result.json_path}")
+    return 0

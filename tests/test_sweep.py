@@ -1,0 +1,299 @@
+"""`coupprof sweep`: pair planning, one slice and one set of interpreters per processor,
+the frequency really in force during each pair's frames, append + resume, and a real
+interrupted subprocess resumed to the same rows as an uninterrupted sweep."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from fake_sysfs import snapshot
+from test_sweep_fakehost import B_FREQS_KHZ, L_FREQS_KHZ, build_fake_host
+
+import profiler.slicing.slicer as slicer_mod
+from profiler.boards.host import host_board
+from profiler.boards.profiles import load_board
+from profiler.errors import BadInputError, BoardError
+from profiler.processors import CpuExecutor
+from profiler.runner import LayerHooks
+from profiler.slicing.slicer import slice_model
+from profiler.sweep import (
+    Pair,
+    Sweep,
+    SweepSettings,
+    parse_freqs,
+    parse_processors,
+    plan_pairs,
+    read_sweep,
+)
+from profiler.tables import ID_COLUMNS
+from profiler.zoo import default_model_path
+
+COUPPROF = str(Path(sys.executable).with_name("coupprof"))
+MODEL = default_model_path()
+N_LAYERS = len(slice_model(MODEL, cache_dir=False).layers)
+
+
+def coupprof(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "COUPPROF_CACHE": str(cwd / "cache")}
+    return subprocess.run([COUPPROF, "sweep", *args], cwd=cwd, env=env, capture_output=True,
+                          text=True, timeout=300)
+
+
+# -- planning ------------------------------------------------------------------------
+
+
+def test_plan_covers_every_level_and_n_borrows_its_host_table() -> None:
+    sim = load_board("sim")
+    pairs = plan_pairs(sim, parse_processors("L,B,G,N", sim), parse_freqs("all"))
+    by = {p: [x for x in pairs if x.processor == p] for p in "LBGN"}
+    assert [x.freq_khz for x in by["L"]] == list(sim.processor("L").freqs_khz)
+    assert [x.level for x in by["G"]] == [1, 2, 3, 4, 5]
+    # N has no DVFS: its levels index the host cluster B's table (ARM-CO-UP Fig. 16d).
+    assert [x.freq_khz for x in by["N"]] == list(sim.processor("B").freqs_khz)
+    some = plan_pairs(sim, ["G"], parse_freqs("1,3,5"))
+    assert some == [Pair("G", 1, 200_000), Pair("G", 3, 400_000), Pair("G", 5, 800_000)]
+    assert plan_pairs(sim, ["B"], parse_freqs("current")) == [Pair("B")]
+
+
+def test_bad_plans_say_what_is_wrong() -> None:
+    sim = load_board("sim")
+    with pytest.raises(BoardError, match="level 6 is out of range for processor G.*5=800 MHz"):
+        plan_pairs(sim, ["G"], parse_freqs("1,6"))
+    with pytest.raises(BadInputError, match="not 'all', 'current' or a list"):
+        parse_freqs("fast")
+    with pytest.raises(BadInputError, match="1-based"):
+        parse_freqs("0,2")
+    with pytest.raises(BoardError, match="has no processor 'X'"):
+        parse_processors("B,X", sim)
+    # Default order follows ARM-CO-UP's letters, not the profile's order.
+    assert parse_processors(None, sim) == ["L", "B", "G", "N"]
+
+
+# -- in process, on a fake host with writable cpufreq files ----------------------------
+
+
+class CountingExecutor(CpuExecutor):
+    """A real CPU executor that counts the interpreters it builds."""
+
+    built = 0
+
+    def interpreter(self, model_bytes: bytes, name: str = "model"):  # type: ignore[override]
+        CountingExecutor.built += 1
+        return super().interpreter(model_bytes, name)
+
+
+class SetspeedWatch(LayerHooks):
+    """Reads the processor's scaling_setspeed file before every frame."""
+
+    def __init__(self, fake) -> None:
+        self.fake = fake
+        self.seen: list[tuple[int, int]] = []  # (L kHz, B kHz) per frame
+
+    def before_frame(self, frame: int, warmup: bool) -> None:
+        if not warmup:
+            self.seen.append((self.fake.setspeed_khz("L"), self.fake.setspeed_khz("B")))
+
+
+def test_sweep_slices_once_builds_once_per_processor_and_sets_each_level(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    fake = build_fake_host(tmp_path / "fake")
+    before = snapshot(fake.sys)
+    board = host_board(fake.sys)
+    slices = []
+    real_slice = slicer_mod.slice_model
+
+    def counting_slice(*a, **kw):
+        slices.append(a)
+        return real_slice(*a, **kw)
+
+    monkeypatch.setattr(slicer_mod, "slice_model", counting_slice)
+    CountingExecutor.built = 0
+    watch = SetspeedWatch(fake)
+    pairs = plan_pairs(board, ["L", "B"], parse_freqs("all"))
+    frames = 4
+    sweep = Sweep(board, MODEL, pairs, tmp_path / "out", SweepSettings(frames=frames, warmup=1),
+                  sysfs_root=fake.sys, hooks=watch,
+                  executor_factory=lambda proc, threads: CountingExecutor(proc, threads))
+    result = sweep.run()
+
+    assert len(slices) == 1
+    assert CountingExecutor.built == 2 * N_LAYERS  # two processors, not seven pairs
+    assert [r.pair for r in result.done] == pairs
+    # Every recorded frame of a pair ran with that pair's frequency written.
+    want = [(p.freq_khz if p.processor == "L" else None, p.freq_khz if p.processor == "B" else None)
+            for p in pairs for _ in range(frames)]
+    assert len(watch.seen) == len(want)
+    for (l_khz, b_khz), (want_l, want_b) in zip(watch.seen, want, strict=True):
+        assert want_l is None or l_khz == want_l
+        assert want_b is None or b_khz == want_b
+    assert [r.effective_khz for r in result.done] == [p.freq_khz for p in pairs]
+    assert all(r.warning is None for r in result.done)
+    # The governors' files hold their original bytes again.
+    assert snapshot(fake.sys) == before
+
+    df = pd.read_csv(result.csv_path)
+    assert list(df.columns[:7]) == ["kind", *ID_COLUMNS]
+    assert len(df) == len(pairs) * N_LAYERS
+    assert df.groupby(["processor", "freq_level"]).size().eq(N_LAYERS).all()
+    assert sorted(set(df["freq_khz"][df["processor"] == "L"])) == list(L_FREQS_KHZ)
+    assert sorted(set(df["freq_khz"][df["processor"] == "B"])) == list(B_FREQS_KHZ)
+    assert (df["frames"] == frames).all() and (df["time_ms_mean"] > 0).all()
+    assert set(df["board"]) == {"host"} and set(df["model"]) == {MODEL.stem}
+
+    meta = json.loads(result.json_path.read_text())
+    assert meta["format"] == "coupprof-sweep/1" and meta["settings"]["layers"] == N_LAYERS
+    assert meta["pairs"]["B@4"]["effective_khz"] == B_FREQS_KHZ[3]
+    assert meta["pairs"]["L@1"]["totals"]["latency_ms_mean"] > 0
+    # Sum of recorded frames' times is what the benchmark compares wall time against.
+    assert 0 < result.measured_ns < result.wall_ns
+
+
+def test_resume_drops_a_torn_pair_and_measures_only_what_is_missing(tmp_path: Path) -> None:
+    fake = build_fake_host(tmp_path / "fake")
+    board = host_board(fake.sys)
+    pairs = plan_pairs(board, ["B"], parse_freqs("all"))
+    out = tmp_path / "out"
+    settings = SweepSettings(frames=2, warmup=0)
+    Sweep(board, MODEL, pairs[:2], out, settings, sysfs_root=fake.sys).run()
+    csv = out / "sweep.csv"
+    full = csv.read_bytes()
+    # A crash in the middle of writing pair 2: half its rows, the last one torn.
+    lines = full.splitlines(keepends=True)
+    csv.write_bytes(b"".join(lines[: 1 + N_LAYERS + N_LAYERS // 2]) + lines[-1][:10])
+
+    with pytest.raises(BadInputError, match="already exists.*--resume"):
+        Sweep(board, MODEL, pairs, out, settings, sysfs_root=fake.sys).run()
+    result = Sweep(board, MODEL, pairs, out, settings, sysfs_root=fake.sys, resume=True).run()
+    assert [p.level for p in result.skipped] == [1]
+    assert [r.pair.level for r in result.done] == [2, 3, 4]
+    df = pd.read_csv(csv)
+    assert len(df) == 4 * N_LAYERS
+    assert df.groupby("freq_level").size().to_dict() == {1: N_LAYERS, 2: N_LAYERS, 3: N_LAYERS,
+                                                         4: N_LAYERS}
+    assert not df.duplicated(["processor", "freq_level", "layer"]).any()
+    # Nothing left to do: a second resume measures nothing and leaves the file alone.
+    again = Sweep(board, MODEL, pairs, out, settings, sysfs_root=fake.sys, resume=True).run()
+    assert again.done == [] and len(again.skipped) == 4
+    assert read_sweep(out).pairs() == [("B", k) for k in (1, 2, 3, 4)]
+
+
+def test_resume_refuses_a_sweep_made_with_other_settings(tmp_path: Path) -> None:
+    fake = build_fake_host(tmp_path / "fake")
+    board = host_board(fake.sys)
+    pairs = plan_pairs(board, ["B"], parse_freqs("1"))
+    Sweep(board, MODEL, pairs, tmp_path / "o", SweepSettings(frames=2, warmup=0),
+          sysfs_root=fake.sys).run()
+    with pytest.raises(BadInputError, match="other settings.*frames 2 there, 3 now"):
+        Sweep(board, MODEL, pairs, tmp_path / "o", SweepSettings(frames=3, warmup=0),
+              sysfs_root=fake.sys, resume=True).run()
+
+
+# -- the command, as a user runs it -------------------------------------------------------
+
+
+def _pairs_in(csv: Path) -> int:
+    try:
+        rows = csv.read_text().count("\n") - 1
+    except FileNotFoundError:
+        return 0
+    return max(rows, 0) // N_LAYERS
+
+
+def test_interrupted_sweep_resumes_to_the_same_rows_as_an_uninterrupted_one(tmp_path: Path) -> None:
+    fake = build_fake_host(tmp_path / "fake")
+    before = snapshot(fake.sys)
+    common = ["--board", "host", "--sysfs-root", str(fake.sys), "--processors", "L,B",
+              "--freqs", "all", "--frames", "150", "--warmup", "1"]
+    env = {**os.environ, "COUPPROF_CACHE": str(tmp_path / "cache")}
+    proc = subprocess.Popen([COUPPROF, "sweep", *common, "-o", "cut"], cwd=tmp_path, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while _pairs_in(tmp_path / "cut" / "sweep.csv") < 2 and proc.poll() is None:
+            assert time.monotonic() < deadline, "the sweep wrote no pairs"
+            time.sleep(0.005)
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, err
+    assert "interrupted after" in err and "--resume" in err
+    kept = _pairs_in(tmp_path / "cut" / "sweep.csv")
+    assert 2 <= kept < 7, "the interrupt should land mid-sweep"
+    assert snapshot(fake.sys) == before  # governors restored on Ctrl-C
+
+    r = coupprof(*common, "-o", "cut", "--resume", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert f"resuming: {kept} pairs already done, {7 - kept} to measure" in r.stdout
+    whole = coupprof(*common, "-o", "whole", cwd=tmp_path)
+    assert whole.returncode == 0, whole.stderr
+    assert snapshot(fake.sys) == before
+
+    cut = pd.read_csv(tmp_path / "cut" / "sweep.csv")
+    ref = pd.read_csv(tmp_path / "whole" / "sweep.csv")
+    key = ["processor", "freq_level", "layer"]
+    assert list(cut.columns) == list(ref.columns)
+    assert not cut.duplicated(key).any() and not ref.duplicated(key).any()
+    assert set(map(tuple, cut[key].values.tolist())) == set(map(tuple, ref[key].values.tolist()))
+    assert len(cut) == len(ref) == 7 * N_LAYERS
+    # Identity columns agree row for row once both are in the same order.
+    cols = [*ID_COLUMNS, "layer", "op_types", "macs", "bytes_in", "bytes_out", "frames"]
+    a = cut.sort_values(key)[cols].reset_index(drop=True)
+    b = ref.sort_values(key)[cols].reset_index(drop=True)
+    pd.testing.assert_frame_equal(a, b)
+
+
+def test_plain_lines_in_a_pipe_and_one_line_errors(tmp_path: Path) -> None:
+    fake = build_fake_host(tmp_path / "fake")
+    r = coupprof("--board", "host", "--sysfs-root", str(fake.sys), "--processors", "B",
+                 "--freqs", "2,4", "--frames", "2", "--warmup", "0", "-o", "o", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    lines = [x for x in r.stdout.splitlines() if x.startswith("[")]
+    assert lines[0].startswith("[1/2] B level 2 (1000 MHz): ")
+    assert lines[1].startswith("[2/2] B level 4 (1800 MHz): ") and "(reads 1800 MHz)" in lines[1]
+    assert "\x1b[" not in r.stderr and "━" not in r.stderr  # no bar in a pipe
+
+    again = coupprof("--board", "host", "--sysfs-root", str(fake.sys), "--processors", "B",
+                     "--freqs", "2", "--frames", "2", "-o", "o", cwd=tmp_path)
+    assert again.returncode == 2
+    err = [x for x in again.stderr.splitlines() if not x.startswith("INFO:")]
+    assert len(err) == 1 and "already exists" in err[0] and "--resume" in err[0]
+    assert "Traceback" not in again.stderr
+
+
+def test_host_without_cpufreq_says_it_cannot_set_frequencies(tmp_path: Path) -> None:
+    fake = build_fake_host(tmp_path / "fake")
+    for pol in ("policy0", "policy1"):  # a machine whose cpufreq lists no table
+        (fake.policy("L").parent / pol / "scaling_available_frequencies").unlink()
+    r = coupprof("--board", "host", "--sysfs-root", str(fake.sys), "--processors", "B",
+                 "--frames", "2", "-o", "o", cwd=tmp_path)
+    assert r.returncode == 2
+    assert "cannot set frequencies: processor B on board 'host' has no DVFS levels" in r.stderr
+    assert "--freqs current" in r.stderr and "Traceback" not in r.stderr
+    assert not (tmp_path / "o").exists()
+    ok = coupprof("--board", "host", "--sysfs-root", str(fake.sys), "--processors", "B",
+                  "--freqs", "current", "--frames", "2", "--warmup", "0", "-o", "o", cwd=tmp_path)
+    assert ok.returncode == 0, ok.stderr
+    df = pd.read_csv(tmp_path / "o" / "sweep.csv")
+    assert len(df) == N_LAYERS and df["freq_level"].isna().all()
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root may write read-only files")
+def test_unwritable_governor_files_stop_the_sweep_before_it_starts(tmp_path: Path) -> None:
+    fake = build_fake_host(tmp_path / "fake")
+    for f in fake.policy("B").iterdir():
+        if not f.is_symlink():
+            f.chmod(0o444)
+    r = coupprof("--board", "host", "--sysfs-root", str(fake.sys), "--processors", "B",
+                 "--frames", "2", "-o", "o", cwd=tmp_path)
+    assert r.returncode == 3
+    assert "cannot set frequencies of processor B" in r.stderr and "not writable" in r.stderr
