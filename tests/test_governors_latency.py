@@ -115,9 +115,8 @@ def test_cli_on_the_simulated_board_is_labelled(tmp_path):
 
 
 def test_cli_busy_loop_on_a_tree_whose_speed_never_changes(tmp_path):
-    """On a fake tree the host's speed does not follow the files: the run must say so
-    (levels at the same speed are skipped, or no change is seen), never invent delays,
-    and must leave the tree as it was."""
+    """On a fake tree the host's speed does not follow the files: the run must say so,
+    never invent delays, and must leave the tree as it was."""
     tree = build("rk3399pro", tmp_path / "board")
     before = snapshot(tmp_path / "board")
     out = run_cli(["dvfs-latency", "--board", "rk3399pro", "-p", "L", "--levels", "1,6",
@@ -125,10 +124,20 @@ def test_cli_busy_loop_on_a_tree_whose_speed_never_changes(tmp_path):
     assert out.returncode == 0, out.stderr
     assert "busy loop on the cluster" in out.stdout
     rows = list(csv.DictReader((tmp_path / "l.csv").open()))
-    skipped = "same speed" in out.stdout
-    assert skipped or all(r["detected"] == "False" for r in rows) or not rows
+    assert "does not follow the frequency" in out.stdout
+    assert rows == []
     tree.kernel.settle()
     assert snapshot(tmp_path / "board") == before
+
+
+def test_follows_needs_the_loop_to_track_the_clock():
+    from governors.latency import follows
+
+    assert follows(100.0, 50.0, 500_000, 1_000_000)       # twice the clock, half the time
+    assert follows(50.0, 100.0, 1_000_000, 500_000)       # and down again
+    assert not follows(100.0, 97.0, 408_000, 1_416_000)   # noise: 3 % for a 3.5x clock step
+    assert not follows(100.0, 200.0, 500_000, 1_000_000)  # slower at a higher clock
+    assert follows(100.0, 85.0, 1_608_000, 1_800_000)     # adjacent big levels (12 %)
 
 
 def test_cli_rejects_bad_levels_and_busy_loop_on_gpu(tmp_path):
