@@ -204,28 +204,34 @@ class EdgeMatch:
 
     time_ns: np.ndarray  # refined boundary times, same order as the input boundaries
     matched: np.ndarray  # bool per boundary
-    offset_ns: np.ndarray  # per boundary: its group's median (edge - host boundary)
+    offset_ns: np.ndarray  # per boundary: its group's median (edge - host time) when matched
     spurious: int  # logger edges inside the run that matched no boundary
 
 
 def match_edges(boundary_ns: np.ndarray, edge_ns: np.ndarray, *,
+                lo_ns: np.ndarray | None = None, hi_ns: np.ndarray | None = None,
                 boundary_levels: np.ndarray | None = None,
                 edge_levels: np.ndarray | None = None,
                 groups: np.ndarray | None = None,
                 max_tolerance_ns: float = MAX_TOLERANCE_NS) -> EdgeMatch:
     """Pair each host boundary with the nearest logger edge (both on the host clock).
 
-    ``boundary_levels``/``edge_levels``: optional expected/observed marker level
-    after each edge; then only same-level pairs match, and gaps are measured
-    between same-level boundaries. ``groups``: boundaries whose host latency
-    differs (a layer's start is timestamped after its marker edge, its end
-    before) get their own median offset.
+    ``lo_ns``/``hi_ns``: optional brackets: host times known to lie before and
+    after the marker change of each boundary (the clock reads around the marker
+    call); an edge inside its bracket is at distance 0, so a slow marker call does
+    not push its edge out of reach. ``boundary_levels``/``edge_levels``: optional
+    expected/observed marker level after each edge; then only same-level pairs
+    match, and gaps are measured between same-level boundaries. ``groups``:
+    boundaries whose host latency differs (a layer's start is timestamped after
+    its marker edge, its end before) get their own median offset.
     """
     x = np.asarray(boundary_ns, dtype=np.int64)
     y = np.sort(np.asarray(edge_ns, dtype=np.int64))
     n = x.size
     if n == 0:
         return EdgeMatch(x.copy(), np.zeros(0, bool), np.zeros(0), int(y.size))
+    lo = x if lo_ns is None else np.minimum(np.asarray(lo_ns, dtype=np.int64), x)
+    hi = x if hi_ns is None else np.maximum(np.asarray(hi_ns, dtype=np.int64), x)
     if boundary_levels is None or edge_levels is None:
         bl = np.zeros(n, np.int64)
         el = np.zeros(y.size, np.int64)
@@ -233,8 +239,8 @@ def match_edges(boundary_ns: np.ndarray, edge_ns: np.ndarray, *,
         order = np.argsort(np.asarray(edge_ns, dtype=np.int64), kind="stable")
         bl = np.asarray(boundary_levels, dtype=np.int64)
         el = np.asarray(edge_levels, dtype=np.int64)[order]
-    ref = int(x.min())  # work in float relative to the run's start
-    xf = (x - ref).astype(np.float64)
+    ref = int(lo.min())  # work in float relative to the run's start
+    xf, lof, hif = ((v - ref).astype(np.float64) for v in (x, lo, hi))
     yf = (y - ref).astype(np.float64)
 
     # Per-boundary tolerance: under half the gap to the neighbours of the same level.
@@ -242,14 +248,14 @@ def match_edges(boundary_ns: np.ndarray, edge_ns: np.ndarray, *,
     for level in np.unique(bl):
         idx = np.flatnonzero(bl == level)
         order = idx[np.argsort(xf[idx], kind="stable")]
-        xs = xf[order]
-        gaps = np.diff(xs)
+        gaps = np.maximum(lof[order][1:] - hif[order][:-1], 0.0)
         left = np.concatenate([[np.inf], gaps])
         right = np.concatenate([gaps, [np.inf]])
         tol[order] = np.minimum(tol[order], 0.45 * np.minimum(left, right))
 
     def nearest(shift: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Index of, and signed distance to, the nearest same-level edge per boundary."""
+        """Index of, and signed distance to, the nearest same-level edge per boundary
+        bracket (0 inside it; ties go to the edge nearest the boundary time)."""
         best_i = np.full(n, -1)
         best_d = np.full(n, np.inf)
         for level in np.unique(bl):
@@ -258,13 +264,17 @@ def match_edges(boundary_ns: np.ndarray, edge_ns: np.ndarray, *,
             if ei.size == 0:
                 continue
             ye = yf[ei]
-            q = xf[bi] + shift[bi]
-            pos = np.clip(np.searchsorted(ye, q), 1, max(ye.size - 1, 1))
-            cand = np.stack([pos - 1, np.minimum(pos, ye.size - 1)])
-            d = ye[cand] - q
-            pick = np.argmin(np.abs(d), axis=0)
-            best_i[bi] = ei[cand[pick, np.arange(bi.size)]]
-            best_d[bi] = d[pick, np.arange(bi.size)]
+            L, H, X = lof[bi] + shift[bi], hif[bi] + shift[bi], xf[bi] + shift[bi]
+            pl, ph = np.searchsorted(ye, L), np.searchsorted(ye, H, side="right")
+            cand = np.clip(np.stack([pl - 1, pl, ph - 1, ph]), 0, ye.size - 1)
+            e = ye[cand]
+            d = np.where(e < L, e - L, np.where(e > H, e - H, 0.0))
+            # Lexicographic (|d|, |e - X|) in one exact float key: ns are integers.
+            key = np.abs(d) * 2.0**22 + np.minimum(np.abs(e - X), 2.0**22 - 1)
+            pick = np.argmin(key, axis=0)
+            cols = np.arange(bi.size)
+            best_i[bi] = ei[cand[pick, cols]]
+            best_d[bi] = d[pick, cols]
         return best_i, best_d
 
     _, d0 = nearest(np.zeros(n))
@@ -284,11 +294,18 @@ def match_edges(boundary_ns: np.ndarray, edge_ns: np.ndarray, *,
             claim = np.flatnonzero(matched & (idx == edge))
             keep = claim[np.argmin(np.abs(d[claim]))]
             matched[claim[claim != keep]] = False
-    times = np.where(matched, y[np.clip(idx, 0, max(y.size - 1, 0))] if y.size else x,
-                     x + np.rint(offset).astype(np.int64))
-    span = (y >= x.min() - max_tolerance_ns) & (y <= x.max() + max_tolerance_ns)
+    edge_t = y[np.clip(idx, 0, max(y.size - 1, 0))] if y.size else x
+    # An unmatched boundary falls back to its host time plus the median
+    # (edge - host time) of its group's matched boundaries.
+    fallback = np.zeros(n)
+    for group in np.unique(g):
+        sel = (g == group) & matched
+        if sel.any():
+            fallback[g == group] = float(np.median(edge_t[sel] - x[sel]))
+    times = np.where(matched, edge_t, x + np.rint(fallback).astype(np.int64))
+    span = (y >= lo.min() - max_tolerance_ns) & (y <= hi.max() + max_tolerance_ns)
     spurious = int(span.sum() - np.unique(idx[matched]).size)
-    return EdgeMatch(times.astype(np.int64), matched, offset, spurious)
+    return EdgeMatch(times.astype(np.int64), matched, fallback, spurious)
 
 
 # --------------------------------------------------------------------------
@@ -380,8 +397,14 @@ def _fps_per_w(energy_mj: float) -> float:
 def attribute(start_ns: Any, end_ns: Any, trace: PowerTrace, *, baseline_power_w: float = 0.0,
               use_edges: bool = True, levels: tuple[int, int] | None = None,
               level_mask: int = 1, max_tolerance_ns: float = MAX_TOLERANCE_NS,
-              edge_mode: EdgeMode = "hold", guard_ns: float = 2000.0) -> Attribution:
+              edge_mode: EdgeMode = "hold", guard_ns: float = 2000.0,
+              start_lo_ns: Any = None, end_hi_ns: Any = None) -> Attribution:
     """Energy per layer from the host timeline ``start_ns``/``end_ns`` (frames, layers).
+
+    ``start_lo_ns``/``end_hi_ns`` (same shape, optional): host times known to be
+    before each start marker change and after each end marker change (the runner's
+    ``transfer_end_ns``, and a clock read after the end marker call), so a marker
+    call that took long still finds its edge (see `match_edges`).
 
     ``use_edges=False`` integrates over the host windows as given (for sources
     without marker edges). ``levels=(high, low)``: the marker level (under
@@ -417,7 +440,12 @@ def attribute(start_ns: Any, end_ns: Any, trace: PowerTrace, *, baseline_power_w
             hi, lo = levels[0] & level_mask, levels[1] & level_mask
             b_lv = np.concatenate([np.full(start.size, hi), np.full(end.size, lo)])
         groups = np.concatenate([np.zeros(start.size, np.int64), np.ones(end.size, np.int64)])
-        m = match_edges(boundaries, edges, boundary_levels=b_lv,
+        lo = np.concatenate([
+            (start if start_lo_ns is None else np.asarray(start_lo_ns, np.int64).reshape(
+                start.shape)).ravel(), end.ravel()])
+        hi = np.concatenate([start.ravel(), (end if end_hi_ns is None else np.asarray(
+            end_hi_ns, np.int64).reshape(end.shape)).ravel()])
+        m = match_edges(boundaries, edges, lo_ns=lo, hi_ns=hi, boundary_levels=b_lv,
                         edge_levels=edge_lv if b_lv is not None else None,
                         groups=groups, max_tolerance_ns=max_tolerance_ns)
         w_start = m.time_ns[:start.size].reshape(start.shape)

@@ -317,3 +317,21 @@ def test_bad_inputs() -> None:
         attribute([[10]], [[5]], PowerTrace(t_ns=[0, 20], power_w=[1, 1]))
     with pytest.raises(PowerSourceError, match="no samples"):
         attribute([[0]], [[5]], PowerTrace(t_ns=[], power_w=[]))
+
+
+def test_a_slow_marker_call_is_found_inside_its_bracket() -> None:
+    """A marker call that stalled for 600 us (scheduler, lock): the edge is far from the
+    host's layer start, beyond any tolerance, but inside the clock reads around the
+    call, so it still matches; without the bracket the window would start late."""
+    sc = make_scenario(seed=51)
+    f, j = 2, 3
+    sc.host_start_ns[f, j] = sc.start_ns[f, j] + 600_000  # the call returned late
+    lo = sc.start_ns - 30_000  # read before each marker call
+    truth = sc.energy_mj(sc.start_ns, sc.end_ns)
+    tr = sc.trace(10_000)
+    res = attribute(sc.host_start_ns, sc.host_end_ns, tr, start_lo_ns=lo)
+    assert res.edges_missed == 0
+    assert rel_err(res.window_energy_mj, truth).max() < 0.01
+    blind = attribute(sc.host_start_ns, sc.host_end_ns, tr)
+    assert not blind.start_matched[f, j]
+    assert rel_err(blind.window_energy_mj[f, j], truth[f, j]) > 0.05
