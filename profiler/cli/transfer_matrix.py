@@ -1,0 +1,273 @@
+"""`coupprof transfer-matrix`: the cost of handing each layer boundary between processors.
+
+    coupprof transfer-matrix [--model M] [--board B] [--processors L,B,G,N] [--freq 4]
+                             [--frames N] [--power SPEC] [--csv PATH]
+
+For every layer boundary and ordered processor pair (src = dst included, the
+baseline), the time from the producing sub-model finishing on src to the consuming
+sub-model's inputs being written on dst, each processor driven by its own thread on
+its own cores (ARM-CO-UP Fig. 18). Long CSV: boundary, src, dst, bytes, tensors,
+time_ms_{mean,median,p95,std}, reps, and energy_mj when --power gives a source.
+See profiler/transfer.py for exactly what is timed.
+
+The helpers here (model, board, power, governors) are shared by `coupprof run`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from contextlib import ExitStack
+from pathlib import Path
+from typing import Any
+
+from rich import box
+from rich.console import Console
+from rich.table import Table
+
+from profiler.boards.model import Board
+from profiler.cli.layers import nonneg_int, positive_int, progress_bar
+from profiler.cli.pin import add_board_args, say, sysfs_root
+from profiler.errors import BadInputError, BoardError, PermissionDeniedError
+
+
+def add_model_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--model", "-m", type=Path, default=None,
+                   help="the .tflite model (default: the bundled MobileNetV1 0.25 128x128)")
+    p.add_argument("--granularity", choices=("layer", "op"), default="layer",
+                   help="layer: the documented default grouping; op: one layer per operator")
+    p.add_argument("--cuts", default=None, metavar="I,J,K",
+                   help="explicit cut points: op indices where a new layer starts")
+    add_board_args(p)
+    p.add_argument("--power", default="none", metavar="SPEC",
+                   help="power source for energy columns: none, nvml[:INDEX], rapl, "
+                   "hwmon[:DEV], sim, auto, ... (default: none; energy columns are then absent)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the random input (default: 0)")
+
+
+def load_model(args: argparse.Namespace, bar: Any) -> tuple[Path, bytes, Any]:
+    """(path, bytes, SlicedModel) for --model (or the bundled default)."""
+    from profiler.slicing.slicer import slice_model
+    from profiler.tflite.model_io import read_model_bytes
+
+    if args.model is None:
+        from profiler.zoo import default_model_path
+
+        args.model = default_model_path()
+    model: Path = args.model
+    data = read_model_bytes(model)
+    sliced = slice_model(model, args.granularity, args.cuts,
+                         progress=(lambda d, n: bar("slicing", d, n)) if bar else None)
+    return model, data, sliced
+
+
+def choose_board(args: argparse.Namespace, letters: Sequence[str] = ()) -> Board:
+    """--board, or the detected board, or `sim` (said on stderr). On `host`, asking for G
+    adds LiteRT's GPU accelerator (checked when the layers compile)."""
+    from profiler.boards.profiles import select_board
+    from profiler.executors.factory import with_accelerators
+
+    board = select_board(args.board, sysfs_root(args), announce=say)
+    if "G" in letters:
+        board = with_accelerators(board)
+    return board
+
+
+def parse_letters(text: str | None, board: Board) -> list[str]:
+    if not text:
+        return list(board.processors)
+    letters = [t.strip().upper() for t in text.replace(" ", "").split(",") if t.strip()]
+    if not letters:
+        raise BadInputError(f"--processors {text!r} names no processor",
+                            f"e.g. --processors {','.join(board.processors)}")
+    for letter in letters:
+        board.processor(letter)  # BoardError listing the board's processors
+    return list(dict.fromkeys(letters))
+
+
+def open_meter(spec: str | None, stack: ExitStack) -> Any:
+    """An EnergyMeter over the --power source (closed with `stack`), or None for 'none'."""
+    from profiler.power.sources import NoneSource, open_power_source
+    from profiler.transfer import EnergyMeter
+
+    source = open_power_source(spec or "none")
+    if isinstance(source, NoneSource):
+        return None
+    stack.enter_context(source)
+    return EnergyMeter(source)
+
+
+def governors_for(board: Board, letters: Sequence[str], root: Path) -> dict[str, Any]:
+    """DVFS domain letter -> governor for every processor in `letters` that has DVFS."""
+    from governors import make_governor
+    from profiler.mapping import dvfs_domain
+
+    govs: dict[str, Any] = {}
+    for letter in letters:
+        dom = dvfs_domain(board, letter)
+        if not dom.has_dvfs or dom.letter in govs:
+            continue
+        gov = make_governor(board, dom, root)
+        if gov.kind == "none":
+            raise BoardError(f"cannot set frequencies: processor {dom.letter} on board "
+                             f"'{board.name}' has governor 'none'", "drop --freq")
+        bad = [c for c in gov.checks() if not c.ok]
+        if bad:
+            raise PermissionDeniedError(
+                f"cannot set frequencies of processor {dom.letter} on board '{board.name}': "
+                f"{bad[0].what} is not writable", bad[0].fix or "run as root")
+        govs[dom.letter] = gov
+    return govs
+
+
+def apply_setup_levels(plan: Any, govs: dict[str, Any]) -> list[str]:
+    """Per-processor SPECs: set each domain once, read back; returns warnings."""
+    warnings = []
+    for dom, (level, _khz) in plan.setup.items():
+        result = govs[dom].set_level(level)
+        if result.warning:
+            warnings.append(result.warning)
+    return warnings
+
+
+def register(subparsers: Any) -> None:
+    p = subparsers.add_parser(
+        "transfer-matrix",
+        help="cost of handing each layer boundary from processor X to Y",
+        description="For every layer boundary and ordered processor pair (src = dst too, as "
+        "the baseline), measure the time (and energy, with --power) of handing the "
+        "boundary's tensors from the producing sub-model on src to the consuming one on dst: "
+        "the producer finishes on src, its outputs are read out and handed to dst's thread "
+        "(pinned to dst's cores), written into dst's input buffers, and the consumer can "
+        "start (ARM-CO-UP Fig. 18). Writes a long CSV (boundary, src, dst, bytes, time_ms "
+        "mean/median/p95/std, energy_mj with a power source) and a JSON sidecar; prints a "
+        "src x dst summary and the per-boundary view.",
+    )
+    add_model_args(p)
+    p.add_argument("--processors", default=None, metavar="L,B,G,N",
+                   help="processors to pair (default: every processor of the board; on "
+                   "'host', G is LiteRT's GPU accelerator and must be asked for)")
+    p.add_argument("--freq", default=None, metavar="SPEC",
+                   help="DVFS levels held during the measurement, set once: '4' (every "
+                   "processor) or 'G=4,B=8' (per processor); N uses its host's level "
+                   "(default: leave frequencies alone)")
+    p.add_argument("--frames", type=positive_int, default=30,
+                   help="measured hand-overs per (boundary, src, dst) (default: 30)")
+    p.add_argument("--warmup", type=nonneg_int, default=3,
+                   help="unrecorded hand-overs first (default: 3)")
+    p.add_argument("--boundaries", default=None, metavar="B,B,...",
+                   help="only these boundaries (b: between layer b and b+1; default: all)")
+    p.add_argument("--csv", type=Path, default=None,
+                   help="CSV to write (default: ./coupprof-out/transfers-MODEL.csv)")
+    p.add_argument("--json", type=Path, default=None,
+                   help="JSON sidecar (default: the CSV path with .json)")
+    p.set_defaults(func=run)
+
+
+def _boundaries(text: str | None) -> list[int] | None:
+    if not text:
+        return None
+    try:
+        return [int(t) for t in text.replace(" ", "").split(",") if t]
+    except ValueError:
+        raise BadInputError(f"--boundaries {text!r} is not a list of numbers",
+                            "e.g. --boundaries 0,3,7") from None
+
+
+def _ms(v: float) -> str:
+    return f"{v:.3f}" if v < 10 else f"{v:.1f}"
+
+
+def render_matrix(df: Any, title: str) -> list[Table]:
+    """The src x dst summary and the per-boundary view."""
+    from profiler.transfer import summary
+
+    letters = list(dict.fromkeys([*df["src"], *df["dst"]]))
+    summ = summary(df)
+    t1 = Table(title=title, box=box.SIMPLE_HEAD, title_justify="left",
+               caption="ms per hand-over, mean over boundaries", caption_justify="left")
+    t1.add_column("src \\ dst")
+    for d in letters:
+        t1.add_column(d, justify="right")
+    for s in letters:
+        t1.add_row(s, *[_ms(float(summ.loc[s, d])) if s in summ.index and d in summ.columns
+                        else "" for d in letters])
+    t2 = Table(title="per boundary (ms; rows: src, columns: dst)", box=box.SIMPLE_HEAD,
+               title_justify="left", caption="b: between layer b and b+1",
+               caption_justify="left")
+    for name in ("b", "KiB", "src"):
+        t2.add_column(name, justify="right")
+    for d in letters:
+        t2.add_column(d, justify="right")
+    for b, grp in df.groupby("boundary", sort=True):
+        cell = {(r.src, r.dst): r.time_ms_mean for r in grp.itertuples()}
+        kib = f"{int(grp['bytes'].iloc[0]) / 1024:.1f}"
+        for k, s in enumerate(letters):
+            t2.add_row(str(b) if k == 0 else "", kib if k == 0 else "", s,
+                       *[_ms(cell[(s, d)]) if (s, d) in cell else "" for d in letters],
+                       end_section=k == len(letters) - 1)
+    has_e = "energy_mj" in df.columns
+    tables = [t1, t2]
+    if has_e:
+        t3 = Table(title="energy per hand-over (mJ), mean over boundaries", box=box.SIMPLE_HEAD)
+        es = summary(df, "energy_mj")
+        t3.add_column("src \\ dst")
+        for d in letters:
+            t3.add_column(d, justify="right")
+        for s in letters:
+            t3.add_row(s, *[f"{float(es.loc[s, d]):.4f}" if s in es.index and d in es.columns
+                            else "" for d in letters])
+        tables.append(t3)
+    return tables
+
+
+def run(args: argparse.Namespace) -> int:
+    from profiler.executors.logs import quiet_native_exit
+    from profiler.mapping import Mapping, parse_freq
+    from profiler.results import environment
+    from profiler.tflite.model_io import sha256_bytes
+    from profiler.transfer import measure_transfer_matrix, write_transfer_csv
+
+    quiet_native_exit()
+    wanted = [t.strip().upper() for t in (args.processors or "").split(",") if t.strip()]
+    board = choose_board(args, wanted)
+    letters = parse_letters(args.processors, board)
+    bounds = _boundaries(args.boundaries)
+    plan = parse_freq(args.freq, Mapping("".join(letters)), board) if args.freq else None
+    if plan is not None and plan.mode != "per-processor":
+        raise BadInputError(f"--freq {args.freq!r}: the transfer matrix holds one level per "
+                            "processor", "use --freq 4 or --freq G=4,B=8")
+    from governors import RestoreGuard
+
+    govs = governors_for(board, letters, sysfs_root(args)) if plan is not None else {}
+    with ExitStack() as stack, progress_bar(sys.stderr.isatty()) as bar:
+        model, data, sliced = load_model(args, bar)
+        if len(sliced.layers) < 2:
+            raise BadInputError(f"{model} has {len(sliced.layers)} layer: no boundary to hand "
+                                "over", "use a model with more layers, or --granularity op")
+        meter = open_meter(args.power, stack)
+        stack.enter_context(RestoreGuard(list(govs.values())))
+        for w in apply_setup_levels(plan, govs) if plan is not None else []:
+            say(f"warning: {w}")
+        matrix = measure_transfer_matrix(
+            sliced, board, letters, reps=args.frames, warmup=args.warmup, boundaries=bounds,
+            power=meter, seed=args.seed, model_name=model.name,
+            progress=(lambda d, n: bar("hand-overs", d, n)) if bar else None)
+    df = matrix.table()
+    sim = " (simulated board)" if board.simulated else ""
+    title = (f"{model.name} on {board.name}{sim}: transfer matrix, "
+             f"{len(matrix.info['boundaries'])} boundaries")
+    console = Console()
+    for t in render_matrix(df, title):
+        console.print(t)
+    info = {"board": board.name, "simulated": board.simulated,
+            "model_path": str(model.resolve()), "model_sha256": sha256_bytes(data),
+            "granularity": sliced.granularity, "cuts": list(sliced.cuts),
+            "layers": len(sliced.layers), "freq": plan.describe() if plan else "left alone",
+            "freq_khz": {d: khz for d, (_, khz) in plan.setup.items()} if plan else {},
+            **environment()}
+    csv_path = args.csv or Path("coupprof-out") / f"transfers-{model.stem}.csv"
+    csv_p, json_p = write_transfer_csv(matrix, csv_path, args.json, info)
+    print(f"wrote {csv_p} ({len(df)} rows) and {json_p}")
+    return 0

@@ -1,0 +1,409 @@
+"""Run a mapping of layers to processors, as ARM-CO-UP does, in Switch or Pipeline mode.
+
+Each stage (a maximal run of same-letter layers, `profiler.mapping`) gets its own
+thread, pinned to its processor's host cores, which creates the stage's sub-models
+(so runtime worker threads inherit the cores) and then loops:
+
+    take (frame, tensors) from its input queue
+    per layer: hand its inputs over (from the message, or straight from the producing
+               layer of this stage), apply per-layer DVFS, run
+    read the tensors later stages need out of its buffers (host copies)
+    put (frame, tensors) on its output queue
+
+Queues are `queue.Queue(maxsize=queue_depth)`: a slow stage blocks the ones before it
+instead of letting a backlog grow. A tensor needed two stages later (a skip
+connection cut in the middle) is forwarded through the stages in between.
+
+* **Pipeline mode**: the source feeds frames as fast as the first queue takes them,
+  so stages work on consecutive frames at once; throughput = completed frames per
+  second in the steady state.
+* **Switch mode**: the same threads, but the source admits frame ``f + 1`` only after
+  frame ``f`` has left the last stage, so exactly one frame is in flight and the
+  processors take turns (ARM-CO-UP's Switch mode; hand-overs cross threads as in the
+  transfer matrix).
+
+Per frame and layer, four timestamps are kept as in the layer runner (transfer
+start/end, layer start/end). For the first layer of a stage the transfer starts when
+the producing stage finished its last layer (or, if this stage was still busy with
+an earlier frame then, when it became free), so queueing is never counted as
+transfer.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import queue
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from profiler.boards.model import Board
+from profiler.clock import Clock, perf_clock
+from profiler.errors import BadInputError
+from profiler.executors.base import Executor, SubModel
+from profiler.executors.factory import make_executor
+from profiler.mapping import FreqPlan, Mapping, Stage, boundary_tensors, pipeline_conflicts
+from profiler.results import LAYER_END, LAYER_START, TRANSFER_END, TRANSFER_START
+from profiler.transfer import EnergyMeter, model_inputs
+
+MODES = ("switch", "pipeline")
+MakeExecutor = Callable[[Board, str], Executor]
+Progress = Callable[[int, int], None]
+_STOP = None
+
+
+@dataclass
+class _Msg:
+    frame: int
+    tensors: dict[int, np.ndarray]
+    ready_ns: int  # when the producer finished (its last layer's end, or the source's put)
+    sent_ns: int = 0  # when it had read its tensors out and was about to put the message
+
+
+@dataclass
+class MappedRun:
+    """What a Switch or Pipeline run measured (warm-up frames excluded)."""
+
+    mode: str
+    mapping: Mapping
+    ts_ns: np.ndarray  # (frames, layers, 4), as profiler.results.LayerTimings
+    stage_busy_ns: np.ndarray  # (frames, stages): first hand-over start .. read-out done
+    stage_readout_ns: np.ndarray  # (frames, stages): copying tensors out for later stages
+    done_ns: np.ndarray  # (frames,): the last stage finished the frame
+    fallback: list[bool | None]  # per layer
+    executors: dict[int, dict[str, Any]]  # per stage: executor description
+    seen: list[list[int]]  # per stage: frame ids in the order it processed them (all frames)
+    max_in_flight: int
+    queue_depth: int
+    energy_mj: float | None = None  # per frame, when a power source measured the run
+    outputs: dict[int, dict[int, np.ndarray]] = field(default_factory=dict)  # frame -> outputs
+
+    @property
+    def frames(self) -> int:
+        return int(self.ts_ns.shape[0])
+
+    @property
+    def latency_ns(self) -> np.ndarray:
+        """End-to-end per frame: first hand-over into stage 0 .. the last stage done."""
+        return self.done_ns - self.ts_ns[:, 0, TRANSFER_START]
+
+    @property
+    def throughput_fps(self) -> float:
+        """Frames completed per second (steady state: between the first and last completion)."""
+        if self.frames >= 2 and self.done_ns[-1] > self.done_ns[0]:
+            return (self.frames - 1) * 1e9 / float(self.done_ns[-1] - self.done_ns[0])
+        return 1e9 / float(self.latency_ns.mean())
+
+    @property
+    def layer_time_ns(self) -> np.ndarray:
+        return self.ts_ns[:, :, LAYER_END] - self.ts_ns[:, :, LAYER_START]
+
+    @property
+    def transfer_ns(self) -> np.ndarray:
+        return self.ts_ns[:, :, TRANSFER_END] - self.ts_ns[:, :, TRANSFER_START]
+
+
+@dataclass
+class _StagePlan:
+    stage: Stage
+    layers: list[Any]
+    # per layer position in the stage, per input slot: ("msg", tensor) or ("local", pos, slot)
+    feeds: list[list[tuple[Any, ...]]]
+    forwards: list[int]  # tensors to send on (needed later, or model outputs)
+    local_out: dict[int, tuple[int, int]]  # tensor -> (stage-local layer pos, slot)
+
+
+def _plans(sliced: Any, mapping: Mapping) -> list[_StagePlan]:
+    layers = list(sliced.layers)
+    crossing = boundary_tensors(sliced)
+    outputs = [int(t.index) for t in sliced.model_outputs]
+    produced_at = {int(t.index): -1 for t in sliced.model_inputs}
+    for pos, layer in enumerate(layers):
+        for t in layer.outputs:
+            produced_at[int(t.index)] = pos
+    plans = []
+    for st in mapping.stages:
+        local_out: dict[int, tuple[int, int]] = {}
+        feeds: list[list[tuple[Any, ...]]] = []
+        for k, pos in enumerate(st.layers):
+            row: list[tuple[Any, ...]] = []
+            for t in layers[pos].inputs:
+                idx = int(t.index)
+                row.append(("local", *local_out[idx]) if idx in local_out else ("msg", idx))
+            feeds.append(row)
+            for slot, t in enumerate(layers[pos].outputs):
+                local_out[int(t.index)] = (k, slot)
+        fwd = [int(t.index) for t in crossing[st.last]] if st.last < len(layers) - 1 else []
+        fwd += [t for t in outputs if produced_at.get(t, -1) <= st.last and t not in fwd]
+        plans.append(_StagePlan(st, [layers[p] for p in st.layers], feeds, fwd, local_out))
+    return plans
+
+
+class _StageThread(threading.Thread):
+    def __init__(self, plan: _StagePlan, make: Callable[[], Executor], q_in: queue.Queue[Any],
+                 q_out: queue.Queue[Any], ts: dict[int, np.ndarray],
+                 busy: dict[int, tuple[int, int, int]], freq: FreqPlan | None,
+                 governors: dict[str, Any], clock: Clock, model_name: str) -> None:
+        super().__init__(name=f"coupprof-stage{plan.stage.index}-{plan.stage.processor}",
+                         daemon=True)
+        self.plan, self.make, self.q_in, self.q_out = plan, make, q_in, q_out
+        self.ts, self.busy = ts, busy
+        self.freq, self.governors, self.clock = freq, governors, clock
+        self.model_name = model_name
+        self.ready = threading.Event()
+        self.error: BaseException | None = None
+        self.subs: list[SubModel] = []
+        self.executor: Executor | None = None
+        self.seen: list[int] = []
+
+    def run(self) -> None:
+        try:
+            ex = self.make()
+            ex.open()
+        except BaseException as err:
+            self.error = err
+            self.ready.set()
+            return
+        self.executor = ex
+        try:
+            for layer in self.plan.layers:
+                self.subs.append(ex.load(layer.model_bytes,
+                                         f"layer {layer.index} of {self.model_name}"))
+        except BaseException as err:
+            self.error = err
+            self.ready.set()
+            ex.close()
+            return
+        self.ready.set()
+        try:
+            self._loop()
+        except BaseException as err:  # reported by the driver; unblock everyone
+            self.error = err
+            self.q_out.put(_STOP)
+            while self.q_in.get() is not _STOP:  # let upstream stages finish their puts
+                pass
+        finally:
+            ex.close()
+
+    def _requests(self) -> list[Callable[[], None] | None]:
+        out: list[Callable[[], None] | None] = []
+        for pos in self.plan.stage.layers:
+            f = self.freq.khz[pos] if self.freq is not None and self.freq.mode == "per-layer" \
+                else None
+            gov = self.governors.get(self.freq.domain[pos]) if f is not None and self.freq \
+                else None
+            out.append((lambda g=gov, k=f: g.request_khz(k)) if gov is not None else None)
+        return out
+
+    def _loop(self) -> None:
+        clock, subs, plan = self.clock, self.subs, self.plan
+        requests = self._requests()
+        feeds = plan.feeds
+        free_ns = clock()
+        while True:
+            msg = self.q_in.get()
+            if msg is _STOP:
+                self.q_out.put(_STOP)
+                return
+            self.seen.append(msg.frame)
+            tensors = msg.tensors
+            rows = np.empty((len(subs), 4), dtype=np.int64)
+            start = max(msg.ready_ns, free_ns)
+            for k, sub in enumerate(subs):
+                t0 = start if k == 0 else clock()
+                for slot, src in enumerate(feeds[k]):
+                    if src[0] == "local":
+                        sub.set_input(slot, subs[src[1]].output(src[2]))
+                    else:
+                        sub.set_input(slot, tensors[src[1]])
+                t1 = clock()
+                req = requests[k]
+                if req is not None:
+                    req()
+                t2 = clock()
+                sub.run()
+                t3 = clock()
+                rows[k] = (t0, t1, t2, t3)
+            t_out0 = clock()
+            out: dict[int, np.ndarray] = {}
+            for idx in plan.forwards:
+                if idx in plan.local_out:
+                    k, slot = plan.local_out[idx]
+                    out[idx] = np.array(subs[k].output(slot), copy=True)
+                else:
+                    out[idx] = tensors[idx]
+            t_out1 = clock()
+            self.ts[msg.frame] = rows
+            self.busy[msg.frame] = (start, t_out0, t_out1)
+            self.q_out.put(_Msg(msg.frame, out, int(rows[-1, 3]), t_out1))
+            free_ns = clock()
+
+
+def run_mapping(
+    sliced: Any,
+    board: Board,
+    mapping: Mapping,
+    mode: str,
+    *,
+    frames: int = 30,
+    warmup: int = 3,
+    freq: FreqPlan | None = None,
+    governors: dict[str, Any] | None = None,
+    queue_depth: int = 2,
+    make: MakeExecutor | None = None,
+    power: EnergyMeter | None = None,
+    clock: Clock = perf_clock,
+    seed: int = 0,
+    inputs: Callable[[int], dict[int, np.ndarray]] | None = None,
+    keep_outputs: bool = False,
+    model_name: str = "model",
+    progress: Progress | None = None,
+) -> MappedRun:
+    """Run `frames` measured frames (after `warmup`) of `sliced` mapped by `mapping`.
+
+    governors: DVFS domain letter -> governor, for per-layer SPECs (requests only;
+    per-processor levels are the caller's to set before, with read-back).
+    inputs: frame -> {model input tensor: array}; default one seeded random input.
+    """
+    if mode not in MODES:
+        raise BadInputError(f"--mode {mode!r} is not one of {', '.join(MODES)}",
+                            "use --mode switch or --mode pipeline")
+    if frames < 1 or warmup < 0 or queue_depth < 1:
+        raise BadInputError(f"need frames >= 1, warmup >= 0, queue depth >= 1 "
+                            f"(got {frames}, {warmup}, {queue_depth})")
+    if len(sliced.layers) != mapping.n_layers:
+        raise BadInputError(f"the mapping has {mapping.n_layers} layers, the model "
+                            f"{len(sliced.layers)}")
+    if mode == "pipeline" and freq is not None:
+        clash = pipeline_conflicts(freq, mapping)
+        if clash:
+            raise BadInputError(f"--freq {freq.text}: {clash}",
+                                "give those stages the same level, or use --mode switch")
+    build = make or (lambda bd, letter: make_executor(bd, letter, clock=clock))
+    fixed = model_inputs(sliced, seed)
+    feed = inputs or (lambda f: fixed)
+    plans = _plans(sliced, mapping)
+    n_st = len(plans)
+    qs: list[queue.Queue[Any]] = [queue.Queue(maxsize=queue_depth) for _ in range(n_st + 1)]
+    ts: list[dict[int, np.ndarray]] = [{} for _ in range(n_st)]
+    busy: list[dict[int, tuple[int, int, int]]] = [{} for _ in range(n_st)]
+    threads = [
+        _StageThread(p, (lambda letter=p.stage.processor: build(board, letter)), qs[k],
+                     qs[k + 1], ts[k], busy[k], freq, governors or {}, clock, model_name)
+        for k, p in enumerate(plans)
+    ]
+    for t in threads:
+        t.start()
+    for t in threads:  # one at a time: sub-model creation logs through one fd
+        t.ready.wait()
+    try:
+        errors = [t.error for t in threads if t.error is not None]
+        if errors:
+            raise errors[0]
+        state = _Driver(qs[0], qs[-1], threads, mode, clock, feed, keep_outputs,
+                        sliced, progress, warmup + frames)
+        state.batch(range(warmup))
+        if power is not None:
+            _, energy, _, _ = power.span(lambda: state.batch(range(warmup, warmup + frames)))
+            energy_per_frame: float | None = energy / frames
+        else:
+            state.batch(range(warmup, warmup + frames))
+            energy_per_frame = None
+    finally:
+        with contextlib.suppress(queue.Full):  # a dead stage may hold everything up
+            qs[0].put(_STOP, timeout=10)
+        for t in threads:
+            t.join(timeout=60)
+    errors = [t.error for t in threads if t.error is not None]
+    if errors:
+        raise errors[0]
+
+    measured = range(warmup, warmup + frames)
+    n_layers = mapping.n_layers
+    all_ts = np.empty((frames, n_layers, 4), dtype=np.int64)
+    stage_busy = np.empty((frames, n_st), dtype=np.int64)
+    stage_read = np.empty((frames, n_st), dtype=np.int64)
+    for k, p in enumerate(plans):
+        for row, f in enumerate(measured):
+            all_ts[row, list(p.stage.layers)] = ts[k][f]
+            s, r0, r1 = busy[k][f]
+            stage_busy[row, k] = r1 - s
+            stage_read[row, k] = r1 - r0
+    fallback: list[bool | None] = []
+    for t in threads:
+        fallback += [s.fallback for s in t.subs]
+    return MappedRun(
+        mode=mode, mapping=mapping, ts_ns=all_ts, stage_busy_ns=stage_busy,
+        stage_readout_ns=stage_read,
+        done_ns=np.array([state.done[f] for f in measured], dtype=np.int64),
+        fallback=fallback,
+        executors={t.plan.stage.index: t.executor.describe() for t in threads
+                   if t.executor is not None},
+        seen=[list(t.seen) for t in threads], max_in_flight=state.max_in_flight,
+        queue_depth=queue_depth, energy_mj=energy_per_frame,
+        outputs={f: state.outputs[f] for f in measured if f in state.outputs},
+    )
+
+
+class _Driver:
+    """Feeds frames into the first queue and collects them from the last."""
+
+    def __init__(self, q_first: queue.Queue[Any], q_last: queue.Queue[Any],
+                 threads: Sequence[_StageThread], mode: str, clock: Clock,
+                 feed: Callable[[int], dict[int, np.ndarray]], keep_outputs: bool,
+                 sliced: Any, progress: Progress | None, total: int) -> None:
+        self.q_first, self.q_last, self.threads = q_first, q_last, threads
+        self.mode, self.clock, self.feed = mode, clock, feed
+        self.keep_outputs = keep_outputs
+        self.output_ids = [int(t.index) for t in sliced.model_outputs]
+        self.progress, self.total = progress, total
+        self.done: dict[int, int] = {}
+        self.outputs: dict[int, dict[int, np.ndarray]] = {}
+        self.max_in_flight = 0
+        self._in_flight = 0
+        self._lock = threading.Lock()
+        self._turn = threading.Semaphore(1)
+        self.source_error: BaseException | None = None
+
+    def _source(self, ids: Sequence[int]) -> None:
+        try:
+            for f in ids:
+                if self.mode == "switch":
+                    self._turn.acquire()
+                tensors = self.feed(f)
+                self.q_first.put(_Msg(f, tensors, self.clock()))
+                with self._lock:
+                    self._in_flight += 1
+                    self.max_in_flight = max(self.max_in_flight, self._in_flight)
+        except BaseException as err:  # pragma: no cover - feed() failing
+            self.source_error = err
+
+    def batch(self, ids: range) -> None:
+        if len(ids) == 0:
+            return
+        src = threading.Thread(target=self._source, args=(ids,), name="coupprof-source",
+                               daemon=True)
+        src.start()
+        for _ in ids:
+            msg = self.q_last.get()
+            if msg is _STOP:
+                break
+            self.done[msg.frame] = msg.sent_ns
+            if self.keep_outputs:
+                self.outputs[msg.frame] = {t: msg.tensors[t] for t in self.output_ids
+                                           if t in msg.tensors}
+            with self._lock:
+                self._in_flight -= 1
+            if self.mode == "switch":
+                self._turn.release()
+            if self.progress:
+                self.progress(len(self.done), self.total)
+        src.join(timeout=60)
+        errors = [t.error for t in self.threads if t.error is not None]
+        if errors:
+            raise errors[0]
+        if self.source_error is not None:
+            raise self.source_error

@@ -1,0 +1,369 @@
+"""Predict a mapping's latency, throughput and energy from layer and transfer tables.
+
+Costs (all per frame, ms unless named otherwise), for layer ``i`` on processor ``P_i``:
+
+    t_i   the layer's time on P_i                 (layer table: time_ms_mean)
+    h_i   the hand-over into layer i:
+          i = 0:              feeding the model input into it (layer table: transfer_ms_mean)
+          P_{i-1} != P_i:     transfer(i - 1, P_{i-1}, P_i)        (transfer table)
+          P_{i-1} == P_i:     transfer(i - 1, P_i, P_i) if the transfer table has it,
+                              else the layer table's transfer_ms_mean for layer i
+
+**Switch mode** (one frame at a time): latency = sum_i (t_i + h_i); throughput =
+1000 / latency.
+
+**Pipeline mode** (AutoDiCE's model): stage k's time S_k = sum over its layers of
+(t_i + h_i), so the hand-over into a stage is charged to the stage that receives it;
+throughput = 1000 / max_k S_k (the slowest stage sets the pace); latency without
+queueing = sum_k S_k.
+
+**Energy per frame**: Switch: sum_i e_i + transfer energies at processor changes, where
+e_i is the layer table's energy_mj (board energy during the layer). Pipeline: stages
+overlap, so summing board energies would count the idle power once per stage;
+with dynamic energies and the idle baseline known, E = sum_i dyn_i + sum dyn(transfers)
++ P_idle * (1000 / throughput); otherwise the Switch sum is given and flagged as an
+upper bound.
+
+A missing transfer at a processor change counts as 0 and is listed in ``missing``.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from profiler.boards.model import Board
+from profiler.errors import BadInputError
+from profiler.executors.base import Executor
+from profiler.executors.factory import make_executor
+from profiler.executors.worker import ProcessorWorker
+from profiler.mapping import FreqPlan, Mapping
+from profiler.transfer import EnergyMeter, measure_transfer_matrix, model_inputs
+
+LAYER_FIX = "pass the CSVs written by `coupprof layers` (one per processor), with their .json"
+
+
+@dataclass
+class LayerCosts:
+    """Per (processor, layer): time_ms, transfer_ms and, where measured, energy_mj and
+    dynamic_energy_mj; the idle baseline power per processor table where known."""
+
+    table: pd.DataFrame  # columns processor, level, layer, time_ms, transfer_ms[, energy...]
+    baseline_power_w: dict[str, float] = field(default_factory=dict)
+    sources: list[str] = field(default_factory=list)
+
+    def lookup(self, letter: str, level: int | None, layer: int) -> pd.Series:
+        t = self.table
+        rows = t[(t["processor"] == letter) & (t["layer"] == layer)]
+        if rows.empty:
+            have = sorted(set(t["processor"]))
+            raise BadInputError(
+                f"no layer table has layer {layer} on processor {letter} (tables cover: "
+                f"{', '.join(have) or 'nothing'})",
+                f"measure it: coupprof layers --processor {letter} --csv ...; " + LAYER_FIX)
+        levels = rows["level"].astype("Int64")
+        exact = rows[levels.eq(level).fillna(False).astype(bool)] if level is not None \
+            else rows[levels.isna()]
+        return (exact if not exact.empty else rows).iloc[0]
+
+    def has_energy(self) -> bool:
+        return "energy_mj" in self.table.columns and self.table["energy_mj"].notna().any()
+
+
+@dataclass
+class StagePrediction:
+    index: int
+    processor: str
+    layers: tuple[int, ...]
+    compute_ms: float
+    transfer_ms: float
+
+    @property
+    def time_ms(self) -> float:
+        return self.compute_ms + self.transfer_ms
+
+
+@dataclass
+class Prediction:
+    mode: str
+    order: str
+    latency_ms: float
+    throughput_fps: float
+    stages: list[StagePrediction]
+    layer_ms: list[float]
+    handover_ms: list[float]
+    energy_mj: float | None = None
+    energy_note: str = ""
+    missing: list[str] = field(default_factory=list)
+
+    @property
+    def bottleneck(self) -> StagePrediction:
+        return max(self.stages, key=lambda s: s.time_ms)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"mode": self.mode, "order": self.order, "latency_ms": self.latency_ms,
+                "throughput_fps": self.throughput_fps, "energy_mj": self.energy_mj,
+                "energy_note": self.energy_note, "missing_transfers": self.missing,
+                "stages": [{"stage": s.index, "processor": s.processor,
+                            "layers": [s.layers[0], s.layers[-1]], "compute_ms": s.compute_ms,
+                            "transfer_ms": s.transfer_ms, "time_ms": s.time_ms}
+                           for s in self.stages]}
+
+
+def _transfer(transfers: pd.DataFrame | None, b: int, src: str, dst: str) -> pd.Series | None:
+    if transfers is None:
+        return None
+    rows = transfers[(transfers["boundary"] == b) & (transfers["src"] == src)
+                     & (transfers["dst"] == dst)]
+    return None if rows.empty else rows.iloc[0]
+
+
+def predict(mapping: Mapping, mode: str, layers: LayerCosts,
+            transfers: pd.DataFrame | None = None, freq: FreqPlan | None = None) -> Prediction:
+    """Latency, throughput and energy of `mapping` in `mode` (see the module docstring)."""
+    if mode not in ("switch", "pipeline"):
+        raise BadInputError(f"--mode {mode!r} is not switch or pipeline")
+    order = mapping.order
+    t_ms: list[float] = []
+    h_ms: list[float] = []
+    e_mj: list[float | None] = []
+    dyn_mj: list[float | None] = []
+    te_mj: list[float | None] = []  # energy of the hand-over into layer i, when known
+    missing: list[str] = []
+    for i, p in enumerate(order):
+        level = freq.level[i] if freq is not None else None
+        row = layers.lookup(p, level, i)
+        t_ms.append(float(row["time_ms"]))
+        e_mj.append(_num(row.get("energy_mj")))
+        dyn_mj.append(_num(row.get("dynamic_energy_mj")))
+        if i == 0:
+            h_ms.append(float(row["transfer_ms"]))
+            te_mj.append(None)
+            continue
+        tr = _transfer(transfers, i - 1, order[i - 1], p)
+        if tr is not None:
+            h_ms.append(float(tr["time_ms_mean"]))
+            te_mj.append(_num(tr.get("energy_mj")))
+        elif order[i - 1] == p:
+            h_ms.append(float(row["transfer_ms"]))
+            te_mj.append(None)
+        else:
+            missing.append(f"{i - 1}:{order[i - 1]}->{p}")
+            h_ms.append(0.0)
+            te_mj.append(None)
+    stages = [StagePrediction(st.index, st.processor, st.layers,
+                              sum(t_ms[i] for i in st.layers), sum(h_ms[i] for i in st.layers))
+              for st in mapping.stages]
+    serial_ms = sum(t_ms) + sum(h_ms)
+    if mode == "switch":
+        latency, fps = serial_ms, 1000.0 / serial_ms if serial_ms > 0 else math.inf
+    else:
+        slowest = max(s.time_ms for s in stages)
+        latency, fps = serial_ms, 1000.0 / slowest if slowest > 0 else math.inf
+    energy, note = _energy(mode, order, e_mj, dyn_mj, te_mj, t_ms, h_ms, fps, layers)
+    return Prediction(mode, order, latency, fps, stages, t_ms, h_ms, energy, note, missing)
+
+
+def _num(v: Any) -> float | None:
+    try:
+        f = float(v)
+    except (TypeError, ValueError):
+        return None
+    return None if math.isnan(f) else f
+
+
+def _energy(mode: str, order: str, e: list[float | None], dyn: list[float | None],
+            te: list[float | None], t_ms: list[float], h_ms: list[float], fps: float,
+            layers: LayerCosts) -> tuple[float | None, str]:
+    if any(v is None for v in e):
+        return None, "no energy in the layer tables"
+    changes = [i for i in range(1, len(order)) if order[i] != order[i - 1]]
+    transfer_e = sum(te[i] or 0.0 for i in changes)
+    no_te = [i for i in changes if te[i] is None]
+    note = "" if not no_te else f"transfer energy unknown at {len(no_te)} processor change(s)"
+    total = sum(v for v in e if v is not None) + transfer_e
+    if mode == "switch":
+        return total, note
+    base = [layers.baseline_power_w.get(p) for p in dict.fromkeys(order)]
+    if any(v is None for v in dyn) or any(b is None for b in base):
+        return total, "upper bound: sum of layer energies (no idle baseline to overlap stages)"
+    p_idle = float(np.mean([b for b in base if b is not None]))
+    dyn_transfer = sum((te[i] or 0.0) - p_idle * h_ms[i] for i in changes)
+    period_ms = 1000.0 / fps
+    return sum(v for v in dyn if v is not None) + dyn_transfer + p_idle * period_ms, note
+
+
+# --------------------------------------------------------------------------------
+# Inputs: saved tables, or measuring them
+# --------------------------------------------------------------------------------
+
+def read_layer_tables(paths: Sequence[str | Path]) -> LayerCosts:
+    """Layer tables written by `coupprof layers` (CSV + JSON sidecar), or CSVs with a
+    `processor` column (one row per processor and layer)."""
+    from profiler.tables import read_tables
+
+    frames: list[pd.DataFrame] = []
+    base: dict[str, float] = {}
+    shas: dict[str, str] = {}
+    for raw in paths:
+        p = Path(raw)
+        if not p.is_file():
+            raise BadInputError(f"layer table not found: {p}", LAYER_FIX)
+        if p.with_suffix(".json").is_file():
+            rt = read_tables(p)
+            df = rt.layers
+            letter = str(rt.info.get("processor", "")).upper()
+            if not letter:
+                raise BadInputError(f"{p}: its sidecar names no processor", LAYER_FIX)
+            part = pd.DataFrame({"processor": letter, "level": rt.info.get("freq_level"),
+                                 "layer": df["layer"].astype(int),
+                                 "time_ms": df["time_ms_mean"],
+                                 "transfer_ms": df.get("transfer_ms_mean", 0.0)})
+            for col in ("energy_mj", "dynamic_energy_mj"):
+                if col in df.columns:
+                    part[col] = df[col].to_numpy()
+            if "baseline_power_w" in rt.totals:
+                base[letter] = float(rt.totals["baseline_power_w"])
+            sha = str(rt.info.get("model_sha256", ""))
+            if sha:
+                shas[str(p)] = sha
+        else:
+            try:
+                df = pd.read_csv(p)
+            except (ValueError, OSError) as err:
+                raise BadInputError(f"cannot read layer table {p}: {err}", LAYER_FIX) from None
+            need = {"processor", "layer", "time_ms_mean"}
+            if not need <= set(df.columns):
+                raise BadInputError(f"{p} has no sidecar and lacks columns "
+                                    f"{', '.join(sorted(need - set(df.columns)))}", LAYER_FIX)
+            part = pd.DataFrame({"processor": df["processor"].astype(str).str.upper(),
+                                 "level": df["level"] if "level" in df.columns else None,
+                                 "layer": df["layer"].astype(int), "time_ms": df["time_ms_mean"],
+                                 "transfer_ms": df["transfer_ms_mean"] if "transfer_ms_mean"
+                                 in df.columns else 0.0})
+            for col in ("energy_mj", "dynamic_energy_mj"):
+                if col in df.columns:
+                    part[col] = df[col]
+        frames.append(part)
+    if not frames:
+        raise BadInputError("no layer tables given", LAYER_FIX)
+    if len(set(shas.values())) > 1:
+        listing = ", ".join(f"{k} ({v[:12]})" for k, v in shas.items())
+        raise BadInputError(f"the layer tables come from different models: {listing}",
+                            "measure every processor on the same model")
+    table = pd.concat(frames, ignore_index=True)
+    table["level"] = table["level"].astype("Int64")
+    return LayerCosts(table, base, [str(p) for p in paths])
+
+
+def measure_costs(
+    sliced: Any,
+    board: Board,
+    mapping: Mapping,
+    *,
+    freq: FreqPlan | None = None,
+    governors: dict[str, Any] | None = None,
+    frames: int = 20,
+    warmup: int = 3,
+    make: Callable[[Board, str], Executor] | None = None,
+    power: EnergyMeter | None = None,
+    seed: int = 0,
+    model_name: str = "model",
+    settle_s: float = 0.005,
+) -> tuple[LayerCosts, pd.DataFrame]:
+    """Layer and transfer tables for exactly what `mapping` needs: each layer alone on its
+    processor at its level (inputs written from host arrays, then run), and the
+    hand-over at every boundary of the mapping."""
+    build = make or (lambda bd, letter: make_executor(bd, letter))
+    inputs = model_inputs(sliced, seed)
+    rows: list[dict[str, Any]] = []
+    for letter in mapping.processors:
+        positions = [i for i, p in enumerate(mapping.order) if p == letter]
+        with ProcessorWorker(lambda letter=letter: build(board, letter), name=letter) as w:
+            rows += w.call(lambda ex, pos=positions: _profile_layers(
+                ex, sliced, pos, inputs, freq, governors or {}, frames, warmup, power,
+                model_name, settle_s))
+    table = pd.DataFrame(rows)
+    table["level"] = table["level"].astype("Int64")
+    needed = [(b, mapping.order[b], mapping.order[b + 1]) for b in range(mapping.n_layers - 1)]
+    matrix = measure_transfer_matrix(sliced, board, mapping.processors, reps=frames,
+                                     warmup=warmup, only=needed, make=build, power=power,
+                                     seed=seed, model_name=model_name)
+    return LayerCosts(table, {}, ["measured by coupprof run"]), matrix.table()
+
+
+def _profile_layers(ex: Executor, sliced: Any, positions: list[int],
+                    inputs: dict[int, np.ndarray], freq: FreqPlan | None,
+                    governors: dict[str, Any], frames: int, warmup: int,
+                    power: EnergyMeter | None, model_name: str,
+                    settle_s: float) -> list[dict[str, Any]]:
+    rng = np.random.default_rng(1)
+    out = []
+    clock = ex.clock
+    for pos in positions:
+        layer = sliced.layers[pos]
+        sub = ex.load(layer.model_bytes, f"layer {layer.index} of {model_name}")
+        arrays = [inputs[int(t.index)] if int(t.index) in inputs else
+                  _like(spec.shape, spec.dtype, rng) for t, spec in zip(layer.inputs, sub.inputs,
+                                                                         strict=True)]
+        level = freq.level[pos] if freq is not None else None
+        if freq is not None and freq.mode == "per-layer" and freq.khz[pos] is not None:
+            gov = governors.get(freq.domain[pos])
+            if gov is not None:
+                gov.request_khz(freq.khz[pos])
+                time.sleep(settle_s)  # let the (modelled or real) transition finish
+        xfer, run = [], []
+        for k in range(warmup + frames):
+            t0 = clock()
+            for slot, a in enumerate(arrays):
+                sub.set_input(slot, a)
+            t1 = clock()
+            sub.run()
+            t2 = clock()
+            if k >= warmup:
+                xfer.append(t1 - t0)
+                run.append(t2 - t1)
+        row: dict[str, Any] = {"processor": ex.proc.letter, "level": level, "layer": pos,
+                               "time_ms": float(np.mean(run)) / 1e6,
+                               "transfer_ms": float(np.mean(xfer)) / 1e6,
+                               "fallback": sub.fallback}
+        if power is not None:
+            row["energy_mj"] = power.per_call(sub.run)
+        out.append(row)
+    return out
+
+
+def _like(shape: tuple[int, ...], dtype: np.dtype, rng: np.random.Generator) -> np.ndarray:
+    from profiler.runner import random_input
+
+    return random_input(shape, dtype, rng)
+
+
+# --------------------------------------------------------------------------------
+# Measured against predicted
+# --------------------------------------------------------------------------------
+
+def compare(pred: Prediction, run: Any) -> pd.DataFrame:
+    """Rows of metric, predicted, measured, error_pct (measured vs predicted)."""
+    lat = "latency_ms" if pred.mode == "switch" else "latency_ms (predicted without queueing)"
+    rows: list[tuple[str, float, float | None]] = [
+        (lat, pred.latency_ms, float(run.latency_ns.mean()) / 1e6),
+        ("throughput_fps", pred.throughput_fps, float(run.throughput_fps)),
+    ]
+    busy = run.stage_busy_ns.mean(axis=0) / 1e6
+    for st in pred.stages:
+        rows.append((f"stage {st.index} ({st.processor}) ms", st.time_ms, float(busy[st.index])))
+    if pred.energy_mj is not None or run.energy_mj is not None:
+        rows.append(("energy_mj", pred.energy_mj if pred.energy_mj is not None else math.nan,
+                     run.energy_mj))
+    df = pd.DataFrame(rows, columns=["metric", "predicted", "measured"])
+    df["measured"] = df["measured"].astype(float)
+    df["error_pct"] = (df["predicted"] - df["measured"]) / df["measured"] * 100.0
+    return df

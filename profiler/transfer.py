@@ -1,0 +1,394 @@
+"""The transfer matrix: what handing a layer boundary's tensors from one processor to
+another costs, per boundary and ordered processor pair (ARM-CO-UP Fig. 18).
+
+For boundary ``b`` (between layer ``b`` and ``b + 1``; its tensors are listed by
+`profiler.mapping.boundary_tensors`) and a pair ``src -> dst``, one hand-over is:
+
+    src thread:  run layer b's sub-model on src             (not timed: the producer)
+                 t0 = clock()                               the producer has finished
+                 read the boundary's tensors out of src's output buffers (host copies)
+                 hand them to the dst thread (a one-slot queue; it is already waiting)
+    dst thread:  write them into the input buffers of every layer > b that reads them
+                 t1 = clock()                               the consumer can start
+
+and its time is ``t1 - t0``. Each processor is driven by its own thread pinned to its
+host cores (`ProcessorWorker`), so a cross-processor hand-over includes the
+cross-core (or host-device) copies and the thread wake-up, as a real switch does.
+For ``src == dst`` (the baseline) one thread copies straight from the producer's
+output buffers into the consumers' input buffers, as within a pipeline stage.
+
+On accelerators a layer's `run()` ends with its outputs read back to the host (the
+only completion signal LiteRT's Python API offers), so that download is part of the
+layer's time; the upload into an accelerator's input buffers is part of the transfer.
+
+Energy (only with a power source): the energy of "run layer b on src, then hand
+over" minus that of "run layer b on src" alone, each per call from a window long
+enough for the source (`measure_repeated` for counter sources, a captured trace for
+streaming ones). Without a power source the ``energy_mj`` column is absent.
+
+`EnergyMeter` wraps a power source for whole spans of work; `coupprof run` uses it too.
+"""
+
+from __future__ import annotations
+
+import json
+import queue
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from profiler.boards.model import Board
+from profiler.clock import Clock, perf_clock
+from profiler.errors import BadInputError
+from profiler.executors.base import Executor, SubModel
+from profiler.executors.factory import make_executor
+from profiler.executors.worker import ProcessorWorker
+from profiler.mapping import boundary_tensors
+from profiler.runner import random_input
+
+SIDECAR_FORMAT = "coupprof-transfers/1"
+CSV_COLUMNS = ("boundary", "src", "dst", "bytes", "tensors", "time_ms_mean", "time_ms_median",
+               "time_ms_p95", "time_ms_std", "reps")
+
+MakeExecutor = Callable[[Board, str], Executor]
+Progress = Callable[[int, int], None]
+
+
+# --------------------------------------------------------------------------------
+# Energy over spans of work, from any power source
+# --------------------------------------------------------------------------------
+
+class EnergyMeter:
+    """Energy of a span of work from a `PowerSource` (counter or streaming).
+
+    Counter sources (NVML, RAPL, hwmon): the span starts right after a counter update
+    and `per_call` repeats short work until the window spans `min_updates` updates.
+    Streaming sources (the logger): a capture around the span, integrated over it.
+    """
+
+    def __init__(self, source: Any, clock: Clock | None = None, min_updates: int = 20) -> None:
+        self.source = source
+        self.clock = clock or getattr(source, "clock", perf_clock)
+        self.min_updates = min_updates
+
+    @property
+    def name(self) -> str:
+        return str(getattr(self.source, "spec", type(self.source).__name__))
+
+    def span(self, work: Callable[[], Any]) -> tuple[Any, float, int, int]:
+        """Run `work` once; (its result, energy_mj, t0_ns, t1_ns)."""
+        if getattr(self.source, "mode", "") == "counter":
+            t0, e0 = self.source.wait_for_tick()
+            result = work()
+            e1 = self.source.read_energy_mj()
+            return result, float(e1 - e0), t0, self.clock()
+        from profiler.attribution import attribute
+
+        self.source.start()
+        try:
+            t0 = self.clock()
+            result = work()
+            t1 = self.clock()
+        finally:
+            trace = self.source.stop()
+        att = attribute(np.array([[t0]]), np.array([[t1]]), trace, use_edges=False)
+        return result, float(att.layers[0].energy_mj), t0, t1
+
+    def per_call(self, call: Callable[[], Any], min_calls: int = 20) -> float:
+        """Mean energy of one `call`, from a window long enough to resolve it."""
+        if getattr(self.source, "mode", "") == "counter":
+            from profiler.attribution import measure_repeated
+
+            return float(measure_repeated(call, self.source, min_updates=self.min_updates)
+                         .energy_mj)
+
+        def many() -> None:
+            for _ in range(min_calls):
+                call()
+
+        _, energy, _, _ = self.span(many)
+        return energy / min_calls
+
+
+# --------------------------------------------------------------------------------
+# Results
+# --------------------------------------------------------------------------------
+
+@dataclass
+class TransferSample:
+    boundary: int  # between layer `boundary` and `boundary + 1`
+    src: str
+    dst: str
+    nbytes: int
+    tensors: int
+    time_ns: np.ndarray  # (reps,)
+    energy_mj: float | None = None
+
+
+@dataclass
+class TransferMatrix:
+    samples: list[TransferSample]
+    info: dict[str, Any] = field(default_factory=dict)
+
+    def table(self) -> pd.DataFrame:
+        """Long format: one row per (boundary, src, dst)."""
+        rows = []
+        for s in self.samples:
+            ms = s.time_ns.astype(np.float64) / 1e6
+            row: dict[str, Any] = {
+                "boundary": s.boundary, "src": s.src, "dst": s.dst, "bytes": s.nbytes,
+                "tensors": s.tensors, "time_ms_mean": float(ms.mean()),
+                "time_ms_median": float(np.median(ms)), "time_ms_p95": float(np.percentile(ms, 95)),
+                "time_ms_std": float(ms.std(ddof=1)) if ms.size > 1 else 0.0, "reps": int(ms.size),
+            }
+            if s.energy_mj is not None:
+                row["energy_mj"] = s.energy_mj
+            rows.append(row)
+        df = pd.DataFrame(rows, columns=[*CSV_COLUMNS, *(["energy_mj"] if any(
+            s.energy_mj is not None for s in self.samples) else [])])
+        return df
+
+
+def summary(df: pd.DataFrame, value: str = "time_ms_mean") -> pd.DataFrame:
+    """src x dst matrix of `value` averaged over boundaries."""
+    return df.pivot_table(index="src", columns="dst", values=value, aggfunc="mean")
+
+
+# --------------------------------------------------------------------------------
+# Measuring
+# --------------------------------------------------------------------------------
+
+@dataclass
+class _Plan:
+    """Where each boundary tensor lives (producer layer, output slot) and goes
+    (consumer layer, input slot)."""
+
+    tensors: list[list[Any]]  # per boundary: TensorSpecs
+    producer: dict[int, tuple[int, int]]  # tensor -> (layer pos or -1 for model input, slot)
+    consumers: dict[int, list[tuple[int, int]]]  # tensor -> [(layer pos, input slot)]
+
+
+def _plan(sliced: Any) -> _Plan:
+    producer: dict[int, tuple[int, int]] = {int(t.index): (-1, k)
+                                            for k, t in enumerate(sliced.model_inputs)}
+    consumers: dict[int, list[tuple[int, int]]] = {}
+    for pos, layer in enumerate(sliced.layers):
+        for slot, t in enumerate(layer.inputs):
+            consumers.setdefault(int(t.index), []).append((pos, slot))
+        for slot, t in enumerate(layer.outputs):
+            producer[int(t.index)] = (pos, slot)
+    return _Plan(boundary_tensors(sliced), producer, consumers)
+
+
+class _Loaded:
+    """A processor's copy of every layer, chained once so all buffers hold real data."""
+
+    def __init__(self, ex: Executor, sliced: Any, plan: _Plan, inputs: dict[int, np.ndarray],
+                 model_name: str) -> None:
+        self.subs: list[SubModel] = [ex.load(layer.model_bytes,
+                                             f"layer {layer.index} of {model_name}")
+                                     for layer in sliced.layers]
+        self.plan = plan
+        self.inputs = inputs
+        for pos, layer in enumerate(sliced.layers):
+            for slot, t in enumerate(layer.inputs):
+                self.subs[pos].set_input(slot, self.source(int(t.index)))
+            self.subs[pos].run()
+
+    def source(self, tensor: int) -> np.ndarray:
+        pos, slot = self.plan.producer[tensor]
+        return self.inputs[tensor] if pos < 0 else self.subs[pos].output(slot)
+
+    def deliver(self, boundary: int, arrays: Sequence[np.ndarray]) -> None:
+        for spec, arr in zip(self.plan.tensors[boundary], arrays, strict=True):
+            for pos, slot in self.plan.consumers.get(int(spec.index), []):
+                if pos > boundary:
+                    self.subs[pos].set_input(slot, arr)
+
+
+def model_inputs(sliced: Any, seed: int = 0) -> dict[int, np.ndarray]:
+    """Random inputs shaped as the slicer lists them, keyed by tensor index."""
+    rng = np.random.default_rng(seed)
+    return {int(t.index): random_input(t.shape, t.dtype, rng) for t in sliced.model_inputs}
+
+
+def measure_transfer_matrix(
+    sliced: Any,
+    board: Board,
+    processors: Sequence[str],
+    *,
+    reps: int = 30,
+    warmup: int = 3,
+    boundaries: Sequence[int] | None = None,
+    only: Sequence[tuple[int, str, str]] | None = None,
+    make: MakeExecutor | None = None,
+    power: EnergyMeter | None = None,
+    clock: Clock = perf_clock,
+    seed: int = 0,
+    model_name: str = "model",
+    progress: Progress | None = None,
+) -> TransferMatrix:
+    """Time (and energy) of every (boundary, src, dst) hand-over; see the module docstring.
+
+    only: measure just these (boundary, src, dst) triples (what a mapping needs).
+    """
+    if reps < 1 or warmup < 0:
+        raise BadInputError(f"need at least 1 repetition and warmup >= 0, got {reps}, {warmup}")
+    letters = list(dict.fromkeys(p.upper() for p in processors))
+    for p in letters:
+        board.processor(p)
+    plan = _plan(sliced)
+    n_bound = len(plan.tensors)
+    todo = list(range(n_bound)) if boundaries is None else sorted(set(boundaries))
+    for b in todo:
+        if not 0 <= b < n_bound:
+            raise BadInputError(f"boundary {b} does not exist (the model has {n_bound} "
+                                f"boundaries, 0..{n_bound - 1})")
+    wanted = None if only is None else {(int(b), s.upper(), d.upper()) for b, s, d in only}
+    if wanted is not None:
+        todo = sorted({b for b, _, _ in wanted})
+    build = make or (lambda bd, letter: make_executor(bd, letter, clock=clock))
+    inputs = model_inputs(sliced, seed)
+    workers: dict[str, ProcessorWorker] = {}
+    loaded: dict[str, _Loaded] = {}
+    samples: list[TransferSample] = []
+    total = len(todo) * len(letters) ** 2 if wanted is None else len(wanted)
+    try:
+        for p in letters:
+            workers[p] = ProcessorWorker(lambda p=p: build(board, p), name=p)
+            workers[p].start()
+            loaded[p] = workers[p].call(lambda ex: _Loaded(ex, sliced, plan, inputs, model_name))
+        done = 0
+        for b in todo:
+            specs = plan.tensors[b]
+            nbytes = sum(int(t.nbytes) for t in specs)
+            for src in letters:
+                for dst in letters:
+                    if wanted is not None and (b, src, dst) not in wanted:
+                        continue
+                    times = _time_pair(b, workers[src], loaded[src], workers[dst], loaded[dst],
+                                       src == dst, reps, warmup, clock)
+                    energy = None
+                    if power is not None:
+                        energy = _energy_pair(b, workers[src], loaded[src], workers[dst],
+                                              loaded[dst], src == dst, power, clock)
+                    samples.append(TransferSample(b, src, dst, nbytes, len(specs), times, energy))
+                    done += 1
+                    if progress:
+                        progress(done, total)
+    finally:
+        for w in workers.values():
+            w.stop()
+    info = {"processors": letters, "boundaries": todo, "reps": reps, "warmup": warmup,
+            "power_source": power.name if power is not None else "none",
+            "executors": {p: w.executor.describe() for p, w in workers.items()
+                          if w.executor is not None}}
+    return TransferMatrix(samples, info)
+
+
+def _readout(loaded: _Loaded, b: int) -> list[np.ndarray]:
+    return [np.array(loaded.source(int(t.index)), copy=True) for t in loaded.plan.tensors[b]]
+
+
+def _same(loaded: _Loaded, b: int, clock: Clock) -> int:
+    """Producer runs, then its outputs go straight into the consumers (one thread)."""
+    loaded.subs[b].run()
+    t0 = clock()
+    loaded.deliver(b, [loaded.source(int(t.index)) for t in loaded.plan.tensors[b]])
+    return clock() - t0
+
+
+def _cross_once(b: int, wsrc: ProcessorWorker, lsrc: _Loaded, wdst: ProcessorWorker,
+                ldst: _Loaded, clock: Clock) -> int:
+    handoff: queue.Queue[list[np.ndarray]] = queue.Queue(maxsize=1)
+    waiting = threading.Event()
+
+    def consumer(_: Executor) -> int:
+        waiting.set()
+        arrays = handoff.get()
+        ldst.deliver(b, arrays)
+        return clock()
+
+    def producer(_: Executor) -> int:
+        waiting.wait()
+        lsrc.subs[b].run()
+        t0 = clock()
+        handoff.put(_readout(lsrc, b))
+        return t0
+
+    got = wdst.submit(consumer)
+    t0 = wsrc.submit(producer).result()
+    return got.result() - t0
+
+
+def _time_pair(b: int, wsrc: ProcessorWorker, lsrc: _Loaded, wdst: ProcessorWorker,
+               ldst: _Loaded, same: bool, reps: int, warmup: int, clock: Clock) -> np.ndarray:
+    if same:
+        def batch(_: Executor) -> list[int]:
+            return [_same(lsrc, b, clock) for _ in range(warmup + reps)]
+
+        times = wsrc.call(batch)
+    else:
+        times = [_cross_once(b, wsrc, lsrc, wdst, ldst, clock) for _ in range(warmup + reps)]
+    return np.asarray(times[warmup:], dtype=np.int64)
+
+
+def _energy_pair(b: int, wsrc: ProcessorWorker, lsrc: _Loaded, wdst: ProcessorWorker,
+                 ldst: _Loaded, same: bool, meter: EnergyMeter, clock: Clock) -> float:
+    if same:
+        with_handover = meter.per_call(lambda: wsrc.call(lambda _: _same(lsrc, b, clock)))
+    else:
+        with_handover = meter.per_call(lambda: _cross_once(b, wsrc, lsrc, wdst, ldst, clock))
+    alone = meter.per_call(lambda: wsrc.call(lambda _: lsrc.subs[b].run()))
+    return with_handover - alone
+
+
+# --------------------------------------------------------------------------------
+# Files
+# --------------------------------------------------------------------------------
+
+def write_transfer_csv(matrix: TransferMatrix, csv_path: str | Path,
+                       json_path: str | Path | None = None,
+                       info: dict[str, Any] | None = None) -> tuple[Path, Path]:
+    csv_p = Path(csv_path)
+    json_p = Path(json_path) if json_path is not None else csv_p.with_suffix(".json")
+    df = matrix.table()
+    try:
+        csv_p.parent.mkdir(parents=True, exist_ok=True)
+        json_p.parent.mkdir(parents=True, exist_ok=True)
+        df.to_csv(csv_p, index=False)
+        sidecar = {"format": SIDECAR_FORMAT, "csv": csv_p.name, **(info or {}), **matrix.info,
+                   "units": {"time_ms": "ms from the producer finishing on src to the "
+                                        "consumer's inputs written on dst",
+                             "bytes": "bytes of the tensors crossing the boundary",
+                             "energy_mj": "mJ per hand-over (with minus without it)"}}
+        json_p.write_text(json.dumps(sidecar, indent=2, default=str) + "\n")
+    except OSError as err:
+        raise BadInputError(f"cannot write results to {err.filename or csv_p}: {err.strerror}",
+                            "choose a writable path with --csv") from None
+    return csv_p, json_p
+
+
+def read_transfer_csv(path: str | Path) -> pd.DataFrame:
+    """A transfer table written by `coupprof transfer-matrix` (or compatible)."""
+    p = Path(path)
+    if not p.is_file():
+        raise BadInputError(f"transfer table not found: {p}",
+                            "pass the CSV written by `coupprof transfer-matrix`")
+    try:
+        df = pd.read_csv(p)
+    except (ValueError, OSError) as err:
+        raise BadInputError(f"cannot read transfer table {p}: {err}") from None
+    need = {"boundary", "src", "dst", "time_ms_mean"}
+    if not need <= set(df.columns):
+        raise BadInputError(f"{p} is not a transfer table (needs columns "
+                            f"{', '.join(sorted(need))})",
+                            "pass the CSV written by `coupprof transfer-matrix`")
+    df["src"] = df["src"].astype(str).str.upper()
+    df["dst"] = df["dst"].astype(str).str.upper()
+    return df
