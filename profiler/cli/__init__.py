@@ -26,6 +26,7 @@ COMMANDS: list[str] = [
     "slice",
     "collect",
     "sweep",
+    "transfer_matrix",
 ]
 
 EPILOG = """\
