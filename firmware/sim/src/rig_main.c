@@ -56,14 +56,36 @@ void rig_warn(rig_t *r, const char *fmt, ...)
 	rig_log(r, "note %.4f %s\n", t_us, msg);
 }
 
+/* simavr messages, each distinct one at most 3 times (some come on every register
+ * write, e.g. 1.6's "mode 0 UNSUPPORTED" on OCR1x writes in normal mode, which it
+ * then handles correctly); the rest are counted and summarised at exit */
+#define LOG_KINDS 32
+static struct { const char *fmt; uint64_t n; } log_seen[LOG_KINDS];
+
 static void simavr_logger(avr_t *avr, const int level, const char *fmt, va_list ap)
 {
 	if (avr && level > avr->log)
 		return;
 	if (!avr && level > LOG_WARNING)
 		return;
+	int k;
+	for (k = 0; k < LOG_KINDS && log_seen[k].fmt && log_seen[k].fmt != fmt; k++)
+		;
+	if (k < LOG_KINDS) {
+		log_seen[k].fmt = fmt;
+		if (++log_seen[k].n > 3)
+			return;
+	}
 	fputs("simavr: ", stderr);
 	vfprintf(stderr, fmt, ap);
+}
+
+static void simavr_log_summary(void)
+{
+	for (int k = 0; k < LOG_KINDS && log_seen[k].fmt; k++)
+		if (log_seen[k].n > 3)
+			fprintf(stderr, "simavr: (%llu more of: %s", (unsigned long long)(log_seen[k].n - 3),
+					log_seen[k].fmt);
 }
 
 /* ---- ground truth ---------------------------------------------------- */
@@ -672,6 +694,7 @@ int main(int argc, char **argv)
 done:;
 	if (isr_stats)
 		isr_stats_report(r, stderr);
+	simavr_log_summary();
 	double t_end = rig_cycles_to_s(r, avr->cycle);
 	rig_integrate_to(r, t_end);
 	rig_log(r, "end %.4f %u %.12g %.12g\n", t_end * 1e6, r->marker_state, r->integ.q_c,

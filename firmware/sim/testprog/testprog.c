@@ -8,6 +8,8 @@
  *   W reg val   -> "W reg val"                       INA226 register write (hex)
  *   C n         -> n x "C t_us shunt bus"            wait for conversion ready (CVRF), read
  *   A n         -> n x "A t_us code"                  free-running ADC0, prescaler 128
+ *   O n         -> "O n late"                        Timer1 compare A in normal mode at
+ *                                                     TCNT1 + n: ticks from match to ISR
  *   P           -> marker edges since last P: "P pins t_us" each, then "P end"
  * Marker inputs PD2..PD5 raise PCINT2; edges are timestamped with Timer1 at 2 MHz.
  */
@@ -36,6 +38,14 @@ static volatile uint32_t adc_t[64];
 static volatile uint8_t adc_n, adc_want;
 
 ISR(TIMER1_OVF_vect) { t1_hi++; }
+
+static volatile uint16_t compa_at;
+static volatile uint8_t compa_hit;
+ISR(TIMER1_COMPA_vect)
+{
+	compa_at = TCNT1;
+	compa_hit = 1;
+}
 
 /* Timer1 ticks at 2 MHz; 32-bit tick count with the overflow race handled */
 static uint32_t ticks(void)
@@ -268,6 +278,48 @@ static void cmd(char *line)
 			for (volatile uint16_t k = 0; k < 200; k++)
 				;
 		}
+		break;
+	}
+	case 'O': {	/* output compare in normal mode: OCR1A = now + n, report the ISR's TCNT1 */
+		uint16_t n = (uint16_t)strtoul(arg, NULL, 10);
+		compa_hit = 0;
+		cli();
+		uint16_t target = (uint16_t)(TCNT1 + n);
+		OCR1A = target;
+		TIFR1 = _BV(OCF1A);
+		TIMSK1 |= _BV(OCIE1A);
+		sei();
+		while (!compa_hit)
+			;
+		TIMSK1 &= (uint8_t)~_BV(OCIE1A);
+		snprintf(out, sizeof(out), "O %u %u\n", n, (uint16_t)(compa_at - target));
+		puts_(out);
+		break;
+	}
+	case 'K':	/* Timer1 as Arduino's init() leaves it, then back to normal mode */
+		TCCR1B = _BV(CS11) | _BV(CS10);
+		TCCR1A = _BV(WGM10);
+		TCCR1A = 0;
+		TCCR1B = 0;
+		TCCR1C = 0;
+		TCNT1 = 0;
+		t1_hi = 0;
+		TIFR1 = 0xFF;
+		TIMSK1 = _BV(TOIE1);
+		TCCR1B = _BV(CS11);
+		puts_("K\n");
+		break;
+	case 'Q': {	/* write OCR1A every ~50 us for n ms; report the ticks that passed */
+		uint16_t n = (uint16_t)strtoul(arg, NULL, 10);
+		uint32_t t0 = ticks();
+		for (uint32_t k = 0; k < (uint32_t)n * 20u; k++) {
+			OCR1A = (uint16_t)(TCNT1 + 700);
+			for (volatile uint8_t d = 0; d < 60; d++)
+				;
+		}
+		uint32_t t1 = ticks();
+		snprintf(out, sizeof(out), "Q %u %lu %lu\n", n, (unsigned long)t0, (unsigned long)t1);
+		puts_(out);
 		break;
 	}
 	case 'P':

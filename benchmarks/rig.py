@@ -1,0 +1,219 @@
+"""Rig benchmark: the logger firmware under simavr, measured in simulated time.
+
+For each front end (INA226 shunt + bus, A0 amplifier) the firmware streams for
+``--seconds`` of simulated time (default 60) at 2,000,000 baud while the rig
+drives marker 0 through layer-like windows (1 to 20 ms) over a known waveform.
+Printed per front end, against the issue's targets:
+
+- achieved sample rate (samples / device-clock span)      >= 3.5 kS/s INA226, >= 10 kS/s A0
+- lost frames (sequence gaps) and corrupt frames           0
+- samples the firmware dropped (its STATUS counter)        0
+- edge timestamp resolution: |EDGE time - rig time| after
+  removing the constant boot offset (p50, p99, max)        <= 4 us
+- attribution error: per-window energy from
+  profiler.attribution vs the rig's exact integral,
+  windows >= 1 ms (median, p99, max |error|)               <= 1 %
+
+Run: ``.venv/bin/python benchmarks/rig.py [--seconds 60] [--front-end ina226|a0|both]
+[--json out.json]``. Needs the rig and the firmware built (``make -C firmware all sim``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from profiler.attribution import PowerTrace, attribute  # noqa: E402
+from profiler.power import protocol as P  # noqa: E402
+from profiler.power.rig import A0_ELF, INA226_ELF, Waveform, missing, run_fast  # noqa: E402
+
+TARGET_RATE = {"ina226": 3500.0, "a0": 10_000.0}
+ELF = {"ina226": INA226_ELF, "a0": A0_ELF}
+# the window each sample stands for (INA226: one 140 us shunt conversion; A0: 3 x 26 us)
+SAMPLE_WINDOW_NS = {"ina226": 140_000, "a0": 52_000}
+
+WAVE = Waveform(points=((0, 0.10, 5.00), (3_000, 0.35, 4.90), (7_000, 0.20, 4.95),
+                        (10_000, 0.10, 5.00)),
+                period_us=10_000, state_current_a={1: 0.25})
+
+
+@dataclass
+class Result:
+    front_end: str
+    sim_seconds: float
+    wall_seconds: float
+    rate_hz: float
+    ident_rate_hz: int
+    samples: int
+    samples_total: int
+    samples_dropped: int
+    samples_out_of_order: int
+    lost_frames: int
+    corrupt_frames: int
+    line_use_pct: float
+    edges_expected: int
+    edges_seen: int
+    edge_dev_p50_us: float
+    edge_dev_p99_us: float
+    edge_dev_max_us: float
+    windows: int
+    attribution_err_median_pct: float
+    attribution_err_p99_pct: float
+    attribution_err_max_pct: float
+
+
+def layer_script(seconds: float, rng: np.random.Generator) -> list[tuple[int, int]]:
+    """(t_us, level) of marker 0: windows of 1..20 ms with 0.3..2 ms gaps."""
+    out = []
+    t = 100_000 + int(rng.integers(0, 1000))
+    end = int(seconds * 1e6) - 120_000
+    while True:
+        length = int(rng.uniform(1_000, 20_000))
+        if t + length > end:
+            break
+        out += [(t, 1), (t + length, 0)]
+        t += length + int(rng.uniform(300, 2_000))
+    return out
+
+
+def bench(fe: str, seconds: float, seed: int) -> Result:
+    rng = np.random.default_rng(seed)
+    marks = layer_script(seconds, rng)
+    cmd = {c: P.encode_command(c).hex() for c in P.Command}
+    script = [f"20000 send {cmd[P.Command.IDENTIFY]}", f"50000 send {cmd[P.Command.START]}"]
+    script += [f"{t} pin 0 {lv}" for t, lv in marks]
+    script.append(f"{int(seconds * 1e6) - 60_000} send {cmd[P.Command.STOP]}")
+    t0 = time.monotonic()
+    run = run_fast(ELF[fe], seconds, script, WAVE, timeout_s=3600)
+    wall = time.monotonic() - t0
+
+    dec = P.StreamDecoder()
+    out = dec.feed(run.uart)
+    info = [m.info for m in out.messages if isinstance(m, P.Ident)][-1]
+    status = [m for m in out.messages if isinstance(m, P.Status)]
+    s, e = out.samples, out.edges
+    n_samples = len(s)
+    span_s = (s["t_us"][-1] - s["t_us"][0]) * 1e-6 if len(s) > 1 else float("nan")
+
+    changes = run.truth.changes()
+    pin_t = np.array([c.t_us for c in changes])
+    n = min(len(e), len(pin_t))
+    offset = e["t_us"][:n] - pin_t[:n]
+    off = float(np.median(offset)) if n else 0.0
+    dev = np.abs(offset - off) if n else np.array([np.nan])
+
+    # attribution on the rig's time axis (device clock minus the boot offset); a
+    # sample whose time does not increase (a firmware fault) is counted and left out
+    keep = np.ones(len(s), bool)
+    if len(s) > 1:
+        keep[1:] = s["t_us"][1:] > np.maximum.accumulate(s["t_us"])[:-1]
+    out_of_order = int((~keep).sum())
+    s = s[keep]
+    if len(s) < 2:
+        raise RuntimeError(f"only {len(s)} samples: the firmware did not stream")
+    current = info.current_a(s["current"])
+    power = current * info.bus_v(s["bus"])
+    gaps = out.gaps
+    trace = PowerTrace(
+        t_ns=np.round((s["t_us"] - off) * 1000).astype(np.int64), power_w=power,
+        edge_t_ns=np.round((e["t_us"] - off) * 1000).astype(np.int64),
+        edge_markers=e["markers"], edge_changed=e["changed"], markers=s["markers"],
+        lost_start_ns=np.round((gaps["t_before_us"] - off) * 1000).astype(np.int64),
+        lost_end_ns=np.round((gaps["t_after_us"] - off) * 1000).astype(np.int64),
+        lost_frames=gaps["missing"].astype(np.int64),
+        sample_window_ns=SAMPLE_WINDOW_NS[fe], corrupt_frames=dec.counters.corrupt_frames,
+        source=f"rig-{fe}")
+    wins = run.truth.windows(0)
+    start = np.array([[round(w.start_us * 1000) for w in wins]], dtype=np.int64)
+    end = np.array([[round(w.end_us * 1000) for w in wins]], dtype=np.int64)
+    att = attribute(start, end, trace, levels=(1, 0), level_mask=1)
+    truth_mj = np.array([w.energy_j * 1e3 for w in wins])
+    long = np.array([w.duration_us >= 1000 for w in wins])
+    err = np.abs(att.window_energy_mj[0] - truth_mj) / truth_mj * 100
+    err = err[long]
+
+    return Result(
+        front_end=fe, sim_seconds=seconds, wall_seconds=round(wall, 2),
+        rate_hz=round(n_samples / span_s, 1),
+        ident_rate_hz=info.rate_hz, samples=n_samples,
+        samples_total=status[-1].samples_total if status else -1,
+        samples_dropped=status[-1].samples_dropped if status else -1,
+        samples_out_of_order=out_of_order,
+        lost_frames=dec.counters.lost_frames, corrupt_frames=dec.counters.corrupt_frames,
+        line_use_pct=round(len(run.uart) * 10 / (2_000_000 * seconds) * 100, 1),
+        edges_expected=len(changes), edges_seen=len(e),
+        edge_dev_p50_us=round(float(np.percentile(dev, 50)), 2),
+        edge_dev_p99_us=round(float(np.percentile(dev, 99)), 2),
+        edge_dev_max_us=round(float(np.max(dev)), 2),
+        windows=int(long.sum()),
+        attribution_err_median_pct=round(float(np.median(err)), 3),
+        attribution_err_p99_pct=round(float(np.percentile(err, 99)), 3),
+        attribution_err_max_pct=round(float(np.max(err)), 3),
+    )
+
+
+def verdict(ok: bool) -> str:
+    return "ok" if ok else "MISSED"
+
+
+def report(r: Result) -> list[tuple[str, str, str, str]]:
+    return [
+        ("sample rate (S/s, simulated)", f"{r.rate_hz:.0f} (IDENT {r.ident_rate_hz})",
+         f">= {TARGET_RATE[r.front_end]:.0f}", verdict(r.rate_hz >= TARGET_RATE[r.front_end])),
+        ("lost / corrupt frames", f"{r.lost_frames} / {r.corrupt_frames}", "0",
+         verdict(r.lost_frames == 0 and r.corrupt_frames == 0)),
+        ("samples dropped by firmware", f"{r.samples_dropped} of {r.samples_total}", "0",
+         verdict(r.samples_dropped == 0)),
+        ("samples with non-increasing time", f"{r.samples_out_of_order}", "0",
+         verdict(r.samples_out_of_order == 0)),
+        ("line use at 2 Mbaud", f"{r.line_use_pct} %", "", ""),
+        ("edges seen", f"{r.edges_seen} of {r.edges_expected}", "all",
+         verdict(r.edges_seen == r.edges_expected)),
+        ("edge time error p50 / p99 / max (us)",
+         f"{r.edge_dev_p50_us} / {r.edge_dev_p99_us} / {r.edge_dev_max_us}", "<= 4",
+         verdict(r.edge_dev_max_us <= 4.0)),
+        (f"attribution error, {r.windows} windows >= 1 ms (%)",
+         f"{r.attribution_err_median_pct} / {r.attribution_err_p99_pct} / "
+         f"{r.attribution_err_max_pct}", "<= 1", verdict(r.attribution_err_max_pct <= 1.0)),
+        ("wall time (s)", f"{r.wall_seconds} for {r.sim_seconds} s simulated", "", ""),
+    ]
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--seconds", type=float, default=60.0, help="simulated seconds per front end")
+    ap.add_argument("--front-end", choices=("ina226", "a0", "both"), default="both")
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--json", type=Path, help="also write the figures here")
+    args = ap.parse_args(argv)
+    fes = ["ina226", "a0"] if args.front_end == "both" else [args.front_end]
+    why = missing(*(ELF[fe] for fe in fes))
+    if why:
+        print(f"rig benchmark: {why}", file=sys.stderr)
+        return 2
+    results = []
+    for fe in fes:
+        try:
+            r = bench(fe, args.seconds, args.seed)
+        except Exception as err:  # report the front end that failed, go on with the next
+            print(f"{fe}: FAILED: {err}", file=sys.stderr)
+            continue
+        results.append(r)
+        print(f"\n{fe} front end ({ELF[fe].name})")
+        for name, value, target, v in report(r):
+            print(f"  {name:<44} {value:<28} {target:<8} {v}")
+    if args.json:
+        args.json.write_text(json.dumps([asdict(r) for r in results], indent=2))
+    return 0 if len(results) == len(fes) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
