@@ -77,6 +77,35 @@ def test_ina226_registers_over_twi(tmp_path):
         ["05", "1234"], ["07", "beef"], ["00", "8000"]]
 
 
+def test_ina226_current_and_power_registers(tmp_path):
+    """Current = shunt * CAL / 2048 and power = current * bus / 20000 (datasheet 7.5),
+    after the next conversion; 0.5 A through 0.1 ohm at 5 V: shunt 20000, bus 4000."""
+    cmds = ["W 05 0400", "C 1", "R 04", "R 03", "W 05 0200", "C 1", "R 04", "R 03"]
+    script = [f"{5000 + 4000 * k} send {hexline(c)}" for k, c in enumerate(cmds)]
+    run = run_fast(TESTPROG_ELF, 0.04, script, waveform=Waveform.constant(0.5, 5.0),
+                   workdir=tmp_path)
+    reads = [int(ln[2], 16) for ln in text_lines(run.uart, b"R ")]
+    for cal, (current, power) in zip((0x400, 0x200), (reads[0:2], reads[2:4]), strict=True):
+        assert current == 20_000 * cal // 2048
+        assert power == current * 4000 // 20_000
+
+
+def test_ina226_triggered_mode_converts_once(tmp_path):
+    """Mode 3 (shunt and bus, triggered): one conversion set (140 + 140 us) per write
+    of the configuration register, then idle."""
+    config = 0x4000 | 3  # AVG 1, both CT 140 us, shunt+bus triggered
+    cmds = [(5000, f"W 00 {config:04x}"), (15000, f"W 00 {config:04x}")]
+    run = run_fast(TESTPROG_ELF, 0.03, [f"{t} send {hexline(c)}" for t, c in cmds],
+                   waveform=Waveform.constant(0.2), workdir=tmp_path, log_sensor=True)
+    t = run.truth.ina["t_us"]
+    after = t[t > 5000]
+    assert len(after) == 2
+    # each lands 280 us after its write reached the part (the write takes ~100 us)
+    assert 5000 + 280 < after[0] < 5000 + 280 + 300
+    assert 15000 + 280 < after[1] < 15000 + 280 + 300
+    assert list(run.truth.ina["shunt"][t > 5000]) == [8000, 8000]
+
+
 def test_twi_takes_the_time_scl_gives(tmp_path):
     """A register read is S, SLA+W, ptr, Sr, SLA+R, 2 bytes = 47 SCL periods:
     117.5 us at 400 kHz plus the AVR's own code (simavr alone: 1 us per bit)."""
