@@ -26,6 +26,7 @@ COMMANDS: list[str] = [
     "slice",
     "collect",
     "sweep",
+    "plot",
     "transfer_matrix",
 ]
 

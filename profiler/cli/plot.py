@@ -1,0 +1,100 @@
+"""`coupprof plot KIND CSV... -o PNG`: the papers' figures from coupprof's CSVs.
+
+    coupprof plot efficiency sweep/sweep.csv -o fig16.png
+    coupprof plot layers layers-L.csv layers-B.csv layers-G.csv -o fig17.png
+    coupprof plot transfers transfers.csv -o fig18.png
+    coupprof plot timeline trace.csv layers-raw.csv -o timeline.png
+
+A CSV without the columns a kind needs is bad input (exit 2) naming the columns
+and the command that writes them. See profiler/plots/.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from profiler.errors import BadInputError
+
+KIND_HELP = {
+    "efficiency": "FPS/W per layer vs frequency, one panel per processor (ARM-CO-UP Fig. 16); "
+                  "input: a sweep CSV with power columns",
+    "layers": "time, energy and FPS/W per layer per processor (Fig. 17); input: layers CSVs "
+              "or a sweep CSV (one level per processor, --level)",
+    "transfers": "src->dst hand-over time per layer boundary (Fig. 18); input: the "
+                 "transfer-matrix CSV",
+    "timeline": "one frame's power trace with layer windows shaded; input: a trace CSV "
+                "(coupprof collect) and a layers CSV written with --raw",
+}
+
+
+def register(subparsers: Any) -> None:
+    p = subparsers.add_parser(
+        "plot",
+        help="draw a figure (efficiency, layers, transfers, timeline) from CSVs",
+        description="Draw one of the papers' figures as a PNG from coupprof's CSVs. Kinds: "
+        + "; ".join(f"{k}: {v}" for k, v in KIND_HELP.items()) + ".",
+    )
+    p.add_argument("kind", choices=tuple(KIND_HELP), metavar="KIND",
+                   help="efficiency | layers | transfers | timeline")
+    p.add_argument("csv", nargs="+", type=Path, metavar="CSV",
+                   help="input CSVs (several are concatenated; timeline takes a trace and a layer CSV)")
+    p.add_argument("-o", "--output", type=Path, default=None, metavar="PNG",
+                   help="PNG to write (default: beside the first CSV, named after it and KIND)")
+    p.add_argument("--level", default="max", metavar="K|min|max",
+                   help="layers: the level of each processor to show from a sweep (default: max)")
+    p.add_argument("--frame", type=int, default=None,
+                   help="timeline: the frame to show (default: the middle one the trace covers)")
+    p.add_argument("--cross-only", action="store_true",
+                   help="transfers: leave out the same-processor baseline (src = dst)")
+    p.set_defaults(func=run)
+
+
+def _concat(paths: list[Path]) -> pd.DataFrame:
+    from profiler.plots.common import read_csv
+
+    frames = [read_csv(p) for p in paths]
+    return frames[0] if len(frames) == 1 else pd.concat(frames, ignore_index=True)
+
+
+def figure(args: argparse.Namespace) -> Any:
+    from profiler import plots
+    from profiler.plots.common import read_csv
+
+    paths: list[Path] = list(args.csv)
+    source = ", ".join(str(p) for p in paths)
+    if args.kind == "timeline":
+        if len(paths) != 2:
+            raise BadInputError(f"timeline takes two CSVs (a power trace and a layer CSV), got {len(paths)}",
+                                "e.g. `coupprof plot timeline trace.csv layers.csv -o t.png`")
+        a, b = (read_csv(p) for p in paths)
+        if plots.timeline.is_trace(b) and not plots.timeline.is_trace(a):
+            (a, b), paths = (b, a), paths[::-1]
+        return plots.timeline_figure(a, b, frame=args.frame, trace_src=paths[0], layers_src=paths[1])
+    df = _concat(paths)
+    if args.kind == "efficiency":
+        return plots.efficiency_figure(df, source)
+    if args.kind == "layers":
+        level: str | int = args.level
+        if level not in ("min", "max"):
+            try:
+                level = int(level)
+            except ValueError:
+                raise BadInputError(f"--level '{args.level}' is not a level number, min or max",
+                                    "e.g. --level 4") from None
+        return plots.layers_figure(df, source, level=level)
+    return plots.transfers_figure(df, source, include_same=not args.cross_only)
+
+
+def run(args: argparse.Namespace) -> int:
+    from profiler.plots import save
+
+    fig = figure(args)
+    first: Path = args.csv[0]
+    out = args.output or first.with_name(f"{first.stem}-{args.kind}.png")
+    save(fig, out)
+    print(f"wrote {out}")
+    return 0

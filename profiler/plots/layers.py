@@ -1,0 +1,117 @@
+"""Layers: time, energy and FPS/W of every layer, processors side by side (ARM-CO-UP
+Fig. 17). Input: layer rows from one or more `coupprof layers` CSVs (one per
+processor) or a sweep CSV, from which one level per processor is taken
+(`level`: "max" — the default, "min" or a level number).
+
+Without power columns (a run without a power source) only the time panel is drawn
+and the figure says why the other two are missing.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+from matplotlib.figure import Figure
+
+from profiler.errors import BadInputError
+from profiler.plots.common import (
+    PROCESSOR_COLORS,
+    layer_rows,
+    log_if_wide,
+    new_figure,
+    processor_label,
+    processors_in,
+    require,
+    run_title,
+    with_fps_per_w,
+)
+from profiler.tables import short_ops
+
+NEEDED = ("processor", "layer", "time_ms_mean")
+PRODUCER = "`coupprof layers` (one CSV per processor) or `coupprof sweep`"
+PANELS = (
+    ("time_ms_mean", "time per frame (ms)\nbar mean, whisker p95"),
+    ("energy_mj", "energy per frame (mJ)"),
+    ("fps_per_w", "FPS/W (J⁻¹)"),
+)
+
+
+def pick_level(rows: pd.DataFrame, level: str | int | None) -> pd.DataFrame:
+    """One frequency level per processor: `level` = 'max', 'min' or a level number."""
+    if "freq_level" not in rows.columns or rows["freq_level"].isna().all():
+        return rows
+    out = []
+    for letter in processors_in(rows):
+        sub = rows[rows["processor"].astype(str) == letter]
+        have = sorted(int(v) for v in sub["freq_level"].dropna().unique())
+        if not have:
+            out.append(sub)
+            continue
+        if level in (None, "max"):
+            k = have[-1]
+        elif level == "min":
+            k = have[0]
+        else:
+            k = int(level)
+            if k not in have:
+                raise BadInputError(f"--level {k}: processor {letter} was measured at levels "
+                                    f"{', '.join(map(str, have))} only",
+                                    "pick one of those, or min / max")
+        out.append(sub[sub["freq_level"] == k])
+    return pd.concat(out, ignore_index=True)
+
+
+def _series_label(sub: pd.DataFrame, letter: str) -> str:
+    label = processor_label(letter)
+    if "freq_khz" in sub.columns and sub["freq_khz"].notna().any():
+        khz = sorted(set(int(v) for v in sub["freq_khz"].dropna()))
+        mhz = "/".join(f"{k / 1000:g}" for k in khz) + " MHz"
+        label += f", host cluster @ {mhz}" if letter == "N" else f" @ {mhz}"
+    return label
+
+
+def layers_figure(df: pd.DataFrame, source: str | Path = "the CSV",
+                  level: str | int | None = "max") -> Figure:
+    rows = with_fps_per_w(layer_rows(df))
+    require(rows, NEEDED, source, "layers", PRODUCER)
+    rows = pick_level(rows, level)
+    panels = [(c, label) for c, label in PANELS if c in rows.columns and rows[c].notna().any()]
+    procs = processors_in(rows)
+    layers = sorted(int(v) for v in set(rows["layer"]))
+    n = len(layers)
+    fig, axes = new_figure(len(panels), 1, width=max(8.0, 0.32 * n * max(1, len(procs)) ** 0.5 + 4),
+                           height=2.6 * len(panels) + 1.2, sharex=True)
+    width = 0.8 / max(1, len(procs))
+    x = np.arange(n)
+    pos = {layer: i for i, layer in enumerate(layers)}
+    for (col, ylabel), ax in zip(panels, axes[:, 0], strict=True):
+        for j, letter in enumerate(procs):
+            sub = rows[rows["processor"].astype(str) == letter]
+            per_layer = sub.groupby("layer")[col].mean()
+            xs = np.array([pos[int(k)] for k in per_layer.index]) + (j - (len(procs) - 1) / 2) * width
+            err = None
+            if col == "time_ms_mean" and "time_ms_p95" in sub.columns:
+                # Whisker up to the 95th percentile (std bars would dip below zero on skew).
+                p95 = sub.groupby("layer")["time_ms_p95"].mean().reindex(per_layer.index).to_numpy()
+                up = np.clip(p95 - per_layer.to_numpy(), 0.0, None)
+                err = np.vstack([np.zeros_like(up), up])
+            ax.bar(xs, per_layer.to_numpy(), width=width * 0.95, yerr=err, capsize=1.5,
+                   error_kw={"elinewidth": 0.6, "alpha": 0.6},
+                   color=PROCESSOR_COLORS.get(letter, "grey"), label=_series_label(sub, letter))
+        ax.set_ylabel(ylabel)
+        log_if_wide(ax, rows[col], ratio=200.0)
+    ops = {}
+    if "op_types" in rows.columns:
+        ops = {int(r.layer): short_ops(r.op_types) for r in rows.itertuples() if isinstance(r.op_types, str)}
+    bottom = axes[-1, 0]
+    bottom.set_xticks(x, [f"{k} {ops.get(k, '')}".strip() if n <= 30 else str(k) for k in layers],
+                      rotation=60 if n <= 30 else 0, ha="right" if n <= 30 else "center", fontsize=8)
+    bottom.set_xlabel("layer (index and operators)" if n <= 30 else "layer index")
+    axes[0, 0].legend(loc="upper right", title="processor")
+    title = f"Per-layer time{', energy and FPS/W' if len(panels) > 1 else ''} — {run_title(rows)}"
+    if len(panels) == 1:
+        title += "\n(no energy_mj / fps_per_w columns: energy needs a power source, e.g. --board sim)"
+    fig.suptitle(title)
+    return fig
