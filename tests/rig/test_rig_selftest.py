@@ -161,7 +161,9 @@ def test_a0_amplifier_drives_the_adc(tmp_path):
     dev_t = np.array([int(r[1]) for r in rows])
     codes = np.array([int(r[2]) for r in rows])
     assert len(codes) == 20
-    np.testing.assert_array_equal(np.diff(dev_t), 104)
+    # ISR timestamps (us, truncated from 0.5 us ticks) carry a cycle or two of jitter
+    assert np.all(np.abs(np.diff(dev_t) - 104) <= 1) and np.mean(np.diff(dev_t)) == \
+        pytest.approx(104, abs=0.1)
     adc = run.truth.adc
     np.testing.assert_array_equal(adc["code"][:20], codes)
     i, _ = wave.base(adc["t_us"][:20])

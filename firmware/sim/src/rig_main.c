@@ -182,6 +182,23 @@ static void isr_running_hook(avr_irq_t *irq, uint32_t value, void *param)
 	}
 }
 
+/* simavr 1.6 jumps to a vector in zero cycles; the chip takes 4 (push PC, clear I)
+ * before the vector's JMP, which simavr does count. */
+static void isr_entry_cycles_hook(avr_irq_t *irq, uint32_t value, void *param)
+{
+	(void)irq;
+	(void)param;
+	if (value)
+		g_rig.avr->cycle += 4;
+}
+
+static void isr_entry_cycles_attach(avr_t *avr)
+{
+	for (int i = 0; i < avr->interrupts.vector_count; i++)
+		avr_irq_register_notify(avr->interrupts.vector[i]->irq + AVR_INT_IRQ_RUNNING,
+				isr_entry_cycles_hook, NULL);
+}
+
 static void isr_stats_attach(avr_t *avr)
 {
 	for (int i = 0; i < avr->interrupts.vector_count; i++) {
@@ -546,6 +563,7 @@ int main(int argc, char **argv)
 	static ina226_t ina;
 	ina226_attach(&ina, r, (uint8_t)o.ina_addr, o.alert_port, o.alert_bit);
 	adc_attach(r);
+	isr_entry_cycles_attach(avr);
 	if (isr_stats)
 		isr_stats_attach(avr);
 	/* simavr 1.6 polls INT0/INT1 every cycle while their pin is low in the default
