@@ -38,9 +38,12 @@ A window with no sample inside is interpolated either way (``samples = 0``).
 
 **Lost frames are never silently attributed.** The trace lists spans where the
 logger's sequence numbers jumped (frames lost). A window overlapping one counts
-those frames in ``lost_frames``; a layer's energy then comes from its clean
-windows only, and if none is clean, from all (interpolated over the gap) with
-``lost`` set. Either way the layer is flagged.
+those frames in ``lost_frames`` and is flagged, as is a window that overlaps a
+sample hole (samples more than ``hole_factor`` median periods apart although no
+frame was lost: the logger skipped conversions) or holds no sample at all. A
+layer's energy comes from its unflagged windows only; if every window is
+flagged, from all of them (interpolated over the gaps). Either way the layer
+reports ``flagged_windows`` (and ``lost``, ``lost_frames`` for lost frames).
 
 For counter sources (RAPL, NVML, hwmon), `measure_repeated` repeats a call
 until the counter window is long enough and divides.
@@ -77,7 +80,8 @@ class PowerTrace:
 
     ``t_ns`` is the centre of each sample's measurement; a sensor that averages
     over ``sample_window_ns`` (e.g. an INA226 conversion) is timestamped at the
-    middle of that window. ``lost_*`` describe spans where frames were lost: from
+    middle of that window. Times must not decrease; samples sharing a timestamp
+    are merged into one with their mean power. ``lost_*`` describe spans where frames were lost: from
     the last good sample/edge before a sequence gap to the first after it.
     """
 
@@ -103,9 +107,19 @@ class PowerTrace:
         if self.t_ns.shape != self.power_w.shape or self.t_ns.ndim != 1:
             raise BadInputError(f"power trace: {self.t_ns.shape} times but "
                                 f"{self.power_w.shape} powers")
-        if self.t_ns.size > 1 and np.any(np.diff(self.t_ns) <= 0):
-            raise BadInputError("power trace: sample times must increase",
-                                fix="sort the trace and drop duplicate samples")
+        step = np.diff(self.t_ns)
+        if np.any(step < 0):
+            raise BadInputError("power trace: sample times go backwards",
+                                fix="sort the trace by time (host clock) first")
+        if np.any(step == 0):
+            # Two samples stamped in the same microsecond (a logger can do that):
+            # one sample at that time with their mean power.
+            t, first, counts = np.unique(self.t_ns, return_index=True, return_counts=True)
+            groups = np.repeat(np.arange(t.size), counts)
+            self.power_w = np.bincount(groups, weights=self.power_w) / counts
+            if self.markers is not None:
+                self.markers = np.asarray(self.markers)[first + counts - 1]
+            self.t_ns = t
         if not (self.lost_start_ns.shape == self.lost_end_ns.shape == self.lost_frames.shape):
             raise BadInputError("power trace: lost span arrays differ in length")
 
@@ -184,6 +198,21 @@ class _Integrator:
             held = (cum[k1] - cum[k0]) + p[k0] * (c[k0] - a) + p[k1] * (b - c[k1])
             e = np.where(ok, held, e)
         return e * 1e-6, inside  # W*ns -> mJ
+
+    def holes_in(self, start_ns: np.ndarray, end_ns: np.ndarray, factor: float) -> np.ndarray:
+        """Sample holes (spacing over ``factor`` x the median period) each window overlaps."""
+        c = self.c
+        if c.size < 3:
+            return np.zeros(start_ns.shape, np.int64)
+        d = np.diff(c)
+        k = np.flatnonzero(d > factor * np.median(d))
+        if k.size == 0:
+            return np.zeros(start_ns.shape, np.int64)
+        h0, h1 = c[k], c[k + 1]  # disjoint and sorted
+        a = (start_ns.astype(np.int64) - self.t0).astype(np.float64)
+        b = (end_ns.astype(np.int64) - self.t0).astype(np.float64)
+        return (np.searchsorted(h0, b, side="left")
+                - np.searchsorted(h1, a, side="right")).astype(np.int64)
 
     def lost_in(self, trace: PowerTrace, start_ns: np.ndarray, end_ns: np.ndarray,
                 ) -> np.ndarray:
@@ -326,6 +355,8 @@ class LayerEnergy:
     samples: int  # power samples inside the windows used
     lost_frames: int  # logger frames lost inside any of the layer's windows
     lost: bool  # some window lost frames: the numbers are flagged
+    flagged_windows: int  # windows with lost frames, sample holes or no sample (not used
+    #                       unless every window of the layer is flagged)
     edges_missed: int  # boundaries with no logger edge (host time used)
 
     def to_dict(self) -> dict[str, Any]:
@@ -340,6 +371,8 @@ class Attribution:
     window_energy_mj: np.ndarray  # (frames, layers)
     window_samples: np.ndarray  # (frames, layers)
     window_lost_frames: np.ndarray  # (frames, layers)
+    window_holes: np.ndarray  # (frames, layers): sample holes overlapping the window
+    window_flagged: np.ndarray  # bool (frames, layers): lost frames, holes or no sample
     window_start_ns: np.ndarray  # refined (frames, layers)
     window_end_ns: np.ndarray
     start_matched: np.ndarray  # bool (frames, layers)
@@ -361,7 +394,7 @@ class Attribution:
     def columns(self) -> dict[str, np.ndarray]:
         """Per-layer columns for `LayerRun.layer_extras` (units in the names)."""
         keys = ("power_w", "energy_mj", "dynamic_energy_mj", "fps_per_w", "samples",
-                "lost_frames", "edges_missed")
+                "lost_frames", "flagged_windows", "edges_missed")
         return {k: np.array([getattr(layer, k) for layer in self.layers]) for k in keys}
 
     def totals(self) -> dict[str, float]:
@@ -378,6 +411,7 @@ class Attribution:
             "fps_per_w": _fps_per_w(energy),
             "samples": float(sum(layer.samples for layer in self.layers)),
             "lost_frames": float(sum(layer.lost_frames for layer in self.layers)),
+            "flagged_windows": float(sum(layer.flagged_windows for layer in self.layers)),
             "frame_energy_mj": frame,
             "frame_fps_per_w": _fps_per_w(frame),
             "baseline_power_w": self.baseline_power_w,
@@ -398,13 +432,17 @@ def attribute(start_ns: Any, end_ns: Any, trace: PowerTrace, *, baseline_power_w
               use_edges: bool = True, levels: tuple[int, int] | None = None,
               level_mask: int = 1, max_tolerance_ns: float = MAX_TOLERANCE_NS,
               edge_mode: EdgeMode = "hold", guard_ns: float = 2000.0,
-              start_lo_ns: Any = None, end_hi_ns: Any = None) -> Attribution:
+              start_lo_ns: Any = None, end_hi_ns: Any = None,
+              hole_factor: float = 3.0) -> Attribution:
     """Energy per layer from the host timeline ``start_ns``/``end_ns`` (frames, layers).
 
     ``start_lo_ns``/``end_hi_ns`` (same shape, optional): host times known to be
     before each start marker change and after each end marker change (the runner's
     ``transfer_end_ns``, and a clock read after the end marker call), so a marker
     call that took long still finds its edge (see `match_edges`).
+
+    ``hole_factor``: a spacing between samples over this many times the median
+    period is a hole (the logger skipped samples without losing frames).
 
     ``use_edges=False`` integrates over the host windows as given (for sources
     without marker edges). ``levels=(high, low)``: the marker level (under
@@ -459,12 +497,14 @@ def attribute(start_ns: Any, end_ns: Any, trace: PowerTrace, *, baseline_power_w
     integ = _Integrator(trace, guard_ns)
     energy, samples = integ.energy_mj(w_start, w_end, edge_mode)
     lost = integ.lost_in(trace, w_start, w_end)
+    holes = integ.holes_in(w_start, w_end, hole_factor)
+    flagged = (lost > 0) | (holes > 0) | (samples == 0)
     frame_e, _ = integ.energy_mj(w_start[:, 0], w_end[:, -1], edge_mode)
 
     layers = []
     dur_ms = (w_end - w_start) / 1e6
     for j in range(nl):
-        clean = lost[:, j] == 0
+        clean = ~flagged[:, j]
         use = clean if clean.any() else np.ones(frames, bool)
         e = float(energy[use, j].mean())
         t_ms = float(dur_ms[use, j].mean())
@@ -478,14 +518,16 @@ def attribute(start_ns: Any, end_ns: Any, trace: PowerTrace, *, baseline_power_w
             fps_per_w=_fps_per_w(e),
             samples=int(samples[use, j].sum()),
             lost_frames=int(lost[:, j].sum()),
-            lost=bool((~clean).any()),
+            lost=bool((lost[:, j] > 0).any()),
+            flagged_windows=int(flagged[:, j].sum()),
             edges_missed=int((~s_ok[:, j]).sum() + (~e_ok[:, j]).sum()) if use_edges else 0,
         ))
     if not use_edges:
         s_ok[:] = True
         e_ok[:] = True
     return Attribution(layers=layers, window_energy_mj=energy, window_samples=samples,
-                       window_lost_frames=lost, window_start_ns=w_start, window_end_ns=w_end,
+                       window_lost_frames=lost, window_holes=holes, window_flagged=flagged,
+                       window_start_ns=w_start, window_end_ns=w_end,
                        start_matched=s_ok, end_matched=e_ok, frame_energy_mj=frame_e,
                        baseline_power_w=baseline_power_w, edge_offset_ns=offset,
                        edges_spurious=spurious, edge_mode=edge_mode)

@@ -311,7 +311,7 @@ def test_match_edges_tolerance_never_pairs_two_boundaries_with_one_edge() -> Non
 
 
 def test_bad_inputs() -> None:
-    with pytest.raises(BadInputError, match="increase"):
+    with pytest.raises(BadInputError, match="backwards"):
         PowerTrace(t_ns=[3, 2, 1], power_w=[1, 1, 1])
     with pytest.raises(BadInputError, match="ends before"):
         attribute([[10]], [[5]], PowerTrace(t_ns=[0, 20], power_w=[1, 1]))
@@ -335,3 +335,47 @@ def test_a_slow_marker_call_is_found_inside_its_bracket() -> None:
     blind = attribute(sc.host_start_ns, sc.host_end_ns, tr)
     assert not blind.start_matched[f, j]
     assert rel_err(blind.window_energy_mj[f, j], truth[f, j]) > 0.05
+
+
+def test_samples_sharing_a_timestamp_are_merged() -> None:
+    tr = PowerTrace(t_ns=[0, 10, 10, 20], power_w=[1.0, 2.0, 4.0, 3.0], markers=[0, 0, 1, 1])
+    np.testing.assert_array_equal(tr.t_ns, [0, 10, 20])
+    np.testing.assert_array_equal(tr.power_w, [1.0, 3.0, 3.0])
+    np.testing.assert_array_equal(tr.markers, [0, 1, 1])
+    assert tr.window_energy_mj(np.array([0]), np.array([20]), "interpolate")[0] == \
+        pytest.approx((2.0 * 10 + 3.0 * 10) * 1e-6)
+
+
+def test_sample_holes_and_empty_windows_are_flagged() -> None:
+    """A logger that skips conversions without losing frames (no seq gap) leaves a hole
+    in the samples; a window over it, or one with no sample at all, is flagged and
+    left out of the layer's mean like a window that lost frames."""
+    sc = make_scenario(seed=61)
+    truth = sc.energy_mj(sc.start_ns, sc.end_ns)
+    tr = sc.trace(10_000)
+    a, b = sc.start_ns[1, 6], sc.end_ns[1, 6]
+    keep = (tr.t_ns < a + 200_000) | (tr.t_ns > a + 900_000)  # 0.7 ms hole in (1, 6)
+    keep &= (tr.t_ns < sc.start_ns[3, 2] - 50_000) | (tr.t_ns > sc.end_ns[3, 2] + 50_000)
+    holed = PowerTrace(t_ns=tr.t_ns[keep], power_w=tr.power_w[keep], edge_t_ns=tr.edge_t_ns,
+                       edge_markers=tr.edge_markers, edge_changed=tr.edge_changed)
+    res = attribute(sc.host_start_ns, sc.host_end_ns, holed)
+    assert res.window_holes[1, 6] == 1 and res.window_samples[3, 2] == 0
+    assert res.window_flagged[1, 6] and res.window_flagged[3, 2]
+    assert res.window_lost_frames.sum() == 0
+    # Flagged = exactly the windows that overlap a stretch without samples (from the
+    # last sample kept before a removed span to the first one after it).
+    t = holed.t_ns
+    spans = [(t[t < lo].max(), t[t > hi].min()) for lo, hi in
+             ((a + 200_000, a + 900_000), (sc.start_ns[3, 2] - 50_000, sc.end_ns[3, 2] + 50_000))]
+    touched = np.zeros(truth.shape, bool)
+    for lo, hi in spans:
+        touched |= (sc.start_ns < hi) & (sc.end_ns > lo)
+    np.testing.assert_array_equal(res.window_flagged, touched)
+    for j in range(truth.shape[1]):
+        layer = res.layers[j]
+        clean = ~res.window_flagged[:, j]
+        assert layer.flagged_windows == (~clean).sum() and not layer.lost
+        assert layer.frames == clean.sum()
+        assert layer.energy_mj == pytest.approx(truth[clean, j].mean(), rel=0.005)
+    assert res.totals()["flagged_windows"] == touched.sum()
+    assert b > a
