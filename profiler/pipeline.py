@@ -59,7 +59,7 @@ _STOP = None
 class _Msg:
     frame: int
     tensors: dict[int, np.ndarray]
-    ready_ns: int  # when the producer finished (its last layer's end, or the source's put)
+    ready_ns: int  # when the producing stage finished its last layer; -1 from the source
     sent_ns: int = 0  # when it had read its tensors out and was about to put the message
 
 
@@ -208,10 +208,13 @@ class _StageThread(threading.Thread):
             if msg is _STOP:
                 self.q_out.put(_STOP)
                 return
+            got_ns = clock()
             self.seen.append(msg.frame)
             tensors = msg.tensors
             rows = np.empty((len(subs), 4), dtype=np.int64)
-            start = max(msg.ready_ns, free_ns)
+            # From the source (ready_ns < 0) a frame starts when taken; from a stage, when
+            # the producer finished, or when this stage became free if it was busy then.
+            start = got_ns if msg.ready_ns < 0 else max(msg.ready_ns, free_ns)
             for k, sub in enumerate(subs):
                 t0 = start if k == 0 else clock()
                 for slot, src in enumerate(feeds[k]):
@@ -374,7 +377,7 @@ class _Driver:
                 if self.mode == "switch":
                     self._turn.acquire()
                 tensors = self.feed(f)
-                self.q_first.put(_Msg(f, tensors, self.clock()))
+                self.q_first.put(_Msg(f, tensors, -1))
                 with self._lock:
                     self._in_flight += 1
                     self.max_in_flight = max(self.max_in_flight, self._in_flight)

@@ -30,7 +30,6 @@ A missing transfer at a processor change counts as 0 and is listed in ``missing`
 from __future__ import annotations
 
 import math
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -45,7 +44,7 @@ from profiler.executors.base import Executor
 from profiler.executors.factory import make_executor
 from profiler.executors.worker import ProcessorWorker
 from profiler.mapping import FreqPlan, Mapping
-from profiler.transfer import EnergyMeter, measure_transfer_matrix, model_inputs
+from profiler.transfer import EnergyMeter, measure_transfer_matrix
 
 LAYER_FIX = "pass the CSVs written by `coupprof layers` (one per processor), with their .json"
 
@@ -276,20 +275,52 @@ def measure_costs(
     power: EnergyMeter | None = None,
     seed: int = 0,
     model_name: str = "model",
-    settle_s: float = 0.005,
 ) -> tuple[LayerCosts, pd.DataFrame]:
-    """Layer and transfer tables for exactly what `mapping` needs: each layer alone on its
-    processor at its level (inputs written from host arrays, then run), and the
-    hand-over at every boundary of the mapping."""
+    """Layer and transfer tables for what `mapping` needs, measured as `coupprof layers`
+    and `coupprof transfer-matrix` would: the whole model chained on each processor the
+    mapping uses (layer by layer, so caches are as cold as in the real run), with the
+    mapping's per-layer levels requested before its layers; then the hand-over at every
+    boundary of the mapping."""
+    from profiler.runner import LayerHooks, LayerRunner
+
     build = make or (lambda bd, letter: make_executor(bd, letter))
-    inputs = model_inputs(sliced, seed)
+    govs = governors or {}
+
+    class Dvfs(LayerHooks):
+        def __init__(self, letter: str) -> None:
+            self.requests: list[tuple[Any, int] | None] = []
+            for pos in range(mapping.n_layers):
+                khz = freq.khz[pos] if freq is not None and freq.mode == "per-layer" else None
+                gov = govs.get(freq.domain[pos]) if khz is not None and freq else None
+                mine = mapping.order[pos] == letter
+                self.requests.append((gov, khz) if gov is not None and mine else None)
+
+        def before_layer(self, layer: int) -> None:
+            req = self.requests[layer]
+            if req is not None:
+                req[0].request_khz(req[1])
+
+    def profile(ex: Executor, letter: str) -> list[dict[str, Any]]:
+        runner = LayerRunner(sliced, ex, hooks=Dvfs(letter), seed=seed, model_name=model_name)
+        timings = runner.run(frames=frames, warmup=warmup)
+        rows = []
+        for pos in (i for i, p in enumerate(mapping.order) if p == letter):
+            interp = runner.interpreters[pos]
+            sub = getattr(interp, "sub", None)
+            row: dict[str, Any] = {
+                "processor": letter, "level": freq.level[pos] if freq is not None else None,
+                "layer": pos, "time_ms": float(timings.time_ns[:, pos].mean()) / 1e6,
+                "transfer_ms": float(timings.transfer_ns[:, pos].mean()) / 1e6,
+                "fallback": sub.fallback if sub is not None else None}
+            if power is not None:
+                row["energy_mj"] = power.per_call(interp.invoke)
+            rows.append(row)
+        return rows
+
     rows: list[dict[str, Any]] = []
     for letter in mapping.processors:
-        positions = [i for i, p in enumerate(mapping.order) if p == letter]
         with ProcessorWorker(lambda letter=letter: build(board, letter), name=letter) as w:
-            rows += w.call(lambda ex, pos=positions: _profile_layers(
-                ex, sliced, pos, inputs, freq, governors or {}, frames, warmup, power,
-                model_name, settle_s))
+            rows += w.call(lambda ex, letter=letter: profile(ex, letter))
     table = pd.DataFrame(rows)
     table["level"] = table["level"].astype("Int64")
     needed = [(b, mapping.order[b], mapping.order[b + 1]) for b in range(mapping.n_layers - 1)]
@@ -297,53 +328,6 @@ def measure_costs(
                                      warmup=warmup, only=needed, make=build, power=power,
                                      seed=seed, model_name=model_name)
     return LayerCosts(table, {}, ["measured by coupprof run"]), matrix.table()
-
-
-def _profile_layers(ex: Executor, sliced: Any, positions: list[int],
-                    inputs: dict[int, np.ndarray], freq: FreqPlan | None,
-                    governors: dict[str, Any], frames: int, warmup: int,
-                    power: EnergyMeter | None, model_name: str,
-                    settle_s: float) -> list[dict[str, Any]]:
-    rng = np.random.default_rng(1)
-    out = []
-    clock = ex.clock
-    for pos in positions:
-        layer = sliced.layers[pos]
-        sub = ex.load(layer.model_bytes, f"layer {layer.index} of {model_name}")
-        arrays = [inputs[int(t.index)] if int(t.index) in inputs else
-                  _like(spec.shape, spec.dtype, rng) for t, spec in zip(layer.inputs, sub.inputs,
-                                                                         strict=True)]
-        level = freq.level[pos] if freq is not None else None
-        if freq is not None and freq.mode == "per-layer" and freq.khz[pos] is not None:
-            gov = governors.get(freq.domain[pos])
-            if gov is not None:
-                gov.request_khz(freq.khz[pos])
-                time.sleep(settle_s)  # let the (modelled or real) transition finish
-        xfer, run = [], []
-        for k in range(warmup + frames):
-            t0 = clock()
-            for slot, a in enumerate(arrays):
-                sub.set_input(slot, a)
-            t1 = clock()
-            sub.run()
-            t2 = clock()
-            if k >= warmup:
-                xfer.append(t1 - t0)
-                run.append(t2 - t1)
-        row: dict[str, Any] = {"processor": ex.proc.letter, "level": level, "layer": pos,
-                               "time_ms": float(np.mean(run)) / 1e6,
-                               "transfer_ms": float(np.mean(xfer)) / 1e6,
-                               "fallback": sub.fallback}
-        if power is not None:
-            row["energy_mj"] = power.per_call(sub.run)
-        out.append(row)
-    return out
-
-
-def _like(shape: tuple[int, ...], dtype: np.dtype, rng: np.random.Generator) -> np.ndarray:
-    from profiler.runner import random_input
-
-    return random_input(shape, dtype, rng)
 
 
 # --------------------------------------------------------------------------------

@@ -28,6 +28,8 @@ COMMANDS: list[str] = [
     "sweep",
     "plot",
     "transfer_matrix",
+    "run",
+    "predict",
 ]
 
 EPILOG = """\

@@ -46,8 +46,14 @@ from profiler.errors import BadInputError, BoardError, HardwareError
 #: A function returning t_target / t_host for the next run (>= 1), read after each run.
 Stretch = Callable[[], float]
 
-# Below this much remaining time a stretched run spins instead of sleeping.
-_SPIN_NS = 200_000
+# Below this much remaining time a stretched run spins instead of sleeping (with the
+# thread's timer slack cut to 1 us, sleeps overshoot by tens of microseconds at most).
+_SPIN_NS = 30_000
+# A run that starts within this long after the previous one ended continues a burst:
+# the previous wait's overshoot is taken off this one's (see StretchedSubModel).
+_BURST_GAP_NS = 300_000
+_PR_SET_TIMERSLACK = 29
+_thread_state = threading.local()
 
 
 @dataclass(frozen=True)
@@ -97,15 +103,23 @@ class SubModel(ABC):
 
 
 class StretchedSubModel(SubModel):
-    """A sub-model whose runs take `stretch()` times their real wall time (sim board).
+    """A sub-model whose runs take `stretch()` times their real duration (sim board).
 
+    basis "cpu" stretches the driving thread's CPU time (`time.thread_time_ns`), so a
+    host core shared with other stages (pipeline mode on a small machine) does not
+    inflate the modelled time; it is exact when the runtime computes on the calling
+    thread (one interpreter thread). basis "wall" stretches wall time.
     The wait sleeps (freeing the core, as an idle processor would) and spins only for
     the last `_SPIN_NS`, so the target end is met within a few microseconds."""
 
-    def __init__(self, inner: SubModel, stretch: Stretch, clock: Clock = perf_clock) -> None:
+    def __init__(self, inner: SubModel, stretch: Stretch, clock: Clock = perf_clock,
+                 basis: str = "wall") -> None:
+        if basis not in ("wall", "cpu"):
+            raise ValueError(f"stretch basis must be 'wall' or 'cpu', not {basis!r}")
         self.inner = inner
         self.stretch = stretch
         self.clock = clock
+        self.basis = basis
         self.name = inner.name
         self.inputs = inner.inputs
         self.outputs = inner.outputs
@@ -117,9 +131,16 @@ class StretchedSubModel(SubModel):
 
     def run(self) -> None:
         t0 = self.clock()
+        c0 = time.thread_time_ns()
         self.inner.run()
-        elapsed = self.clock() - t0
-        wait_until(t0 + int(elapsed * max(1.0, float(self.stretch()))), self.clock)
+        elapsed = time.thread_time_ns() - c0 if self.basis == "cpu" else self.clock() - t0
+        # Overshoot of the previous wait (a late wake-up) is made up in back-to-back runs
+        # of this thread, so a stage's layers add up to their modelled total.
+        last = getattr(_thread_state, "last", None)
+        debt = last[1] if last is not None and t0 - last[0] < _BURST_GAP_NS else 0
+        target = t0 + int(elapsed * max(1.0, float(self.stretch())))
+        end = wait_until(max(target - debt, t0), self.clock)
+        _thread_state.last = (end, max(0, end - (target - debt)))
 
     def output(self, i: int) -> np.ndarray:
         return self.inner.output(i)
@@ -128,12 +149,27 @@ class StretchedSubModel(SubModel):
         self.inner.close()
 
 
-def wait_until(deadline_ns: int, clock: Clock = perf_clock) -> None:
-    """Sleep, then spin, until `clock()` reaches `deadline_ns`."""
+def _tight_timer_slack() -> None:
+    """Cut this thread's timer slack (Linux default 50 us) so sleeps end on time."""
+    if getattr(_thread_state, "slack", False):
+        return
+    _thread_state.slack = True
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_TIMERSLACK, 1000, 0, 0, 0)
+    except (OSError, AttributeError):
+        pass
+
+
+def wait_until(deadline_ns: int, clock: Clock = perf_clock) -> int:
+    """Sleep, then spin, until `clock()` reaches `deadline_ns`; returns the time reached."""
+    _tight_timer_slack()
     while True:
-        left = deadline_ns - clock()
+        now = clock()
+        left = deadline_ns - now
         if left <= 0:
-            return
+            return now
         if left > _SPIN_NS:
             time.sleep((left - _SPIN_NS) / 1e9)
 
@@ -164,7 +200,7 @@ class Executor(ABC):
 
     def __init__(self, proc: ProcessorSpec, *, cores: Sequence[int] | None = None,
                  threads: int | None = None, stretch: Stretch | None = None,
-                 clock: Clock = perf_clock) -> None:
+                 clock: Clock = perf_clock, stretch_basis: str = "wall") -> None:
         host_cores = tuple(cores) if cores is not None else tuple(proc.cores)
         if not host_cores:
             raise BoardError(f"processor {proc.letter} lists no CPU cores to drive it from",
@@ -176,6 +212,7 @@ class Executor(ABC):
         self.cores: tuple[int, ...] = host_cores
         self.threads: int = threads if threads is not None else self.default_threads()
         self.stretch = stretch
+        self.stretch_basis = stretch_basis
         self.clock = clock
         self._saved: set[int] | None = None
         self._thread: int | None = None
@@ -244,7 +281,7 @@ class Executor(ABC):
             raise RuntimeError(f"{type(self).__name__}.load() called before open()")
         sub = self._load(model_bytes, name)
         if self.stretch is not None:
-            sub = StretchedSubModel(sub, self.stretch, self.clock)
+            sub = StretchedSubModel(sub, self.stretch, self.clock, self.stretch_basis)
         self._subs.append(sub)
         return sub
 
@@ -260,7 +297,7 @@ class Executor(ABC):
                              "executor": self.kind, "cores": list(self.cores),
                              "threads": self.threads}
         if self.stretch is not None:
-            d["stretched"] = True
+            d["stretched"] = self.stretch_basis
         return d
 
 

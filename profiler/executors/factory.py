@@ -94,8 +94,12 @@ def make_executor(board: Board, letter: str, *, threads: int | None = None,
     """
     proc = board.processor(letter)
     if board.simulated:
-        return CpuExecutor(proc, cores=sim_cores(proc), threads=threads or 1,
-                           stretch=sim_stretch(board, proc), clock=clock)
+        # One interpreter thread computes on the driving thread, whose CPU time is then
+        # the layer's work whatever else shares the host core.
+        n = threads or 1
+        return CpuExecutor(proc, cores=sim_cores(proc), threads=n,
+                           stretch=sim_stretch(board, proc), clock=clock,
+                           stretch_basis="cpu" if n == 1 else "wall")
     if accelerator is not None or proc.accelerator:
         return AcceleratorExecutor(proc, accelerator=accelerator, threads=threads,
                                    allow_fallback=allow_fallback, readback=readback,

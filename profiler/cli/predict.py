@@ -1,0 +1,115 @@
+"""`coupprof predict`: a mapping's latency, throughput and energy from saved tables.
+
+    coupprof predict --order GGBBBBNN --mode pipeline --layers G.csv,B.csv,N.csv
+                     [--transfers transfers.csv] [--freq SPEC --board NAME]
+
+Switch latency = layers + hand-overs; Pipeline throughput = 1 / slowest stage
+(hand-overs included); energy per frame. The maths is in profiler/predict.py.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+from rich import box
+from rich.console import Console
+from rich.table import Table
+
+from profiler.cli.pin import add_board_args
+
+
+def register(subparsers: Any) -> None:
+    p = subparsers.add_parser(
+        "predict",
+        help="predict a mapping's latency, throughput and energy from layer/transfer tables",
+        description="From layer tables (`coupprof layers --csv`, one per processor) and a "
+        "transfer table (`coupprof transfer-matrix --csv`), predict a mapping: Switch "
+        "latency = sum of layer times + hand-overs (transfers where the processor "
+        "changes); Pipeline throughput = 1 / the slowest stage, its hand-over included; "
+        "energy per frame where the tables have energy. The order's length must equal the "
+        "tables' layer count.",
+    )
+    p.add_argument("--order", required=True, metavar="LETTERS",
+                   help="processor per layer, e.g. GGBBBBNN or G2B4N2")
+    p.add_argument("--mode", choices=("switch", "pipeline"), required=True)
+    p.add_argument("--layers", required=True, metavar="CSV[,CSV...]",
+                   help="layer tables (with their .json sidecars), one per processor (and "
+                   "level, with --freq)")
+    p.add_argument("--transfers", type=Path, default=None, metavar="CSV",
+                   help="transfer table; without it, hand-overs at processor changes count 0")
+    p.add_argument("--freq", default=None, metavar="SPEC",
+                   help="pick the tables measured at these levels (SPEC as in `coupprof run`; "
+                   "needs the board)")
+    add_board_args(p)
+    p.add_argument("--json", type=Path, default=None, help="also write the prediction as JSON")
+    p.set_defaults(func=run)
+
+
+def _f(v: float | None, digits: int = 3) -> str:
+    return "-" if v is None else f"{v:.{digits}f}"
+
+
+def run(args: argparse.Namespace) -> int:
+    from profiler.errors import BadInputError
+    from profiler.mapping import parse_freq, parse_order
+    from profiler.predict import predict, read_layer_tables
+    from profiler.transfer import read_transfer_csv
+
+    costs = read_layer_tables([s for s in args.layers.split(",") if s.strip()])
+    n_layers = int(costs.table["layer"].max()) + 1
+    board = None
+    if args.freq:
+        from profiler.cli.transfer_matrix import choose_board
+
+        letters = [c for c in args.order.upper() if c.isalpha()]
+        board = choose_board(args, letters)
+    mapping = parse_order(args.order, n_layers, board)
+    missing = [p for p in mapping.processors if p not in set(costs.table["processor"])]
+    if missing:
+        raise BadInputError(
+            f"--order uses processor(s) {', '.join(missing)} but no layer table covers them "
+            f"(tables: {', '.join(sorted(set(costs.table['processor'])))})",
+            f"add `coupprof layers --processor {missing[0]} --csv ...` to --layers")
+    plan = parse_freq(args.freq, mapping, board) if board is not None else None
+    transfers = read_transfer_csv(args.transfers) if args.transfers else None
+    pred = predict(mapping, args.mode, costs, transfers, plan)
+
+    t = Table(title=f"{mapping.compact} in {args.mode} mode (predicted)", box=box.SIMPLE_HEAD,
+              title_justify="left")
+    for col in ("stage", "proc", "layers", "compute ms", "hand-over ms", "stage ms"):
+        t.add_column(col, justify="left" if col in ("proc", "layers") else "right")
+    slow = pred.bottleneck.index
+    for st in pred.stages:
+        mark = " *" if args.mode == "pipeline" and st.index == slow else ""
+        t.add_row(str(st.index), st.processor, f"{st.layers[0]}-{st.layers[-1]}",
+                  _f(st.compute_ms), _f(st.transfer_ms), _f(st.time_ms) + mark)
+    console = Console()
+    console.print(t)
+    lines = [f"latency {pred.latency_ms:.3f} ms"
+             + (" (without queueing)" if args.mode == "pipeline" else ""),
+             f"throughput {pred.throughput_fps:.2f} FPS"
+             + (f" (slowest stage {slow}, {pred.stages[slow].processor})"
+                if args.mode == "pipeline" else "")]
+    if pred.energy_mj is not None:
+        lines.append(f"energy {pred.energy_mj:.3f} mJ/frame ({1000 / pred.energy_mj:.2f} FPS/W)"
+                     + (f"; {pred.energy_note}" if pred.energy_note else ""))
+    else:
+        lines.append(f"energy: {pred.energy_note}")
+    if pred.missing:
+        lines.append(f"no transfer for boundaries {', '.join(pred.missing)} (counted as 0)")
+    for line in lines:
+        print(line)
+    if args.json:
+        try:
+            args.json.parent.mkdir(parents=True, exist_ok=True)
+            args.json.write_text(json.dumps({**pred.to_dict(), "layers": costs.sources,
+                                             "transfers": str(args.transfers or "")},
+                                            indent=2) + "\n")
+        except OSError as err:
+            raise BadInputError(f"cannot write {args.json}: {err.strerror}",
+                                "choose a writable --json path") from None
+        print(f"wrote {args.json}")
+    return 0

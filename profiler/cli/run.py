@@ -1,0 +1,263 @@
+"""`coupprof run`: execute a mapping of layers to processors and measure it.
+
+    coupprof run --order GGBBBBNN --mode switch|pipeline [--freq SPEC] [--frames N]
+                 [--layers CSV,...] [--transfers CSV] [--power SPEC]
+
+Switch: one frame at a time, layers serially on their processors with per-layer
+DVFS. Pipeline: each run of same-letter layers is a stage with its own pinned thread
+and bounded queues in between. Prints per-stage time, throughput, end-to-end
+latency (and energy per frame with a power source) beside the prediction from layer
+and transfer tables (`profiler.predict`), measured here when none are given.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from contextlib import ExitStack
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from rich import box
+from rich.console import Console
+from rich.table import Table
+
+from profiler.cli.layers import nonneg_int, positive_int, progress_bar
+from profiler.cli.pin import say, sysfs_root
+from profiler.cli.transfer_matrix import (
+    add_model_args,
+    apply_setup_levels,
+    choose_board,
+    governors_for,
+    load_model,
+    open_meter,
+)
+
+SIDECAR_FORMAT = "coupprof-run/1"
+
+FREQ_HELP = """\
+DVFS SPEC (levels are 1-based indices into each processor's table, or min/max; N uses
+its host cluster's): '4' every processor at level 4 (set once); 'G=4,B=8' per processor
+(set once); '4/8/3' per stage; '4,4,6,6,6,6,3,3' per layer ('-' leaves a layer alone),
+requested before each layer. See docs/mapping.md. Default: leave frequencies alone."""
+
+
+def register(subparsers: Any) -> None:
+    p = subparsers.add_parser(
+        "run",
+        help="execute a layer-to-processor mapping (switch or pipeline) and measure it",
+        description="Run the model with its layers mapped to processors by --order (one "
+        "letter per layer, e.g. GGBBBBNN or G2B4N2; the length must equal the layer count). "
+        "--mode switch runs each frame's layers serially, switching processors at the "
+        "boundaries, with per-layer DVFS; --mode pipeline makes every run of same-letter "
+        "layers a stage with its own thread pinned to its processor's host cores, joined "
+        "by bounded queues. Reports per-stage time, throughput, end-to-end latency and "
+        "energy per frame (with --power) beside the prediction from layer and transfer "
+        "tables (--layers/--transfers, or measured first) and the error.",
+        epilog=FREQ_HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--order", required=True, metavar="LETTERS",
+                   help="processor per layer, e.g. GGBBBBNN (L little, B big, G GPU, N NPU)")
+    p.add_argument("--mode", choices=("switch", "pipeline"), required=True,
+                   help="switch: one frame at a time; pipeline: stages run concurrently")
+    p.add_argument("--freq", default=None, metavar="SPEC", help="DVFS SPEC (see below)")
+    add_model_args(p)
+    p.add_argument("--frames", type=positive_int, default=50,
+                   help="measured frames (default: 50)")
+    p.add_argument("--warmup", type=nonneg_int, default=5,
+                   help="unrecorded warm-up frames first (default: 5)")
+    p.add_argument("--queue-depth", type=positive_int, default=2,
+                   help="frames each queue between stages holds (default: 2)")
+    p.add_argument("--layers", default=None, metavar="CSV[,CSV...]",
+                   help="layer tables from `coupprof layers` for the prediction "
+                   "(default: measure each layer on its processor first)")
+    p.add_argument("--transfers", type=Path, default=None, metavar="CSV",
+                   help="transfer table from `coupprof transfer-matrix` (default: measure "
+                   "the mapping's hand-overs first)")
+    p.add_argument("--no-predict", action="store_true",
+                   help="only measure the mapping; skip the prediction")
+    p.add_argument("--profile-frames", type=positive_int, default=20,
+                   help="frames per layer when measuring tables for the prediction (default: 20)")
+    p.add_argument("--csv", type=Path, default=None,
+                   help="CSV to write (default: ./coupprof-out/run-MODEL-ORDER-MODE.csv)")
+    p.add_argument("--json", type=Path, default=None,
+                   help="JSON sidecar (default: the CSV path with .json)")
+    p.set_defaults(func=run)
+
+
+def _stats(ns: np.ndarray) -> tuple[float, float]:
+    ms = ns.astype(np.float64) / 1e6
+    return float(ms.mean()), float(np.percentile(ms, 95))
+
+
+def _err(pred: float | None, meas: float | None) -> float:
+    if pred is None or meas is None or not meas or math.isnan(pred) or math.isnan(meas):
+        return math.nan
+    return (pred - meas) / meas * 100.0
+
+
+def _f(v: float | None, digits: int = 3) -> str:
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return "-"
+    return f"{v:.{digits}f}"
+
+
+def tables(run: Any, pred: Any, sliced: Any) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+    """(layer rows, stage rows, summary rows) of a measured run and its prediction."""
+    mapping = run.mapping
+    lt, tt = run.layer_time_ns, run.transfer_ns
+    layer_rows = []
+    for i, p in enumerate(mapping.order):
+        t_mean, t_p95 = _stats(lt[:, i])
+        x_mean, x_p95 = _stats(tt[:, i])
+        layer_rows.append({
+            "kind": "layer", "layer": int(sliced.layers[i].index), "processor": p,
+            "stage": mapping.stage_of(i), "time_ms_mean": t_mean, "time_ms_p95": t_p95,
+            "transfer_ms_mean": x_mean, "transfer_ms_p95": x_p95,
+            "fallback": "" if run.fallback[i] is None else bool(run.fallback[i]),
+            "predicted_time_ms": pred.layer_ms[i] if pred else math.nan,
+            "predicted_transfer_ms": pred.handover_ms[i] if pred else math.nan,
+        })
+    stage_rows = []
+    for st in mapping.stages:
+        b_mean, b_p95 = _stats(run.stage_busy_ns[:, st.index])
+        r_mean, _ = _stats(run.stage_readout_ns[:, st.index])
+        ps = pred.stages[st.index].time_ms if pred else math.nan
+        stage_rows.append({
+            "kind": "stage", "stage": st.index, "processor": st.processor,
+            "first_layer": st.first, "last_layer": st.last, "time_ms_mean": b_mean,
+            "time_ms_p95": b_p95, "readout_ms_mean": r_mean, "predicted_ms": ps,
+            "error_pct": _err(ps, b_mean),
+        })
+    lat_mean, lat_p95 = _stats(run.latency_ns)
+    summary = [
+        ("latency_ms_mean", lat_mean, pred.latency_ms if pred else None),
+        ("latency_ms_p95", lat_p95, None),
+        ("throughput_fps", run.throughput_fps, pred.throughput_fps if pred else None),
+    ]
+    if run.energy_mj is not None or (pred is not None and pred.energy_mj is not None):
+        summary.append(("energy_mj", run.energy_mj, pred.energy_mj if pred else None))
+        e = run.energy_mj
+        summary.append(("fps_per_w", 1000.0 / e if e else None,
+                        1000.0 / pred.energy_mj if pred and pred.energy_mj else None))
+    summ_rows = [{"kind": "summary", "metric": m, "measured": v,
+                  "predicted": pv, "error_pct": _err(pv, v)} for m, v, pv in summary]
+    return pd.DataFrame(layer_rows), pd.DataFrame(stage_rows), pd.DataFrame(summ_rows)
+
+
+def render(run: Any, pred: Any, stages: pd.DataFrame, summ: pd.DataFrame, title: str,
+           notes: list[str]) -> list[Table]:
+    t1 = Table(title=title, box=box.SIMPLE_HEAD, title_justify="left")
+    for col in ("stage", "proc", "layers", "ms mean", "ms p95", "read-out", "predicted", "err %"):
+        t1.add_column(col, justify="left" if col in ("proc", "layers") else "right")
+    slowest = int(stages["time_ms_mean"].idxmax()) if len(stages) else -1
+    for k, r in stages.iterrows():
+        mark = " *" if k == slowest and run.mode == "pipeline" else ""
+        t1.add_row(str(r["stage"]), r["processor"], f"{r['first_layer']}-{r['last_layer']}",
+                   _f(r["time_ms_mean"]) + mark, _f(r["time_ms_p95"]), _f(r["readout_ms_mean"]),
+                   _f(r["predicted_ms"]), _f(r["error_pct"], 1))
+    t2 = Table(title=f"{run.mode} mode, {run.frames} frames", box=box.SIMPLE_HEAD,
+               title_justify="left", caption="\n".join(notes) or None, caption_justify="left")
+    for col in ("metric", "measured", "predicted", "err %"):
+        t2.add_column(col, justify="left" if col == "metric" else "right")
+    for _, r in summ.iterrows():
+        t2.add_row(r["metric"], _f(r["measured"]), _f(r["predicted"]), _f(r["error_pct"], 1))
+    return [t1, t2]
+
+
+def run(args: argparse.Namespace) -> int:
+    from governors import RestoreGuard
+    from profiler.executors.logs import quiet_native_exit
+    from profiler.mapping import parse_freq, parse_order
+    from profiler.pipeline import run_mapping
+    from profiler.predict import measure_costs, predict, read_layer_tables
+    from profiler.results import environment
+    from profiler.tflite.model_io import sha256_bytes
+    from profiler.transfer import read_transfer_csv
+
+    quiet_native_exit()
+    letters = [c for c in args.order.upper() if c.isalpha()]
+    board = choose_board(args, letters)
+    notes: list[str] = []
+    with ExitStack() as stack, progress_bar(sys.stderr.isatty()) as bar:
+        model, data, sliced = load_model(args, bar)
+        mapping = parse_order(args.order, len(sliced.layers), board)
+        plan = parse_freq(args.freq, mapping, board)
+        layer_costs = read_layer_tables(args.layers.split(",")) if args.layers else None
+        transfers = read_transfer_csv(args.transfers) if args.transfers else None
+        govs = governors_for(board, mapping.processors, sysfs_root(args)) \
+            if plan.mode != "none" else {}
+        meter = open_meter(args.power, stack)
+        stack.enter_context(RestoreGuard(list(govs.values())))
+        if plan.mode == "per-processor":
+            for w in apply_setup_levels(plan, govs):
+                say(f"warning: {w}")
+        if not args.no_predict and (layer_costs is None or transfers is None):
+            measured_layers, measured_transfers = measure_costs(
+                sliced, board, mapping, freq=plan, governors=govs, frames=args.profile_frames,
+                warmup=min(args.warmup, 3), power=meter, seed=args.seed, model_name=model.name)
+            if layer_costs is None:
+                layer_costs = measured_layers
+                notes.append("prediction from layer times measured just before the run")
+            if transfers is None:
+                transfers = measured_transfers
+                notes.append("transfers measured just before the run")
+        total = args.warmup + args.frames
+        result = run_mapping(
+            sliced, board, mapping, args.mode, frames=args.frames, warmup=args.warmup,
+            freq=plan, governors=govs, queue_depth=args.queue_depth, power=meter,
+            seed=args.seed, model_name=model.name,
+            progress=(lambda d, n: bar("frames", d, total)) if bar else None)
+    pred = None if args.no_predict or layer_costs is None else \
+        predict(mapping, args.mode, layer_costs, transfers, plan)
+    if pred is not None and pred.missing:
+        notes.append(f"no transfer measured at {', '.join(pred.missing)} (counted as 0)")
+    if pred is not None and pred.energy_note:
+        notes.append(f"energy: {pred.energy_note}")
+    if any(result.fallback):
+        fb = [str(i) for i, f in enumerate(result.fallback) if f]
+        notes.append(f"CPU fallback in layer(s) {', '.join(fb)}")
+    if args.mode == "pipeline":
+        notes.append("* slowest stage; predicted latency assumes no queueing")
+    layer_df, stage_df, summ_df = tables(result, pred, sliced)
+    sim = " (simulated board)" if board.simulated else ""
+    title = f"{model.name} on {board.name}{sim}: {mapping.compact}, {plan.describe()}"
+    console = Console()
+    for t in render(result, pred, stage_df, summ_df, title, notes):
+        console.print(t)
+
+    csv_path = args.csv or Path("coupprof-out") / f"run-{model.stem}-{mapping.compact}-" \
+                                                    f"{args.mode}.csv"
+    json_path = args.json or Path(csv_path).with_suffix(".json")
+    df = pd.concat([summ_df, stage_df, layer_df], ignore_index=True)
+    sidecar = {
+        "format": SIDECAR_FORMAT, "csv": Path(csv_path).name, "board": board.name,
+        "simulated": board.simulated, "model_path": str(model.resolve()),
+        "model_sha256": sha256_bytes(data), "order": mapping.order, "compact": mapping.compact,
+        "mode": args.mode, "freq": plan.text, "freq_plan": plan.describe(),
+        "freq_khz": [k for k in plan.khz], "frames": args.frames, "warmup": args.warmup,
+        "queue_depth": args.queue_depth, "max_in_flight": result.max_in_flight,
+        "power_source": args.power, "executors": result.executors,
+        "prediction": pred.to_dict() if pred else None,
+        "prediction_inputs": {"layers": layer_costs.sources if layer_costs else None,
+                              "transfers": str(args.transfers) if args.transfers else
+                              ("measured" if pred else None)},
+        "notes": notes, **environment(),
+    }
+    try:
+        Path(csv_path).parent.mkdir(parents=True, exist_ok=True)
+        Path(json_path).parent.mkdir(parents=True, exist_ok=True)
+        df.to_csv(csv_path, index=False)
+        Path(json_path).write_text(json.dumps(sidecar, indent=2, default=str) + "\n")
+    except OSError as err:
+        from profiler.errors import BadInputError
+
+        raise BadInputError(f"cannot write results to {err.filename or csv_path}: "
+                            f"{err.strerror}", "choose a writable path with --csv") from None
+    print(f"wrote {csv_path} and {json_path}")
+    return 0
