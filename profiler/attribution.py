@@ -9,14 +9,17 @@ baseline power measured before the run.
 on the same clock as its samples, so the best window boundaries are the logger's
 own edges. Each host boundary (a layer start or end) is paired with the nearest
 logger edge within a tolerance, after removing the median host-to-edge offset
-(the marker's write latency and any clock-map bias). Boundaries are never paired
-by counting: a missed edge leaves its one boundary unmatched (it falls back to the
-host time plus the median offset, and is counted in ``edges_missed``), a spurious
-edge matches nothing (``edges_spurious``), and every later layer is unaffected.
-The tolerance of a boundary is ``min(max_tolerance_ns, 0.45 * gap to its
+(any clock-map bias). Optional brackets (``start_lo_ns``, ``end_hi_ns``: clock
+reads just before a start's marker call and just after an end's) widen the
+target to the whole marker call, so a call that stalled still finds its edge.
+Boundaries are never paired by counting: a missed edge leaves its one boundary
+unmatched (it falls back to the host time plus the median edge-minus-host
+offset of the matched ones, and is counted in ``edges_missed``), a spurious edge
+matches nothing (``edges_spurious``), and every later layer is unaffected. The
+tolerance of a boundary is ``min(max_tolerance_ns, 0.45 * gap to its
 neighbours)``, so two boundaries can never claim the same edge. With
-``levels=(1, 0)`` an edge must also leave the marker line high at a start and low
-at an end.
+``levels=(1, 0)`` an edge must also leave the marker line high at a start and
+low at an end.
 
 **Integration.** Energy is the trapezoid integral of the samples over the
 window. At the window's ends (``edge_mode``):
@@ -34,7 +37,8 @@ window. At the window's ends (``edge_mode``):
 * ``"interpolate"``: linear interpolation between the samples on either side
   of the boundary.
 
-A window with no sample inside is interpolated either way (``samples = 0``).
+A window with no sample inside is interpolated either way (``samples = 0``) and
+flagged.
 
 **Lost frames are never silently attributed.** The trace lists spans where the
 logger's sequence numbers jumped (frames lost). A window overlapping one counts
