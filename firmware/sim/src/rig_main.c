@@ -229,6 +229,13 @@ static void isr_stats_report(rig_t *r, FILE *f)
 
 /* ---- A0 front end: current-sense amplifier into the ADC ------------------ */
 
+/*
+ * simavr 1.6 restarts a free-running conversion from the cycle its completion
+ * timer was processed, a few cycles after it was due, so conversions drift
+ * (104.06 us instead of 104 at /128). The rig puts each completion back on the
+ * datasheet's schedule: a free-running conversion starts exactly when the
+ * previous one ends.
+ */
 static struct {
 	rig_t *rig;
 	avr_adc_t *adc;
@@ -236,6 +243,10 @@ static struct {
 	int pending;		/* a conversion of our channel is running */
 	uint16_t code;		/* its result, taken at sample-and-hold */
 	double t_sh_s, i_a;
+	uint64_t start;		/* when the running conversion started (ideal) */
+	uint64_t reg_cycle;	/* cycle simavr registered its completion timer at */
+	uint64_t ideal_end;	/* when it ends (ideal) */
+	uint64_t done_cycle;	/* cycle the last completion was processed at */
 } A;
 
 static uint32_t adc_vref_mv(avr_t *avr, avr_adc_t *p)
@@ -250,6 +261,23 @@ static uint32_t adc_vref_mv(avr_t *avr, avr_adc_t *p)
 	}
 }
 
+static avr_cycle_count_t adc_reschedule(avr_t *avr, avr_cycle_count_t when, void *param)
+{
+	(void)when;
+	(void)param;
+	for (avr_cycle_timer_slot_p s = avr->cycle_timers.timer; s; s = s->next) {
+		if (s->param != A.adc)
+			continue;
+		uint64_t end = A.start + (s->when - A.reg_cycle);
+		A.ideal_end = end;
+		avr_cycle_timer_t fn = s->timer;
+		avr_cycle_timer_cancel(avr, fn, A.adc);
+		avr_cycle_timer_register(avr, end > avr->cycle ? end - avr->cycle : 1, fn, A.adc);
+		break;
+	}
+	return 0;
+}
+
 /* Conversion start: the input is sampled 1.5 ADC clocks later (13.5 on the first). */
 static void adc_trigger_hook(avr_irq_t *irq, uint32_t value, void *param)
 {
@@ -257,13 +285,19 @@ static void adc_trigger_hook(avr_irq_t *irq, uint32_t value, void *param)
 	avr_t *avr = r->avr;
 	union { avr_adc_mux_t mux; uint32_t v; } e = { .v = value };
 	(void)irq;
+	int chained = A.ideal_end && A.done_cycle == avr->cycle &&
+			A.adc->adts_mode == avr_adts_free_running;
+	A.start = chained ? A.ideal_end : avr->cycle;
+	A.reg_cycle = avr->cycle;
+	A.ideal_end = 0;
+	avr_cycle_timer_register(avr, 1, adc_reschedule, NULL);
 	A.pending = 0;
 	if (e.mux.kind != ADC_MUX_SINGLE || e.mux.src != r->adc_channel)
 		return;
 	uint32_t div = avr_regbit_get_array(avr, A.adc->adps, ARRAY_SIZE(A.adc->adps));
 	uint32_t adc_clk_cycles = 1u << (div ? div : 1);
 	double sh_clocks = A.adc->first ? 13.5 : 1.5;
-	double t = rig_cycles_to_s(r, avr->cycle) + sh_clocks * adc_clk_cycles / r->freq_hz;
+	double t = rig_cycles_to_s(r, A.start) + sh_clocks * adc_clk_cycles / r->freq_hz;
 	double i, v_bus;
 	rig_eval(r, t, &i, &v_bus);
 	double vin = i * r->shunt_ohm * r->amp_gain + r->amp_offset_v;
@@ -280,7 +314,10 @@ static void adc_done_hook(avr_irq_t *irq, uint32_t value, void *param)
 {
 	rig_t *r = param;
 	(void)irq;
-	if (!value || !A.pending)
+	if (!value)
+		return;
+	A.done_cycle = r->avr->cycle;
+	if (!A.pending)
 		return;
 	A.pending = 0;
 	uint32_t vref = adc_vref_mv(r->avr, A.adc);
