@@ -39,6 +39,7 @@ import subprocess
 import tempfile
 import threading
 import time
+import weakref
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -295,6 +296,8 @@ class Rig:
         self._own_workdir = workdir is None
         self.workdir = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix="coupprof-rig-"))
         self.workdir.mkdir(parents=True, exist_ok=True)
+        if self._own_workdir:  # the log outlives stop(); the directory goes with the object
+            weakref.finalize(self, shutil.rmtree, str(self.workdir), True)
         self.log_path = self.workdir / "rig.log"
         self.stderr_path = self.workdir / "rig.stderr"
         self.marker_fifo = self.workdir / "markers.fifo"
@@ -500,9 +503,22 @@ class FastRun:
 def run_fast(elf: Path | str, seconds: float, script_lines: Iterable[str] = (),
              waveform: Waveform | Path | str | None = None, workdir: Path | str | None = None,
              timeout_s: float | None = None, **kwargs: object) -> FastRun:
-    """Run ``seconds`` of simulated time unthrottled with timed commands ('T_US CMD')."""
+    """Run ``seconds`` of simulated time unthrottled with timed commands ('T_US CMD').
+
+    Without ``workdir`` the files live in a temporary directory removed afterwards."""
+    own = workdir is None
     wd = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix="coupprof-rig-"))
     wd.mkdir(parents=True, exist_ok=True)
+    try:
+        return _run_fast(elf, seconds, script_lines, waveform, wd, timeout_s, **kwargs)
+    finally:
+        if own:
+            shutil.rmtree(wd, ignore_errors=True)
+
+
+def _run_fast(elf: Path | str, seconds: float, script_lines: Iterable[str],
+              waveform: Waveform | Path | str | None, wd: Path, timeout_s: float | None,
+              **kwargs: object) -> FastRun:
     script = wd / "script.txt"
     script.write_text("".join(f"{ln}\n" for ln in script_lines))
     uart = wd / "uart.bin"

