@@ -62,7 +62,8 @@ static void update_registers(ina226_t *p, double t_s)
 		mean_i = p->sum_i / p->n_i;
 		double raw = round(mean_i * p->rig->shunt_ohm / SHUNT_LSB_V);
 		p->shunt = (int16_t)fmax(-32768.0, fmin(32767.0, raw));
-		p->current = (int16_t)(((int32_t)p->shunt * (int32_t)p->cal) / 2048);
+		int32_t cur = ((int32_t)p->shunt * (int32_t)p->cal) / 2048;
+		p->current = (int16_t)(cur > 32767 ? 32767 : cur < -32768 ? -32768 : cur);
 	}
 	if (p->n_v) {
 		mean_v = p->sum_v / p->n_v;
