@@ -348,11 +348,20 @@ class Rig:
         self._stderr = open(self.stderr_path, "wb")  # noqa: SIM115 - closed in stop()
         self._proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                       stderr=self._stderr, bufsize=0)
-        pty_line = self._read_line(_START_TIMEOUT_S)
-        ready = self._read_line(_START_TIMEOUT_S)
+        try:
+            pty_line = self._read_line(_START_TIMEOUT_S)
+            ready = self._read_line(_START_TIMEOUT_S)
+        except PowerSourceError:
+            rc = self.stop()
+            why = self._tail()
+            if rc == 2:  # the rig refused its arguments or files
+                raise BadInputError(f"rig: {why}",
+                                    fix="check the waveform, script and ELF given") from None
+            raise PowerSourceError(f"the rig did not start (exit {rc}): {why}",
+                                   fix=f"run `{' '.join(cmd)}` by hand to see why") from None
         if not pty_line.startswith("pty ") or not ready.startswith("ready"):
             self.stop()
-            raise PowerSourceError(f"the rig did not start: {self.stderr_text().strip()}",
+            raise PowerSourceError(f"the rig said {pty_line!r}, {ready!r} on start",
                                    fix=f"run `{' '.join(cmd)}` by hand to see why")
         port = pty_line.split(maxsplit=1)[1]
         self.port = None if port == "-" else port

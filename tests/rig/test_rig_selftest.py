@@ -263,6 +263,13 @@ def test_bad_waveform_is_refused_with_its_line(tmp_path):
     assert proc.returncode == 2 and f"{bad}:1:" in proc.stderr
 
 
+def test_rig_refusing_its_waveform_is_bad_input(tmp_path):
+    bad = tmp_path / "wave.txt"
+    bad.write_text("0 0.1\nstate 16 0.2\n")
+    with pytest.raises(BadInputError, match=f"{bad}:2: want 'state MASK CURRENT_A'"):
+        Rig(TESTPROG_ELF, bad, workdir=tmp_path).start()
+
+
 def test_missing_elf_is_a_clear_error(tmp_path):
     with pytest.raises(HardwareError, match="does not exist"):
         Rig(tmp_path / "nope.elf").start()
