@@ -248,6 +248,19 @@ def test_control_channel_and_marker_fifo():
     assert w.energy_j == pytest.approx((0.5 * 5.0) * (t2 - t1) * 1e-6, rel=1e-9)
 
 
+def test_paced_rig_reports_falling_behind(tmp_path):
+    """A 2 GHz AVR cannot be simulated in real time on any host: the rig says so
+    (stderr and 'behind' log lines) and keeps running."""
+    with Rig(TESTPROG_ELF, workdir=tmp_path, extra_args=["--freq", "2000000000"]) as rig:
+        deadline = time.monotonic() + 10
+        while not rig.ground_truth().notes and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert rig.running
+        truth = rig.ground_truth()
+    assert any(n.startswith("behind ") for n in truth.notes)
+    assert "behind the wall clock" in rig.stderr_text()
+
+
 def test_bad_waveform_is_refused_with_its_line(tmp_path):
     bad = tmp_path / "wave.txt"
     bad.write_text("period_us 100\n0 0.1\n150 0.2\n")
