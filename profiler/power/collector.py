@@ -192,25 +192,42 @@ class Collector:
 
     # ----------------------------------------------------------------- reader thread
     def _reader(self) -> None:
+        """Read, batch and decode until stopped or the port fails.
+
+        Bytes are decoded in batches of up to ``batch_s`` (or 64 KiB): when the
+        stream trickles in, the thread sleeps to let a batch build up (the
+        decoder's per-call cost is then negligible); when it floods in, it keeps
+        reading the tty (whose buffer is ~4 KiB) and decodes 64 KiB at a time.
+        """
         ser = self.serial
         assert ser is not None
+        pending = bytearray()
+        first = 0.0
         while not self._stop.is_set():
             try:
                 data = ser.read(1)
                 if data:
-                    # Let a batch build up: one decode per ~10 ms keeps the
-                    # per-call overhead small at 100 kB/s.
-                    if ser.in_waiting < 8192:
-                        time.sleep(self.batch_s)
-                    data += ser.read(ser.in_waiting)
+                    now = time.monotonic()
+                    if not pending:
+                        first = now
+                    pending += data
+                    waiting = ser.in_waiting
+                    if waiting < 2048 and now - first < self.batch_s:
+                        time.sleep(self.batch_s - (now - first))
+                        waiting = ser.in_waiting
+                    pending += ser.read(waiting)
             except (serial.SerialException, OSError, TypeError, AttributeError) as err:
                 # TypeError/AttributeError: pyserial's fd vanished under it (port closed)
-                if self._stop.is_set():
-                    return
-                self._port_lost(err)
+                if pending:
+                    self._consume(bytes(pending))
+                if not self._stop.is_set():
+                    self._port_lost(err)
                 return
-            if data:
-                self._consume(data)
+            if pending and (
+                not data or len(pending) >= 1 << 16 or time.monotonic() - first >= self.batch_s
+            ):
+                self._consume(bytes(pending))
+                pending.clear()
 
     def _consume(self, data: bytes) -> None:
         out = self._decoder.feed(data)

@@ -428,6 +428,8 @@ class DecoderCounters:
     edges: int = 0
 
 
+_T_SAMPLES = int(FrameType.SAMPLES)
+_T_EDGE = int(FrameType.EDGE)
 _EMPTY_SAMPLES = np.zeros(0, SAMPLE_DTYPE)
 _EMPTY_EDGES = np.zeros(0, EDGE_DTYPE)
 _EMPTY_GAPS = np.zeros(0, GAP_DTYPE)
@@ -439,6 +441,8 @@ _EXPECTED_LEN = np.full(256, _ANY_LEN, dtype=np.int64)
 for _t, _ln in _FIXED_LEN.items():
     _EXPECTED_LEN[_t] = _ln
 _EXPECTED_LEN[FrameType.SAMPLES] = _SAMPLES_LEN
+# Groups of at most this many frames of one length get their CRC in plain Python.
+_SCALAR_MAX = 3
 # Seq steps of half the u16 range or more are a restart, not half a minute of loss.
 _SEQ_RESTART = SEQ_MODULO // 2
 
@@ -510,10 +514,18 @@ class StreamDecoder:
             uniq = np.unique(lens)
             for L in uniq.tolist():
                 gi = idx_ok if uniq.size == 1 else idx_ok[lens == L]
-                rows = np.lib.stride_tricks.sliding_window_view(buf, L)[cand[gi]]  # (k, L) copy
-                crc = crc16_columns(np.ascontiguousarray(rows[:, 2 : L - 2].T))
-                sent = rows[:, L - 2].astype(np.uint16) | (rows[:, L - 1].astype(np.uint16) << 8)
-                good = crc == sent
+                starts = cand[gi]
+                if gi.size <= _SCALAR_MAX:
+                    # A few frames (false syncs, control frames): plain Python is cheaper.
+                    rows = np.stack([buf[c : c + L] for c in starts.tolist()])
+                    good = np.array(
+                        [crc16(r[2 : L - 2].tobytes()) == int(r[L - 2]) | (int(r[L - 1]) << 8) for r in rows]
+                    )
+                else:
+                    rows = np.lib.stride_tricks.as_strided(buf, (n - L + 1, L), (1, 1))[starts]
+                    crc = crc16_columns(np.ascontiguousarray(rows[:, 2 : L - 2].T))
+                    sent = rows[:, L - 2].astype(np.uint16) | (rows[:, L - 1].astype(np.uint16) << 8)
+                    good = crc == sent
                 if good.all():
                     groups.append((L, gi, rows))
                 else:
@@ -603,11 +615,11 @@ class StreamDecoder:
         # Rank of each accepted candidate in stream order, to place group results.
         rank = np.full(cand.size, -1, dtype=np.int64)
         rank[accepted] = np.arange(k)
-        is_s = ftypes == FrameType.SAMPLES
+        is_s = ftypes == _T_SAMPLES
         nsamp = np.where(is_s, (flen[accepted] - FRAME_OVERHEAD - 1) // SAMPLE_BYTES, 0)
         offs = np.cumsum(nsamp) - nsamp
         n_samples = int(nsamp.sum())
-        is_e = ftypes == FrameType.EDGE
+        is_e = ftypes == _T_EDGE
         edge_pos = np.cumsum(is_e) - 1
 
         samples = _EMPTY_SAMPLES
@@ -622,7 +634,7 @@ class StreamDecoder:
                 continue
             ft = ftypes[r]
             ns, rem = divmod(L - FRAME_OVERHEAD - 1, SAMPLE_BYTES)
-            sm = ft == FrameType.SAMPLES
+            sm = ft == _T_SAMPLES
             if rem == 0 and 1 <= ns <= MAX_SAMPLES_PER_FRAME and sm.any():
                 all_s = bool(sm.all())
                 rs = r if all_s else r[sm]
@@ -640,14 +652,14 @@ class StreamDecoder:
                         samples = np.empty(n_samples, SAMPLE_DTYPE)
                     samples[(offs[rs][:, None] + np.arange(ns)).reshape(-1)] = out.reshape(-1)
             if L == FRAME_OVERHEAD + EDGE_LEN:
-                em = ft == FrameType.EDGE
+                em = ft == _T_EDGE
                 if em.any():
                     re = r[em]
                     dst = edge_pos[re]
                     edges["t_us"][dst] = t64[re]
                     edges["markers"][dst] = rows[em, HEADER_LEN]
                     edges["changed"][dst] = rows[em, HEADER_LEN + 1]
-            for j in np.flatnonzero(~sm & (ft != FrameType.EDGE)).tolist():
+            for j in np.flatnonzero(~sm & (ft != _T_EDGE)).tolist():
                 fr = int(r[j])
                 msg = _message(int(ft[j]), int(seq[fr]), int(t64[fr]), rows[j, HEADER_LEN : L - 2].tobytes())
                 if isinstance(msg, OtherFrame):

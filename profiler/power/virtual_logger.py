@@ -290,9 +290,8 @@ class VirtualLogger:
                         break
                 if data:
                     self._handle(self._parser.feed(data))
-            with self._lock:
-                if self._streaming:
-                    self._produce()
+            if self._streaming:
+                self._produce()
             if not self._flush():
                 break
 
@@ -313,8 +312,7 @@ class VirtualLogger:
             self.counters.commands += 1
             if not self.answer_commands:
                 continue
-            with self._lock:
-                self._answer(c)
+            self._answer(c)
 
     def _ack(self, cmd: int, status: int) -> None:
         self._send_now(P.encode_ack(self._take_seq(), self._t32(), cmd, status))
@@ -357,23 +355,28 @@ class VirtualLogger:
             self._ack(c.cmd, P.AckStatus.UNKNOWN_COMMAND)
 
     def _begin_stream(self) -> None:
-        self.counters.samples_total = self.counters.samples_dropped = 0
-        self.counters.edges_total = 0
-        now = self.device_us()
-        self._streaming = True
-        self._t_start_us = now
-        self._next_k = 0
-        self._next_status_us = now + self.status_interval_us
-        self._hist_t = [now]
-        self._hist_lv = [self._level]
-        self._pending_edges = []
         self._pend = np.zeros(0, P.SAMPLE_DTYPE)
+        self._next_k = 0
+        with self._lock:
+            self.counters.samples_total = self.counters.samples_dropped = 0
+            self.counters.edges_total = 0
+            now = self.device_us()
+            self._t_start_us = now
+            self._next_status_us = now + self.status_interval_us
+            self._hist_t = [now]
+            self._hist_lv = [self._level]
+            self._pending_edges = []
+            self._streaming = True
 
     def _end_stream(self) -> None:
         if self._pend.size:  # flush the partial frame (sent blocking, like the firmware)
             self._send_now(self._samples_frame(self._take_seq(), self._pend))
             self._pend = np.zeros(0, P.SAMPLE_DTYPE)
-        self._streaming = False
+        with self._lock:
+            self._streaming = False
+            late, self._pending_edges = self._pending_edges, []
+        for te, mk, ch in late:  # edges after the last sample, before STOP
+            self._send_now(P.encode_edge(self._take_seq(), te, mk, ch))
 
     def _send_status(self) -> None:
         c = self.counters
@@ -392,16 +395,24 @@ class VirtualLogger:
         return self._t_start_us + (k * 1_000_000) // rate
 
     def _produce(self) -> None:
-        """Generate everything due up to now and queue it as frames (lock held)."""
-        now = self.device_us()
-        t = self._sample_times(now)
+        """Generate everything due up to now and queue it as frames.
+
+        The lock is held only to take the time and the marker history, so a
+        host thread in ``set_markers`` never waits for the waveform or encoding.
+        """
+        with self._lock:
+            now = self.device_us()
+            t = self._sample_times(now)
+            if t.size:
+                hist_t = np.asarray(self._hist_t, dtype=np.int64)
+                hist_lv = np.asarray(self._hist_lv, dtype=np.int64)
+                # keep the level in force at the last sample, plus anything later
+                keep = max(int(np.searchsorted(hist_t, t[-1], side="right")) - 1, 0)
+                del self._hist_t[:keep], self._hist_lv[:keep]
+            edges, self._pending_edges = self._pending_edges, []
         full = self._pend[:0]
         if t.size:
-            hist_t = np.asarray(self._hist_t, dtype=np.int64)
-            lv = np.asarray(self._hist_lv, dtype=np.int64)[np.searchsorted(hist_t, t, side="right") - 1]
-            # keep the level in force at the last sample, plus anything later
-            keep = max(int(np.searchsorted(hist_t, t[-1], side="right")) - 1, 0)
-            del self._hist_t[:keep], self._hist_lv[:keep]
+            lv = hist_lv[np.searchsorted(hist_t, t, side="right") - 1]
             pw = self.power_w(t * 1e-6, lv) if callable(self.power_w) else self.power_w
             p = np.broadcast_to(np.asarray(pw, dtype=np.float64), t.shape)
             cur = np.clip(np.rint(p / self.bus_v / (self.current_lsb_na * 1e-9)), -32768, 32767)
@@ -413,7 +424,6 @@ class VirtualLogger:
             n_full = allp.size // P.MAX_SAMPLES_PER_FRAME * P.MAX_SAMPLES_PER_FRAME
             self._pend = allp[n_full:].copy()
             full = allp[:n_full]
-        edges, self._pending_edges = self._pending_edges, []
         if full.size or edges:
             self._emit_stream(full, edges)
         if now >= self._next_status_us:
@@ -457,16 +467,20 @@ class VirtualLogger:
             else:
                 te, mk, ch = edges[i - n_sf]
                 frame = P.encode_edge(seqs[i], te, mk, ch)
-            if self._drop_next:
-                self._drop_next -= 1
-                self.counters.frames_dropped += 1
-                continue
-            if self._corrupt_next:
-                self._corrupt_next -= 1
-                self.counters.frames_corrupted += 1
-                f = bytearray(frame)
-                f[P.HEADER_LEN] ^= 0x10  # first payload byte: the CRC no longer matches
-                frame = bytes(f)
+            if self._drop_next or self._corrupt_next:
+                with self._lock:
+                    drop = self._drop_next > 0
+                    corrupt = not drop and self._corrupt_next > 0
+                    self._drop_next -= drop
+                    self._corrupt_next -= corrupt
+                if drop:
+                    self.counters.frames_dropped += 1
+                    continue
+                if corrupt:
+                    self.counters.frames_corrupted += 1
+                    f = bytearray(frame)
+                    f[P.HEADER_LEN] ^= 0x10  # first payload byte: the CRC no longer matches
+                    frame = bytes(f)
             self._tx += frame
             self.counters.frames_sent += 1
 
