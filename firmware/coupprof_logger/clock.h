@@ -22,9 +22,26 @@ static inline uint32_t clock_ovf_for(uint16_t tcnt)
     return o;
 }
 
+// Overflow count for a tick latched in the past (ICR1, at most 32 ms ago),
+// whatever the overflow ISR did since. Interrupts must be off.
+static inline uint32_t clock_ovf_for_past(uint16_t tick)
+{
+    uint16_t now = TCNT1;
+    uint32_t o = clock_ovf_for(now);
+    if (tick > now) {
+        o--; // latched before the most recent wrap
+    }
+    return o;
+}
+
 static inline uint32_t clock_us_of(uint32_t ovf, uint16_t tcnt)
 {
-    return (ovf << 15) | (tcnt >> 1);
+    // (ovf << 15) | (tcnt >> 1), without a 15-step shift loop
+    uint32_t t = (((ovf << 16) | tcnt) >> 1);
+    if (ovf & 0x10000UL) {
+        t |= 0x80000000UL;
+    }
+    return t;
 }
 
 static inline uint32_t clock_ticks_of(uint32_t ovf, uint16_t tcnt)

@@ -4,9 +4,11 @@
 // same conversion time (140 us by default, no averaging: one sample per
 // 280 us = 3571 S/s). Its ALERT pin is set to "conversion ready" and wired to
 // D8 = ICP1, so Timer1 latches the exact tick of every conversion-ready edge
-// in hardware. The input-capture ISR starts an interrupt-driven I2C sequence
-// that reads the shunt-voltage register (01h), the bus-voltage register (02h)
-// and Mask/Enable (06h, which clears the flag and releases ALERT).
+// in hardware. The input-capture ISR then reads the shunt-voltage register
+// (01h), Mask/Enable (06h: clears the flag, releases ALERT) and the
+// bus-voltage register (02h). The INA226 loads all result registers together
+// at the end of a cycle, so the three reads see one cycle's results as long
+// as they end before the next one (280 us).
 //
 // Current comes from the shunt-voltage register (2.5 uV/count), not from the
 // current register, so no calibration register is programmed and
@@ -22,9 +24,18 @@
 // I2C: 1 MHz through the INA226's high-speed mode: after a START the master
 // code 0x08 is sent at 400 kHz (nobody acknowledges), the clock switches to
 // 1 MHz and the bus is then held with repeated STARTs only, as Hs-mode
-// requires, until streaming stops. One cycle's three reads take ~200 us of
-// the 280 us, so the bus voltage is read every cycle: reading it less often
-// would not raise the current rate, which the conversion times fix.
+// requires, until streaming stops. The TWI is interrupt-driven: its ISR steps
+// through a precomputed script (status expected, byte to send, TWCR value)
+// and makes no calls, and waits out a (repeated) START (1 us) in place rather
+// than returning for it, so a register read (S, SLA+W, ptr, Sr, SLA+R, 2
+// bytes = 47 SCL periods) costs 5 interrupts, ~65 us in all. Shunt and
+// Mask/Enable are read every cycle (~135 us of the 280 us cycle); the bus
+// voltage every INA226_BUS_EVERY-th cycle (default 2; ~200 us with it).
+// Reading the bus less often does not raise the current rate, which the
+// conversion times fix; it keeps the worst cycle's reads well inside the
+// period while edges and UART traffic interrupt them. Polling the whole
+// sequence instead was tried: ~1 us per bus event but ~70 % of the CPU,
+// which starved the main loop that frames the samples.
 #include "fw_config.h"
 
 #if CP_FRONT_END == CP_FE_ID_INA226
@@ -38,6 +49,7 @@
 #include "cp_rate.h"
 #include "frontend.h"
 #include "sampler.h"
+#include "uart.h"
 
 #define REG_CONFIG 0x00
 #define REG_SHUNT 0x01
@@ -55,40 +67,113 @@
 #define TWBR_FAST ((F_CPU / INA226_TWI_HZ - 16UL) / 2UL)
 #define USE_HS (INA226_TWI_HZ > 400000UL)
 
-// Time one register read (S, SLA+W, ptr, Sr, SLA+R, 2 bytes = 47 SCL periods)
-// takes, plus ~3 us of clock stretching per TWI interrupt (7 of them).
-#define READ_US (47000000UL / INA226_TWI_HZ + 21UL)
+#ifndef INA226_BUS_EVERY
+#define INA226_BUS_EVERY 2
+#endif
+
+// One register read: S, SLA+W, ptr, Sr, SLA+R, 2 bytes = 47 SCL periods, plus
+// ~4 us per TWI interrupt (5 of them) until the next bus action starts.
+#define READ_US (47000000UL / INA226_TWI_HZ + 20UL)
 #define READS_PER_CYCLE 3UL
 // A conversion cycle must leave room for its reads, with 25 % margin.
 #define MIN_PERIOD_US (READS_PER_CYCLE * READ_US * 5UL / 4UL)
 
 #define TWCR_GO (_BV(TWINT) | _BV(TWEN) | _BV(TWIE))
+// a (repeated) START the ISR waits for itself: no interrupt for it
+#define TWCR_SPIN_START (_BV(TWINT) | _BV(TWEN) | _BV(TWSTA))
+#define TWCR_HOLD _BV(TWEN) // TWINT stays set: SCL held low, no interrupt
+#define TWCR_STOP (_BV(TWINT) | _BV(TWSTO) | _BV(TWEN))
 
-enum { PH_MASTER_CODE, PH_ADDR_W, PH_PTR, PH_ADDR_R, PH_READ };
+// ---- the I2C script ----
+#define F_TWDR 0x01 // write `val` to TWDR
+#define F_SAVE 0x02 // store TWDR into result[] (before the TWCR write)
+#define F_TWBR 0x04 // write `val` to TWBR (the Hs switch)
+#define F_HS 0x08   // Hs-mode entered
+#define F_END 0x10  // sequence complete after this step
+#define F_SPIN 0x20 // this step starts a (repeated) START: wait for it here
+
+typedef struct {
+    uint8_t expect; // TWSR status that must have arrived
+    uint8_t flags;
+    uint8_t val;
+    uint8_t twcr; // written last: starts the next bus action
+} step_t;
+
+// [Hs entry] shunt, Mask/Enable, bus: 2 + 3 * 7 steps
+static step_t script[2 + 3 * 7];
+static uint8_t script_reads; // index of the first step after the Hs entry
+static uint8_t mask_last;    // last step of the Mask/Enable read
+enum { R_SHUNT_H, R_SHUNT_L, R_MASK_H, R_MASK_L, R_BUS_H, R_BUS_L, R_COUNT };
 
 static cp_ina226_setting setting;
 static uint8_t back_shift; // log2(4 * averages): P / (4N) is a shift, not a division
 static uint8_t present;
 
-// ISR state
+// streaming state
 static volatile uint8_t twi_busy;
 static uint8_t hs_active;
-static uint8_t phase;
-static uint8_t job, njobs;
-static uint8_t jobs[3];
-static uint8_t hi;
-static uint8_t deliver;
-static int16_t shunt_raw;
-static uint16_t bus_raw;
+static const step_t *cur; // next script step
+static uint8_t *res;      // next result byte
+static uint8_t result[R_COUNT];
+static uint8_t deliver;   // the sequence belongs to a sample
+static uint8_t cycle_n;   // cycles since start, for INA226_BUS_EVERY
 static uint32_t cycle_t_us;
 static uint8_t cycle_markers;
 static uint8_t have_prev;
 static uint32_t prev_ticks;
+static uint32_t nominal_ticks; // nominal period
+static uint32_t mk_offset;     // ticks from an alert to the next sample's instant
 static volatile uint32_t last_alert_ticks;
 static uint32_t mk_target;
 static volatile uint8_t mk_value;
 static volatile uint8_t mk_valid;
+// A finished cycle's results wait here until the next capture ISR (or
+// fe_stop) queues the sample, so the TWI ISR makes no calls.
+static volatile uint8_t ready; // 1: a sample is waiting; 2: the cycle failed
+static uint8_t done[R_COUNT];
+static uint16_t last_bus;
 volatile uint16_t ina_twi_errors;
+
+static uint8_t add_step(uint8_t i, uint8_t expect, uint8_t flags, uint8_t val, uint8_t twcr)
+{
+    script[i].expect = expect;
+    script[i].flags = flags;
+    script[i].val = val;
+    script[i].twcr = twcr;
+    return (uint8_t)(i + 1u);
+}
+
+// Steps of one register read; the caller's START (first_status 0x08) or
+// repeated START (0x10) precedes them.
+static uint8_t add_read(uint8_t i, uint8_t first_status, uint8_t reg)
+{
+    i = add_step(i, first_status, F_TWDR, SLA_W, TWCR_GO);
+    i = add_step(i, 0x18, F_TWDR, reg, TWCR_GO);                        // pointer
+    i = add_step(i, 0x28, F_SPIN, 0, TWCR_SPIN_START);                  // Sr
+    i = add_step(i, 0x10, F_TWDR, SLA_R, TWCR_GO);
+    i = add_step(i, 0x40, 0, 0, TWCR_GO | _BV(TWEA));                   // MSB, ACK
+    i = add_step(i, 0x50, F_SAVE, 0, TWCR_GO);                          // LSB, NACK
+    i = add_step(i, 0x58, F_SAVE | F_SPIN, 0, TWCR_SPIN_START);         // next read
+    return i;
+}
+
+static void build_script(void)
+{
+    uint8_t i = 0;
+    if (USE_HS) {
+        i = add_step(i, 0x08, F_TWDR, HS_MASTER_CODE, TWCR_GO);
+        i = add_step(i, 0x20, F_TWBR | F_HS | F_SPIN, (uint8_t)TWBR_FAST, TWCR_SPIN_START);
+    }
+    script_reads = i;
+    // results land in order: shunt, mask, bus. In Hs-mode every sequence
+    // starts with a repeated START (the bus is held); else with a START.
+    i = add_read(i, USE_HS ? 0x10 : 0x08, REG_SHUNT);
+    i = add_read(i, 0x10, REG_MASK);
+    mask_last = (uint8_t)(i - 1u);
+    i = add_read(i, 0x10, REG_BUS);
+    script[i - 1u].flags = F_SAVE | F_END;
+    script[i - 1u].twcr = USE_HS ? TWCR_HOLD : TWCR_STOP;
+}
 
 // ---------- polled I2C, used only while not streaming ----------
 
@@ -106,7 +191,7 @@ static int twi_wait(void)
 static void twi_stop_polled(void)
 {
     uint16_t n = 0;
-    TWCR = _BV(TWINT) | _BV(TWSTO) | _BV(TWEN);
+    TWCR = TWCR_STOP;
     while ((TWCR & _BV(TWSTO)) && ++n) {
     }
 }
@@ -173,6 +258,8 @@ static void choose(uint32_t req_hz)
     for (a = setting.avg; a > 1u; a >>= 1) {
         back_shift++;
     }
+    nominal_ticks = setting.period_us * 2u;
+    mk_offset = nominal_ticks - (nominal_ticks >> 1) - (nominal_ticks >> back_shift);
 }
 
 static int probe(void)
@@ -206,137 +293,146 @@ ISR(TIMER1_COMPA_vect)
     }
 }
 
+// Queue what the last sequence produced (capture ISR, or fe_stop).
+static void collect(void)
+{
+    uint8_t r = ready;
+    ready = 0;
+    if (r == 1) {
+        cp_sample s;
+        s.t_us = cycle_t_us;
+        s.current = (int16_t)((uint16_t)done[R_SHUNT_H] << 8 | done[R_SHUNT_L]);
+        if (!(done[R_BUS_H] & 0x80)) { // read this cycle (else the marker 0xFF)
+            last_bus = (uint16_t)((uint16_t)done[R_BUS_H] << 8 | done[R_BUS_L]);
+        }
+        s.bus = last_bus;
+        s.markers = cycle_markers;
+        sampler_push(&s);
+    } else if (r == 2) {
+        sampler_missed();
+    }
+}
+
+// Interrupts off.
 static void start_sequence(uint8_t with_sample)
 {
-    job = 0;
-    njobs = 0;
-    if (with_sample) {
-        jobs[njobs++] = REG_SHUNT; // first: it is the oldest result
-        jobs[njobs++] = REG_BUS;
+    uint8_t with_bus = with_sample && ++cycle_n >= INA226_BUS_EVERY;
+    if (with_bus) {
+        cycle_n = 0;
     }
-    jobs[njobs++] = REG_MASK; // last: clears the flag, releases ALERT
+    // end after Mask/Enable when the bus read is skipped
+    script[mask_last].flags = with_bus ? (F_SAVE | F_SPIN) : (F_SAVE | F_END);
+    script[mask_last].twcr = with_bus ? TWCR_SPIN_START : (USE_HS ? TWCR_HOLD : TWCR_STOP);
+    res = result;
+    result[R_BUS_H] = 0xFF; // "not read": a bus reading is below 0x8000
     deliver = with_sample;
     twi_busy = 1;
+    uart_tx_hold(); // until the sequence ends: see uart.h
     if (USE_HS && !hs_active) {
         TWBR = (uint8_t)TWBR_400K;
-        phase = PH_MASTER_CODE;
+        cur = &script[0];
     } else {
-        phase = PH_ADDR_W;
+        cur = &script[script_reads];
     }
     // START, or a repeated START while the Hs-mode bus is held
     TWCR = TWCR_GO | _BV(TWSTA);
 }
 
-// ALERT fell: a shunt + bus conversion pair is ready.
-ISR(TIMER1_CAPT_vect)
+// ALERT fell: a shunt + bus conversion pair is ready. Interruptible from the
+// first instruction (the UART receiver must be served within 10 us); ICR1
+// keeps the edge's tick until the next edge, a period later.
+ISR(TIMER1_CAPT_vect, ISR_NOBLOCK)
 {
-    uint16_t c = ICR1;
-    uint32_t o = clock_ovf_for(c);
-    uint32_t t_ticks = clock_ticks_of(o, c);
-    uint32_t t_us = clock_us_of(o, c);
-    uint32_t nominal = setting.period_us * 2u; // ticks
-    uint32_t p = nominal;
-    uint32_t back;
+    uint16_t c;
+    uint32_t o, t_ticks, p, back;
+    cli(); // ICR1, TCNT1, the overflow count and TOV1 together
+    c = ICR1;
+    o = clock_ovf_for_past(c); // the overflow ISR may have run since the edge
     if (twi_busy) { // previous reads still running: this conversion is lost
+        sei();
         sampler_missed();
         return;
     }
-    last_alert_ticks = t_ticks;
+    start_sequence(1); // the bus first: every microsecond here delays the reads
+    sei();
+    t_ticks = clock_ticks_of(o, c);
+    collect(); // the previous cycle's sample: its results are in done[]
+    cycle_markers = mk_valid ? mk_value : markers_read();
+    arm_marker_read(t_ticks + mk_offset); // the next sample's instant, ~P/4 away
+    p = nominal_ticks;
     if (have_prev) {
         p = t_ticks - prev_ticks;
-        if (p < nominal / 2u || p > nominal + nominal / 2u) {
-            p = nominal; // a missed alert in between: keep the nominal period
+        if (p < nominal_ticks / 2u || p > nominal_ticks + nominal_ticks / 2u) {
+            p = nominal_ticks; // a missed alert in between: keep the nominal period
         }
     }
     prev_ticks = t_ticks;
     have_prev = 1;
+    last_alert_ticks = t_ticks;
     back = (p >> 1) + (p >> back_shift); // ticks from the sample's instant to T
-    cycle_t_us = t_us - back / 2u;
-    cycle_markers = mk_valid ? mk_value : markers_read();
-    arm_marker_read(t_ticks + p - back);
-    start_sequence(1);
+    mk_offset = p - back;
+    cycle_t_us = clock_us_of(o, c) - (back >> 1);
 }
 
-static void fail(void)
-{
-    TWCR = _BV(TWINT) | _BV(TWSTO) | _BV(TWEN); // releases the bus, leaves Hs-mode
-    hs_active = 0;
-    twi_busy = 0;
-    ina_twi_errors++;
-    if (deliver) {
-        sampler_missed();
-    }
-}
-
+// Steps through the script. Everything before the TWCR write is on the bus's
+// critical path (SCL is held low until then), so that part is kept short.
 ISR(TWI_vect)
 {
-    uint8_t st = TWSR & 0xF8;
-    switch (st) {
-    case 0x08: // START
-    case 0x10: // repeated START
-        TWDR = phase == PH_MASTER_CODE ? HS_MASTER_CODE : (phase == PH_ADDR_R ? SLA_R : SLA_W);
-        TWCR = TWCR_GO;
-        break;
-    case 0x20: // address NACK: expected for the Hs master code only
-        if (phase != PH_MASTER_CODE) {
-            fail();
+    const step_t *s = cur;
+    for (;;) {
+        uint8_t f = s->flags;
+        uint8_t n = 0;
+        if ((TWSR & 0xF8) != s->expect) { // NACK, arbitration lost, bus error
+            TWCR = TWCR_STOP;             // releases the bus, leaves Hs-mode
+            hs_active = 0;
+            twi_busy = 0;
+            uart_tx_release();
+            ina_twi_errors++;
+            if (deliver) {
+                ready = 2;
+            }
+            return;
+        }
+        if (f & F_SAVE) {
+            *res++ = TWDR;
+        }
+        if (f & F_TWDR) {
+            TWDR = s->val;
+        }
+        if (f & F_TWBR) {
+            TWBR = s->val;
+        }
+        TWCR = s->twcr;
+        s++;
+        if (f & F_HS) {
+            hs_active = 1;
+        }
+        if (f & F_END) {
+            if (deliver) {
+                uint8_t i;
+                for (i = 0; i < R_COUNT; i++) {
+                    done[i] = result[i];
+                }
+                ready = 1;
+            }
+            twi_busy = 0;
+            uart_tx_release();
+            return;
+        }
+        if (!(f & F_SPIN)) {
             break;
         }
-        TWBR = (uint8_t)TWBR_FAST;
-        hs_active = 1;
-        phase = PH_ADDR_W;
-        TWCR = TWCR_GO | _BV(TWSTA);
-        break;
-    case 0x18: // SLA+W ACK: register pointer
-        phase = PH_PTR;
-        TWDR = jobs[job];
-        TWCR = TWCR_GO;
-        break;
-    case 0x28: // pointer sent: repeated START to read
-        phase = PH_ADDR_R;
-        TWCR = TWCR_GO | _BV(TWSTA);
-        break;
-    case 0x40: // SLA+R ACK: first byte, ACK it
-        phase = PH_READ;
-        TWCR = TWCR_GO | _BV(TWEA);
-        break;
-    case 0x50: // first byte in: second byte, NACK it
-        hi = TWDR;
-        TWCR = TWCR_GO;
-        break;
-    case 0x58: { // second byte in
-        uint16_t v = (uint16_t)((uint16_t)hi << 8 | TWDR);
-        uint8_t reg = jobs[job];
-        if (reg == REG_SHUNT) {
-            shunt_raw = (int16_t)v;
-        } else if (reg == REG_BUS) {
-            bus_raw = v;
+        // a START: about one SCL period. TWIE is off for it, so other
+        // interrupts (UART receive above all) may run meanwhile.
+        sei();
+        while (!(TWCR & _BV(TWINT))) {
+            if (++n == 0) {
+                break; // let the status check fail
+            }
         }
-        if (++job < njobs) {
-            phase = PH_ADDR_W;
-            TWCR = TWCR_GO | _BV(TWSTA);
-            break;
-        }
-        if (USE_HS) {
-            TWCR = _BV(TWEN); // hold the bus (TWINT stays set), no interrupt
-        } else {
-            TWCR = _BV(TWINT) | _BV(TWSTO) | _BV(TWEN);
-        }
-        if (deliver) {
-            cp_sample s;
-            s.t_us = cycle_t_us;
-            s.current = shunt_raw;
-            s.bus = bus_raw;
-            s.markers = cycle_markers;
-            sampler_push(&s);
-        }
-        twi_busy = 0;
-        break;
+        cli();
     }
-    default: // data NACK, arbitration lost, bus error
-        fail();
-        break;
-    }
+    cur = s;
 }
 
 // ---------- front-end interface ----------
@@ -346,6 +442,7 @@ uint32_t fe_init(cp_ident *id)
     // ALERT: D8 = PB0 = ICP1, open drain: input with pull-up
     DDRB &= (uint8_t)~_BV(PB0);
     PORTB |= _BV(PB0);
+    build_script();
     choose(INA226_DEFAULT_RATE_HZ);
     if (probe()) {
         ina_write(REG_CONFIG, setting.config);
@@ -389,7 +486,9 @@ int fe_start(void)
         twi_busy = 0;
         have_prev = 0;
         mk_valid = 0;
-        bus_raw = 0;
+        ready = 0;
+        last_bus = 0;
+        cycle_n = (uint8_t)(INA226_BUS_EVERY - 1); // the first cycle reads the bus
         last_alert_ticks = clock_now_ticks_isr();
         TCCR1B &= (uint8_t)~_BV(ICES1); // falling edge
         TCCR1B |= _BV(ICNC1);           // noise canceler (4 cycles)
@@ -403,12 +502,14 @@ void fe_stop(void)
 {
     uint16_t n = 0;
     TIMSK1 &= (uint8_t) ~(_BV(ICIE1) | _BV(OCIE1A));
-    while (twi_busy && ++n) { // a sequence in flight finishes within ~0.2 ms
+    while (twi_busy && ++n) { // a sequence in flight ends within ~0.2 ms
     }
     ATOMIC_BLOCK(ATOMIC_RESTORESTATE)
     {
         twi_busy = 0;
         hs_active = 0;
+        uart_tx_release();
+        collect(); // the last cycle's sample (no ISR queues samples now)
     }
     twi_stop_polled(); // leaves Hs-mode
     twi_reset_slow();
@@ -419,19 +520,13 @@ void fe_poll(void)
     // A failed sequence leaves the conversion-ready flag set, so ALERT stays
     // low and no further edge comes: after 4 quiet periods, read Mask/Enable.
     uint32_t now = clock_now_ticks();
-    uint32_t last;
     ATOMIC_BLOCK(ATOMIC_RESTORESTATE)
     {
-        last = last_alert_ticks;
-    }
-    if ((uint32_t)(now - last) > setting.period_us * 8u && !twi_busy) {
-        ATOMIC_BLOCK(ATOMIC_RESTORESTATE)
-        {
-            if (!twi_busy && (TIMSK1 & _BV(ICIE1))) {
-                last_alert_ticks = now;
-                have_prev = 0;
-                start_sequence(0);
-            }
+        if ((uint32_t)(now - last_alert_ticks) > nominal_ticks * 4u && !twi_busy &&
+            (TIMSK1 & _BV(ICIE1))) {
+            last_alert_ticks = now;
+            have_prev = 0;
+            start_sequence(0);
         }
     }
 }

@@ -2,18 +2,20 @@
 
 #include <avr/interrupt.h>
 #include <avr/io.h>
+#include <util/atomic.h>
 
 #include "cp_ring.h"
 
 static uint8_t tx_buf[256];
 static uint8_t rx_buf[64];
-static cp_ring tx_ring;
+cp_ring uart_tx_ring;
+volatile uint8_t uart_tx_held;
 static cp_ring rx_ring;
 volatile uint16_t uart_rx_overruns;
 
 void uart_init(void)
 {
-    cp_ring_init(&tx_ring, tx_buf, sizeof tx_buf);
+    cp_ring_init(&uart_tx_ring, tx_buf, sizeof tx_buf);
     cp_ring_init(&rx_ring, rx_buf, sizeof rx_buf);
     UCSR0B = 0;
     UCSR0A = _BV(U2X0);
@@ -33,7 +35,7 @@ ISR(USART_RX_vect)
 ISR(USART_UDRE_vect)
 {
     uint8_t b;
-    if (cp_ring_get_byte(&tx_ring, &b)) {
+    if (cp_ring_get_byte(&uart_tx_ring, &b)) {
         UDR0 = b;
     } else {
         UCSR0B &= (uint8_t)~_BV(UDRIE0);
@@ -42,21 +44,24 @@ ISR(USART_UDRE_vect)
 
 uint16_t uart_tx_free(void)
 {
-    return cp_ring_free(&tx_ring);
+    return cp_ring_free(&uart_tx_ring);
 }
 
 void uart_send(const uint8_t *p, uint16_t n)
 {
     while (n) {
-        uint8_t room = cp_ring_free(&tx_ring);
+        uint8_t room = cp_ring_free(&uart_tx_ring);
         uint8_t k = n < room ? (uint8_t)n : room;
         if (k) {
-            cp_ring_put(&tx_ring, p, k);
+            cp_ring_put(&uart_tx_ring, p, k);
             p += k;
             n = (uint16_t)(n - k);
-            // a racing UDRE ISR may clear UDRIE right here; it only does so
-            // with the ring empty, and setting it again just costs one call
-            UCSR0B |= _BV(UDRIE0);
+            ATOMIC_BLOCK(ATOMIC_RESTORESTATE)
+            {
+                if (!uart_tx_held) {
+                    UCSR0B |= _BV(UDRIE0);
+                }
+            }
         }
     }
 }
