@@ -106,6 +106,18 @@ def test_ina226_triggered_mode_converts_once(tmp_path):
     assert list(run.truth.ina["shunt"][t > 5000]) == [8000, 8000]
 
 
+def test_receiver_overrun_is_reported(tmp_path):
+    """Bytes arriving while the AVR has interrupts off would overrun the chip's 2-byte
+    receive buffer; the rig says so (simavr's own FIFO would hide it). Bytes read
+    in time raise nothing."""
+    ok = run_fast(TESTPROG_ELF, 0.02, [f"5000 send {hexline('E fine')}"], workdir=tmp_path / "a")
+    assert not ok.truth.notes and b"E fine\n" in ok.uart
+    script = [f"5000 send {hexline('X 2000')}", f"5500 send {hexline('E late')}"]
+    late = run_fast(TESTPROG_ELF, 0.02, script, workdir=tmp_path / "b")
+    assert any("data overrun" in n for n in late.truth.notes)
+    assert "rx_would_overrun 5" in late.stderr  # of 7 bytes the chip keeps the first 2
+
+
 def test_twi_takes_the_time_scl_gives(tmp_path):
     """A register read is S, SLA+W, ptr, Sr, SLA+R, 2 bytes = 47 SCL periods:
     117.5 us at 400 kHz plus the AVR's own code (simavr alone: 1 us per bit)."""

@@ -35,7 +35,7 @@ struct uart_bridge_t {
 	/* host -> device */
 	uint8_t *rxq;
 	size_t rx_head, rx_len, rx_cap;
-	int rx_pump;
+	int rx_pump, rx_inflight;
 	uint64_t rx_bytes, rx_dropped_disabled, rx_would_overrun;
 
 	/* device -> host */
@@ -146,11 +146,26 @@ static void ucsrb_write(avr_t *avr, avr_io_addr_t addr, uint8_t v, void *param)
 		udre_set(b);
 }
 
+/*
+ * One frame time per byte. A byte is put into simavr's receive FIFO when its start
+ * bit begins (simavr raises RXC one frame later); the pump's next step is that
+ * byte's stop bit, where the chip would declare a data overrun if its 2-byte
+ * receive buffer were still full. simavr's 64-byte FIFO hides that, so the rig
+ * counts it (and delivers the byte anyway).
+ */
 static avr_cycle_count_t rx_pump(avr_t *avr, avr_cycle_count_t when, void *param)
 {
 	uart_bridge_t *b = param;
 	avr_uart_t *u = b->u;
+	if (b->rx_inflight) {
+		b->rx_inflight = 0;
+		/* unread: the byte just completed plus the two before it */
+		if (uart_fifo_get_read_size(&u->input) >= 3 && !b->rx_would_overrun++)
+			rig_warn(b->rig, "the firmware left 2 received bytes unread when a third "
+					"arrived: a real ATmega328P would have lost it (data overrun)");
+	}
 	if (!b->rx_len) {
+		b->rx_head = 0;
 		b->rx_pump = 0;
 		return 0;
 	}
@@ -160,21 +175,12 @@ static avr_cycle_count_t rx_pump(avr_t *avr, avr_cycle_count_t when, void *param
 	} else if (uart_fifo_isfull(&u->input)) {
 		return when + cycles_per_byte(b);	/* hold the line until there is room */
 	} else {
-		/* the chip holds 2 received bytes; a third completing then is a data overrun.
-		 * simavr's 64-byte FIFO would hide that, so count it (and deliver anyway). */
-		if (uart_fifo_get_read_size(&u->input) >= 2 && !b->rx_would_overrun++)
-			rig_warn(b->rig, "the firmware left 2 received bytes unread when a third arrived: "
-					"a real ATmega328P would have lost it (data overrun)");
 		avr_raise_irq(u->io.irq + UART_IRQ_INPUT, b->rxq[b->rx_head]);
 		b->rx_bytes++;
+		b->rx_inflight = 1;
 	}
 	b->rx_head++;
 	b->rx_len--;
-	if (!b->rx_len) {
-		b->rx_head = 0;
-		b->rx_pump = 0;
-		return 0;
-	}
 	return when + cycles_per_byte(b);
 }
 

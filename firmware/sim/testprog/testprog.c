@@ -10,6 +10,7 @@
  *   A n         -> n x "A t_us code"                  free-running ADC0, prescaler 128
  *   O n         -> "O n late"                        Timer1 compare A in normal mode at
  *                                                     TCNT1 + n: ticks from match to ISR
+ *   X n         -> "X"                               interrupts off for ~n us (RX overrun)
  *   P           -> marker edges since last P: "P pins t_us" each, then "P end"
  * Marker inputs PD2..PD5 raise PCINT2; edges are timestamped with Timer1 at 2 MHz.
  */
@@ -320,6 +321,16 @@ static void cmd(char *line)
 		uint32_t t1 = ticks();
 		snprintf(out, sizeof(out), "Q %u %lu %lu\n", n, (unsigned long)t0, (unsigned long)t1);
 		puts_(out);
+		break;
+	}
+	case 'X': {	/* interrupts off for about n us: received bytes pile up */
+		uint16_t n = (uint16_t)strtoul(arg, NULL, 10);
+		cli();
+		for (uint16_t k = 0; k < n; k++)
+			for (volatile uint8_t d = 0; d < 2; d++)
+				;
+		sei();
+		puts_("X\n");
 		break;
 	}
 	case 'P':
