@@ -234,10 +234,11 @@ def run(args: argparse.Namespace) -> int:
     board = choose_board(args, wanted)
     letters = parse_letters(args.processors, board)
     bounds = _boundaries(args.boundaries)
-    plan = parse_freq(args.freq, Mapping("".join(letters)), board) if args.freq else None
-    if plan is not None and plan.mode != "per-processor":
-        raise BadInputError(f"--freq {args.freq!r}: the transfer matrix holds one level per "
+    spec = (args.freq or "").strip()
+    if "/" in spec or ("," in spec and "=" not in spec and ":" not in spec):
+        raise BadInputError(f"--freq {spec!r}: the transfer matrix holds one level per "
                             "processor", "use --freq 4 or --freq G=4,B=8")
+    plan = parse_freq(spec, Mapping("".join(letters)), board) if spec else None
     from governors import RestoreGuard
 
     govs = governors_for(board, letters, sysfs_root(args)) if plan is not None else {}
