@@ -551,8 +551,9 @@ class SweepData:
 
     def pairs(self) -> list[tuple[str, int | None]]:
         df = self.layers
+        order = {k: i for i, k in enumerate(PROCESSOR_LETTERS)}
         return sorted(set(zip(df["processor"].astype(str), _levels(df["freq_level"]), strict=True)),
-                      key=lambda k: (k[0], -1 if k[1] is None else k[1]))
+                      key=lambda k: (order.get(k[0], 99), k[0], -1 if k[1] is None else k[1]))
 
 
 def read_sweep(path: str | Path) -> SweepData:

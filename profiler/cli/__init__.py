@@ -26,6 +26,7 @@ COMMANDS: list[str] = [
     "slice",
     "collect",
     "sweep",
+    "report",
     "plot",
     "transfer_matrix",
     "run",

@@ -72,13 +72,34 @@ def _series_label(sub: pd.DataFrame, letter: str) -> str:
     return label
 
 
+def _series(rows: pd.DataFrame) -> list[tuple[str, pd.DataFrame, str]]:
+    """(label, rows, colour) per bar series: one per processor, or one per run when the
+    rows carry a `run` column (several runs of the same processor side by side)."""
+    out = []
+    if "run" in rows.columns and rows["run"].nunique() > 1:
+        for i, (run, sub) in enumerate(rows.groupby("run", sort=False)):
+            letter = str(sub["processor"].iloc[0])
+            out.append((f"{run}: {_series_label(sub, letter)}", sub, f"C{i % 10}"))
+        return out
+    for letter in processors_in(rows):
+        sub = rows[rows["processor"].astype(str) == letter]
+        out.append((_series_label(sub, letter), sub, PROCESSOR_COLORS.get(letter, "grey")))
+    return out
+
+
 def layers_figure(df: pd.DataFrame, source: str | Path = "the CSV",
                   level: str | int | None = "max") -> Figure:
+    """Bars per layer; one series per processor, or per run if `df` has a `run` column."""
     rows = with_fps_per_w(layer_rows(df))
     require(rows, NEEDED, source, "layers", PRODUCER)
-    rows = pick_level(rows, level)
+    if "run" in rows.columns:
+        rows = pd.concat([pick_level(sub, level) for _, sub in rows.groupby("run", sort=False)],
+                         ignore_index=True)
+    else:
+        rows = pick_level(rows, level)
     panels = [(c, label) for c, label in PANELS if c in rows.columns and rows[c].notna().any()]
-    procs = processors_in(rows)
+    series = _series(rows)
+    procs = series
     layers = sorted(int(v) for v in set(rows["layer"]))
     n = len(layers)
     fig, axes = new_figure(len(panels), 1, width=max(8.0, 0.32 * n * max(1, len(procs)) ** 0.5 + 4),
@@ -87,8 +108,7 @@ def layers_figure(df: pd.DataFrame, source: str | Path = "the CSV",
     x = np.arange(n)
     pos = {layer: i for i, layer in enumerate(layers)}
     for (col, ylabel), ax in zip(panels, axes[:, 0], strict=True):
-        for j, letter in enumerate(procs):
-            sub = rows[rows["processor"].astype(str) == letter]
+        for j, (label, sub, color) in enumerate(series):
             per_layer = sub.groupby("layer")[col].mean()
             xs = np.array([pos[int(k)] for k in per_layer.index]) + (j - (len(procs) - 1) / 2) * width
             err = None
@@ -99,7 +119,7 @@ def layers_figure(df: pd.DataFrame, source: str | Path = "the CSV",
                 err = np.vstack([np.zeros_like(up), up])
             ax.bar(xs, per_layer.to_numpy(), width=width * 0.95, yerr=err, capsize=1.5,
                    error_kw={"elinewidth": 0.6, "alpha": 0.6},
-                   color=PROCESSOR_COLORS.get(letter, "grey"), label=_series_label(sub, letter))
+                   color=color, label=label)
         ax.set_ylabel(ylabel)
         log_if_wide(ax, rows[col], ratio=200.0)
     ops = {}
@@ -109,7 +129,7 @@ def layers_figure(df: pd.DataFrame, source: str | Path = "the CSV",
     bottom.set_xticks(x, [f"{k} {ops.get(k, '')}".strip() if n <= 30 else str(k) for k in layers],
                       rotation=60 if n <= 30 else 0, ha="right" if n <= 30 else "center", fontsize=8)
     bottom.set_xlabel("layer (index and operators)" if n <= 30 else "layer index")
-    axes[0, 0].legend(loc="upper right", title="processor")
+    axes[0, 0].legend(loc="upper right", title="processor" if "run" not in rows.columns else "run")
     title = f"Per-layer time{', energy and FPS/W' if len(panels) > 1 else ''} — {run_title(rows)}"
     if len(panels) == 1:
         title += "\n(no energy_mj / fps_per_w columns: energy needs a power source, e.g. --board sim)"

@@ -1,0 +1,38 @@
+"""`coupprof report RUN_DIR`: one Markdown (or HTML) summary of a run directory.
+
+Reads the CSVs and JSON sidecars that `coupprof layers`, `sweep`, `transfer-matrix`
+and `collect` wrote into RUN_DIR (and its subdirectories), renders the figures into
+RUN_DIR/figures/ and writes RUN_DIR/report.md (or .html). See profiler/report.py.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+
+def register(subparsers: Any) -> None:
+    p = subparsers.add_parser(
+        "report",
+        help="summarise a run directory (tables and figures) as Markdown or HTML",
+        description="Find the results coupprof wrote into RUN_DIR (layer runs, sweeps, transfer "
+        "matrices, power traces: CSVs with their JSON sidecars), render their figures into "
+        "RUN_DIR/figures/ and write one report with the tables and figures.",
+    )
+    p.add_argument("run_dir", type=Path, metavar="RUN_DIR", help="directory holding the CSVs")
+    p.add_argument("--format", choices=("md", "html"), default="md",
+                   help="md (default) or html")
+    p.add_argument("-o", "--output", type=Path, default=None, metavar="FILE",
+                   help="report file (default: RUN_DIR/report.md or report.html)")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from profiler.report import build_report, write_report
+
+    report = build_report(args.run_dir)
+    path = write_report(report, args.format, args.output)
+    print(f"wrote {path} ({len(report.sources)} result files, {len(report.figures)} figures"
+          + (f" in {report.run_dir / 'figures'}" if report.figures else "") + ")")
+    return 0
