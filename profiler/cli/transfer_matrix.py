@@ -156,6 +156,9 @@ def register(subparsers: Any) -> None:
                    help="measured hand-overs per (boundary, src, dst) (default: 30)")
     p.add_argument("--warmup", type=nonneg_int, default=3,
                    help="unrecorded hand-overs first (default: 3)")
+    p.add_argument("--energy-updates", type=positive_int, default=20, metavar="N",
+                   help="with a counter power source (nvml, rapl, hwmon): each energy "
+                   "window spans at least N counter updates (default: 20)")
     p.add_argument("--boundaries", default=None, metavar="B,B,...",
                    help="only these boundaries (b: between layer b and b+1; default: all)")
     p.add_argument("--csv", type=Path, default=None,
@@ -248,6 +251,8 @@ def run(args: argparse.Namespace) -> int:
             raise BadInputError(f"{model} has {len(sliced.layers)} layer: no boundary to hand "
                                 "over", "use a model with more layers, or --granularity op")
         meter = open_meter(args.power, stack)
+        if meter is not None:
+            meter.min_updates = args.energy_updates
         stack.enter_context(RestoreGuard(list(govs.values())))
         for w in apply_setup_levels(plan, govs) if plan is not None else []:
             say(f"warning: {w}")

@@ -1,0 +1,337 @@
+#!/usr/bin/env python3
+"""Validation on a machine with an NVIDIA GPU: per-layer time and NVML energy on G
+(LiteRT's GPU accelerator over WebGPU/Vulkan) and on CPU core sets, a B<->G transfer
+matrix, a check of when LiteRT's GPU run returns, and the simulated board's
+predicted-vs-measured pipeline throughput.
+
+    python benchmarks/validation_gpu.py --out data/validation/h200      # on the GPU box
+    python benchmarks/validation_gpu.py --out /tmp/v --cpu-only          # plumbing, anywhere
+
+Run from a checkout (it imports `profiler` from the working directory; no network).
+Everything goes through coupprof's own code: the executors and layer runner for the
+per-layer tables (what `coupprof layers` does, plus G and NVML, which that command
+does not drive yet), `measure_repeated` for energy of layers shorter than NVML's
+~100 ms update period, and the real CLI (`python -m profiler transfer-matrix`,
+`python -m profiler run`) for the transfer matrix and the simulated board.
+
+Outputs in --out (CSV + JSON sidecar each; the layer tables are in `coupprof layers`
+format, so `coupprof predict --layers` reads them):
+
+    layers-MODEL-G.csv, layers-MODEL-B<k>.csv    per layer: time, transfer, energy_mj,
+                                                 dynamic_energy_mj, power_w, fps_per_w,
+                                                 repeats, fallback (G)
+    transfers-MODEL.csv                          B<->G matrix (energy_mj where asked)
+    gpu_sync.json                                does run_by_index wait for the GPU?
+    sim-run-*.csv                                simulated board, three pipeline mappings
+    validation.json                              versions, device, commands, elapsed, summary
+
+Phases can be run separately (--only layers,transfers,sync,sim) to fit the device
+machine's 10-minute command limit.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shlex
+import subprocess
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+import numpy as np  # noqa: E402
+
+PHASES = ("layers", "transfers", "sync", "sim")
+SIM_MODEL = dict(alpha=0.5, size=128)
+SIM_MAPPINGS = ("B4G6N5", "L3B5G7", "G5B5N5")
+
+
+def log(text: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {text}", flush=True)
+
+
+def environment_facts() -> dict[str, Any]:
+    import importlib.metadata as md
+
+    facts: dict[str, Any] = {"python": platform.python_version(), "machine": platform.machine(),
+                             "kernel": platform.release(), "cpus": os.cpu_count(),
+                             "affinity": sorted(os.sched_getaffinity(0))}
+    for pkg in ("ai-edge-litert", "numpy", "pandas", "nvidia-ml-py"):
+        try:
+            facts[pkg] = md.version(pkg)
+        except md.PackageNotFoundError:
+            facts[pkg] = None
+    facts["VK_DRIVER_FILES"] = os.environ.get("VK_DRIVER_FILES")
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        h = pynvml.nvmlDeviceGetHandleByIndex(0)
+        name = pynvml.nvmlDeviceGetName(h)
+        facts["gpu"] = name.decode() if isinstance(name, bytes) else name
+        facts["nvidia_driver"] = pynvml.nvmlSystemGetDriverVersion()
+        pynvml.nvmlShutdown()
+    except Exception as err:  # no GPU here: say so in the record
+        facts["gpu"] = f"none ({type(err).__name__})"
+    return facts
+
+
+def idle_power_w(source: Any, seconds: float = 2.0) -> float:
+    """Mean power over `seconds` with nothing of ours running (the idle baseline)."""
+    t0, e0 = source.wait_for_tick()
+    time.sleep(seconds)
+    t1, e1 = source.wait_for_tick(source.read_energy_mj())
+    return (e1 - e0) * 1e6 / (t1 - t0)
+
+
+def profile_layers(sliced: Any, board: Any, letter: str, model_path: Path, data: bytes,
+                   out: Path, label: str, tag: str, frames: int, warmup: int, source: Any,
+                   baseline_w: float | None, min_updates: int) -> dict[str, Any]:
+    """One processor, every layer: the layer runner's timings, then per-layer energy by
+    repeat-to-resolve. Written in `coupprof layers` format."""
+    from profiler.attribution import measure_repeated
+    from profiler.executors import make_executor
+    from profiler.results import LayerInfo, LayerRun, RunInfo, environment
+    from profiler.runner import LayerRunner
+    from profiler.tables import run_tables, write_tables
+    from profiler.tflite.model_io import sha256_bytes
+
+    proc = board.processor(letter)
+    ex = make_executor(board, letter)
+    t_start = time.monotonic()
+    with ex:
+        runner = LayerRunner(sliced, ex, seed=0, model_name=model_path.name)
+        timings = runner.run(frames=frames, warmup=warmup)
+        extras: dict[str, list[Any]] = {}
+        fallback = [getattr(getattr(i, "sub", None), "fallback", None)
+                    for i in runner.interpreters]
+        if any(f is not None for f in fallback):
+            extras["fallback"] = [bool(f) for f in fallback]
+        if source is not None:
+            cols = ("energy_mj", "dynamic_energy_mj", "power_w", "fps_per_w", "repeats")
+            for c in cols:
+                extras[c] = []
+            for k, interp in enumerate(runner.interpreters):
+                r = measure_repeated(interp.invoke, source, min_updates=min_updates,
+                                     baseline_power_w=baseline_w or 0.0)
+                for c in cols:
+                    extras[c].append(getattr(r, c))
+                if k % 10 == 0:
+                    log(f"  {tag}: energy of layer {k}/{len(runner.interpreters)}")
+        describe = ex.describe()
+    totals: dict[str, float] = {}
+    if source is not None:
+        totals = {"energy_mj": float(np.sum(extras["energy_mj"])),
+                  "dynamic_energy_mj": float(np.sum(extras["dynamic_energy_mj"]))}
+        if baseline_w is not None:
+            totals["baseline_power_w"] = baseline_w
+    info = RunInfo(
+        board=board.name, simulated=False, model_path=str(model_path),
+        model_sha256=sha256_bytes(data), processor=letter, processor_name=proc.name,
+        cores=tuple(ex.cores), threads=ex.threads, frames=frames, warmup=warmup,
+        granularity=sliced.granularity, cuts=tuple(sliced.cuts),
+        power_source=source.spec if source is not None else "none",
+        extra={"executor": describe, "tag": tag, "energy_min_updates": min_updates,
+               "energy_method": "measure_repeated (repeat-to-resolve on the counter)"
+               if source is not None else None,
+               "note": "nvml measures the GPU board: for CPU layers it is the GPU's draw "
+                       "while the CPU works" if source is not None else None},
+        **environment([sys.argv[0], "validation_gpu.py"]))
+    run = LayerRun(info, [LayerInfo.from_layer(layer) for layer in sliced.layers], timings,
+                   layer_extras={k: np.asarray(v) for k, v in extras.items()},
+                   total_extras=totals)
+    tables = run_tables(run, raw=False)
+    csv_p, _ = write_tables(tables, out / f"layers-{label}-{tag}.csv")
+    t = tables.totals
+    log(f"  {tag}: {t['latency_ms_mean']:.3f} ms/frame over {len(sliced.layers)} layers"
+        + (f", {totals['energy_mj']:.2f} mJ/frame" if totals else "")
+        + f" ({time.monotonic() - t_start:.0f} s) -> {csv_p.name}")
+    return {"csv": csv_p.name, "latency_ms_mean": t["latency_ms_mean"],
+            "time_ms_mean": t["time_ms_mean"], "energy_mj": totals.get("energy_mj"),
+            "fallback_layers": [i for i, f in enumerate(fallback) if f],
+            "cores": list(ex.cores), "threads": ex.threads}
+
+
+def gpu_sync_check(sliced: Any, board: Any, out: Path, reps: int = 20) -> dict[str, Any]:
+    """Time run_by_index alone, the read right after it, and the read after a pause: if
+    the two reads match, run_by_index already waited for the GPU."""
+    from profiler.executors import AcceleratorExecutor
+
+    layers = sorted(sliced.layers, key=lambda layer: -layer.macs)[:3]
+    rows = []
+    with AcceleratorExecutor(board.processor("G"), readback="lazy") as ex:
+        for layer in layers:
+            sub = ex.load(layer.model_bytes, f"layer {layer.index}")
+            for slot, t in enumerate(sub.inputs):
+                sub.set_input(slot, np.zeros(t.shape, t.dtype))
+            for _ in range(5):
+                sub.run()
+                sub.output(0)
+            run_ns, read_ns, late_ns = [], [], []
+            for _ in range(reps):
+                t0 = time.perf_counter_ns()
+                sub.run()
+                t1 = time.perf_counter_ns()
+                sub.output(0)
+                t2 = time.perf_counter_ns()
+                run_ns.append(t1 - t0)
+                read_ns.append(t2 - t1)
+                sub.run()
+                time.sleep(0.05)
+                t3 = time.perf_counter_ns()
+                sub.output(0)
+                late_ns.append(time.perf_counter_ns() - t3)
+            rows.append({"layer": layer.index, "macs": layer.macs,
+                         "output_bytes": layer.output_bytes,
+                         "run_ms_median": float(np.median(run_ns)) / 1e6,
+                         "read_ms_median": float(np.median(read_ns)) / 1e6,
+                         "read_after_50ms_ms_median": float(np.median(late_ns)) / 1e6})
+    waits = all(r["read_ms_median"] <= 1.5 * r["read_after_50ms_ms_median"] + 0.05 for r in rows)
+    result = {"layers": rows, "run_by_index_waits_for_gpu": waits,
+              "meaning": "true: a read right after run_by_index costs what a read after a "
+                         "pause costs, so the run had already finished on the GPU"}
+    (out / "gpu_sync.json").write_text(json.dumps(result, indent=2) + "\n")
+    return result
+
+
+def cli(args: list[str], record: list[dict[str, Any]], timeout: int = 590) -> int:
+    cmd = [sys.executable, "-m", "profiler", *args]
+    shown = "coupprof " + shlex.join(args)
+    log(f"$ {shown}")
+    t0 = time.monotonic()
+    r = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=timeout,
+                       env={**os.environ, "COLUMNS": "120"})
+    record.append({"command": shown, "returncode": r.returncode,
+                   "elapsed_s": round(time.monotonic() - t0, 1)})
+    sys.stdout.write(r.stdout)
+    if r.returncode != 0:
+        sys.stdout.write(r.stderr)
+    return r.returncode
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--out", type=Path, required=True, help="output directory")
+    ap.add_argument("--cpu-only", action="store_true",
+                    help="skip G and NVML (test the plumbing on a machine without a GPU)")
+    ap.add_argument("--only", default=",".join(PHASES), help=f"phases: {','.join(PHASES)}")
+    ap.add_argument("--models", default="mobilenet_v1,resnet50",
+                    help="zoo models at their default (224 px) size")
+    ap.add_argument("--size", type=int, default=None, help="input size for every model")
+    ap.add_argument("--cpu-sets", default="all,4",
+                    help="CPU core sets to profile as B: 'all' and/or core counts")
+    ap.add_argument("--frames", type=int, default=30)
+    ap.add_argument("--warmup", type=int, default=5)
+    ap.add_argument("--energy-updates", type=int, default=10,
+                    help="NVML updates (~100 ms each) per layer energy window")
+    ap.add_argument("--transfer-energy", default="mobilenet_v1",
+                    help="models whose transfer matrix also gets energy (slow); '' for none")
+    ap.add_argument("--sim-frames", type=int, default=200)
+    args = ap.parse_args(argv)
+
+    from profiler import zoo
+    from profiler.boards.profiles import load_board
+    from profiler.executors import with_accelerators
+    from profiler.slicing.slicer import slice_model
+
+    phases = [p for p in args.only.split(",") if p]
+    for p in phases:
+        if p not in PHASES:
+            ap.error(f"unknown phase {p!r}")
+    out: Path = args.out
+    out.mkdir(parents=True, exist_ok=True)
+    started = time.monotonic()
+    record: dict[str, Any] = {"script": "benchmarks/validation_gpu.py",
+                              "argv": sys.argv[1:], "environment": environment_facts(),
+                              "commands": [], "results": {}}
+    log(f"environment: {json.dumps(record['environment'])}")
+    board = load_board("host")
+    if not args.cpu_only:
+        board = with_accelerators(board)
+    big = board.processor("B")
+    source = baseline = None
+    if not args.cpu_only and "layers" in phases:
+        from profiler.power.sources import open_power_source
+
+        source = open_power_source("nvml").open()
+        baseline = idle_power_w(source)
+        record["results"]["idle_power_w"] = baseline
+        log(f"NVML idle power {baseline:.2f} W")
+    models = [m for m in args.models.split(",") if m]
+    try:
+        for name in models:
+            params = {"size": args.size} if args.size else {}
+            path = zoo.model_path(name, **params)
+            label = f"{name}_{args.size}" if args.size else name
+            data = path.read_bytes()
+            sliced = slice_model(path)
+            res = record["results"].setdefault(name, {"model": path.name,
+                                                      "layers": len(sliced.layers)})
+            log(f"{name}: {len(sliced.layers)} layers ({path.name})")
+            if "layers" in phases:
+                sets = []
+                for s in args.cpu_sets.split(","):
+                    n = len(big.cores) if s == "all" else int(s)
+                    sets.append(big.cores[:n])
+                jobs = ([] if args.cpu_only else [("G", board, "G")]) + [
+                    (f"B{len(c)}", replace(board, processors={
+                        **board.processors, "B": replace(big, cores=tuple(c))}), "B")
+                    for c in sets]
+                for tag, bd, letter in jobs:
+                    res[f"layers_{tag}"] = profile_layers(
+                        sliced, bd, letter, path, data, out, label, tag, args.frames, args.warmup,
+                        source, baseline, args.energy_updates)
+            if "transfers" in phases:
+                procs = "B" if args.cpu_only else "B,G"
+                cmd = ["transfer-matrix", "--board", "host", "--processors", procs, "--model",
+                       str(path), "--frames", str(args.frames), "--warmup", "3",
+                       "--csv", str(out / f"transfers-{label}.csv")]
+                if not args.cpu_only and name in args.transfer_energy.split(","):
+                    cmd += ["--power", "nvml", "--energy-updates", str(args.energy_updates)]
+                res["transfers_rc"] = cli(cmd, record["commands"])
+            if "sync" in phases and not args.cpu_only and name == models[0]:
+                res["gpu_sync"] = gpu_sync_check(sliced, board, out)
+                log(f"gpu sync: {json.dumps(res['gpu_sync']['layers'])}")
+    finally:
+        if source is not None:
+            source.close()
+    if "sim" in phases:
+        sim_model = zoo.model_path("mobilenet_v1", **SIM_MODEL)
+        sims = []
+        for order in SIM_MAPPINGS:
+            csv_p = out / f"sim-run-mobilenet_v1_0.5_128-{order}.csv"
+            rc = cli(["run", "--board", "sim", "--model", str(sim_model), "--order", order,
+                      "--mode", "pipeline", "--frames", str(args.sim_frames), "--warmup", "10",
+                      "--profile-frames", "50", "--csv", str(csv_p)], record["commands"])
+            row: dict[str, Any] = {"order": order, "rc": rc}
+            if rc == 0:
+                import pandas as pd
+
+                df = pd.read_csv(csv_p)
+                s = df[df["kind"] == "summary"].set_index("metric")
+                row.update({k: float(s.loc["throughput_fps", k])
+                            for k in ("measured", "predicted", "error_pct")})
+            sims.append(row)
+        record["results"]["sim_pipeline_throughput"] = sims
+        log("sim pipeline throughput (measured, predicted, error %): " + "; ".join(
+            f"{r['order']}: {r.get('measured', 0):.1f}, {r.get('predicted', 0):.1f}, "
+            f"{r.get('error_pct', float('nan')):+.1f}" for r in sims))
+    record["elapsed_s"] = round(time.monotonic() - started, 1)
+    name = "validation.json" if set(phases) == set(PHASES) else \
+        f"validation-{'-'.join(phases)}.json"
+    (out / name).write_text(json.dumps(record, indent=2, default=str) + "\n")
+    log(f"done in {record['elapsed_s']} s; wrote {out / name}")
+    failed = [c for c in record["commands"] if c["returncode"] != 0]
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
