@@ -56,8 +56,9 @@ def register(subparsers: Any) -> None:
         help="capture a raw power trace from the logger",
         description="Record the power logger's samples and marker edges for a while and write "
         "them as CSV (samples), <stem>.edges.csv (edges) and <stem>.json (logger identity, "
-        "frame counters, lost-frame gaps). Exit code 4 if the logger fails mid-run; what "
-        "was measured until then is written.",
+        "frame counters, lost-frame gaps). Exit codes: 3 if the port cannot be opened, 4 if "
+        "the logger does not answer or fails mid-run (what was measured until then is "
+        "written), 2 for bad arguments.",
     )
     p.add_argument("--port", required=True, metavar="URL",
                    help="serial port or pyserial URL of the logger (/dev/ttyACM0, /dev/pts/N "
@@ -163,7 +164,7 @@ def run(args: argparse.Namespace) -> int:
 def _collect_virtual(args: argparse.Namespace, trace_dir: Path) -> int:
     from profiler.power.virtual_logger import VirtualLogger
 
-    with VirtualLogger(_demo_power_w, rate_hz=args.rate or 10_000) as logger, \
+    with VirtualLogger(_demo_power_w, rate_hz=10_000) as logger, \
          Collector(logger.port, baudrate=args.baud, out_dir=trace_dir, keep_raw=args.raw,
                    timeout_s=args.timeout) as col:
         return _collect(col, args, logger)
@@ -171,8 +172,10 @@ def _collect_virtual(args: argparse.Namespace, trace_dir: Path) -> int:
 
 def _collect(col: Collector, args: argparse.Namespace, virtual: Any) -> int:
     info = col.open()
-    if args.rate and virtual is None:
+    if args.rate:
         info = col.set_rate(args.rate)
+        if info.rate_hz != args.rate:
+            print(f"note: the logger runs at {info.rate_hz} S/s, the nearest it can do to {args.rate}")
     failure: PowerSourceError | None = None
     demo = _DemoMarkers(virtual) if virtual is not None else None
     with progress_bar(sys.stderr.isatty(), args.seconds) as bar:
