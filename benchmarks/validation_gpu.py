@@ -50,7 +50,7 @@ if str(REPO) not in sys.path:
 import numpy as np  # noqa: E402
 
 PHASES = ("layers", "transfers", "sync", "sim")
-SIM_MODEL = dict(alpha=0.5, size=128)
+SIM_MODEL = dict(alpha=1.0, size=160)  # stages of ~10 ms on the simulated board
 SIM_MAPPINGS = ("B4G6N5", "L3B5G7", "G5B5N5")
 
 
@@ -98,7 +98,7 @@ def profile_layers(sliced: Any, board: Any, letter: str, model_path: Path, data:
     """One processor, every layer: the layer runner's timings, then per-layer energy by
     repeat-to-resolve. Written in `coupprof layers` format."""
     from profiler.attribution import measure_repeated
-    from profiler.executors import make_executor
+    from profiler.executors import fallback_flags, make_executor
     from profiler.results import LayerInfo, LayerRun, RunInfo, environment
     from profiler.runner import LayerRunner
     from profiler.tables import run_tables, write_tables
@@ -111,8 +111,7 @@ def profile_layers(sliced: Any, board: Any, letter: str, model_path: Path, data:
         runner = LayerRunner(sliced, ex, seed=0, model_name=model_path.name)
         timings = runner.run(frames=frames, warmup=warmup)
         extras: dict[str, list[Any]] = {}
-        fallback = [getattr(getattr(i, "sub", None), "fallback", None)
-                    for i in runner.interpreters]
+        fallback = fallback_flags(runner.interpreters)
         if any(f is not None for f in fallback):
             extras["fallback"] = [bool(f) for f in fallback]
         if source is not None:
@@ -234,7 +233,7 @@ def main(argv: list[str] | None = None) -> int:
                     help="NVML updates (~100 ms each) per layer energy window")
     ap.add_argument("--transfer-energy", default="mobilenet_v1",
                     help="models whose transfer matrix also gets energy (slow); '' for none")
-    ap.add_argument("--sim-frames", type=int, default=200)
+    ap.add_argument("--sim-frames", type=int, default=150)
     args = ap.parse_args(argv)
 
     from profiler import zoo
@@ -307,10 +306,10 @@ def main(argv: list[str] | None = None) -> int:
         sim_model = zoo.model_path("mobilenet_v1", **SIM_MODEL)
         sims = []
         for order in SIM_MAPPINGS:
-            csv_p = out / f"sim-run-mobilenet_v1_0.5_128-{order}.csv"
+            csv_p = out / f"sim-run-mobilenet_v1_160-{order}.csv"
             rc = cli(["run", "--board", "sim", "--model", str(sim_model), "--order", order,
                       "--mode", "pipeline", "--frames", str(args.sim_frames), "--warmup", "10",
-                      "--profile-frames", "50", "--csv", str(csv_p)], record["commands"])
+                      "--profile-frames", "30", "--csv", str(csv_p)], record["commands"])
             row: dict[str, Any] = {"order": order, "rc": rc}
             if rc == 0:
                 import pandas as pd

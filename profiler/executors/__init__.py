@@ -18,6 +18,7 @@ from profiler.executors.base import (
     SubModel,
     SubModelInterpreter,
     TensorIO,
+    fallback_flags,
     pin_thread,
 )
 from profiler.executors.cpu import CpuExecutor, InterpreterSubModel
@@ -38,6 +39,7 @@ __all__ = [
     "SubModelInterpreter",
     "TensorIO",
     "delegate_coverage",
+    "fallback_flags",
     "make_executor",
     "pin_thread",
     "with_accelerators",

@@ -358,3 +358,10 @@ class SubModelInterpreter:
         if index < self._n_in:
             return self.tensor(index)().copy()
         return np.array(self.sub.output(index - self._n_in), copy=True)
+
+
+def fallback_flags(interpreters: Sequence[Any]) -> list[bool | None]:
+    """Per layer of a `LayerRunner` (its `.interpreters`): True where an accelerator ran
+    some ops on the CPU, False where it ran them all, None for plain CPU interpreters.
+    The layer table's ``fallback`` column."""
+    return [getattr(getattr(i, "sub", None), "fallback", None) for i in interpreters]
