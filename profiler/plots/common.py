@@ -8,13 +8,17 @@ draw the same figures. `save(fig, path)` writes a PNG.
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
 import matplotlib
 
-matplotlib.use("Agg")  # before pyplot: no display needed, same output everywhere
+# Agg: no display needed, same output everywhere. A Jupyter kernel sets MPLBACKEND
+# (inline) and keeps it, so notebooks still show the figures.
+if not os.environ.get("MPLBACKEND"):
+    matplotlib.use("Agg")
 
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402

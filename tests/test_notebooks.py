@@ -1,0 +1,133 @@
+"""The notebooks execute top to bottom (nbclient, a python3 kernel of this interpreter) on
+CSVs from real short runs, and show their figures and tables.
+
+The kernel is registered in a temporary JUPYTER_PATH with this interpreter's path, so the
+test works in a fresh venv whatever kernels the machine has. The runs' paths replace the
+notebook's parameters cell (tagged `parameters`, cell 1) the way papermill does: a cell
+with the new values is inserted right after it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import nbformat
+import pytest
+from nbclient import NotebookClient
+from test_sweep_fakehost import build_fake_host
+
+from profiler import REPO_ROOT
+
+NOTEBOOKS = REPO_ROOT / "notebooks"
+COUPPROF = str(Path(sys.executable).with_name("coupprof"))
+KERNEL = "coupprof-test-python3"
+
+
+def cli(*args: str, cwd: Path) -> None:
+    env = {**os.environ, "COUPPROF_CACHE": str(cwd / "cache")}
+    r = subprocess.run([COUPPROF, *args], cwd=cwd, env=env, capture_output=True, text=True,
+                       timeout=300)
+    assert r.returncode == 0, r.stderr
+
+
+@pytest.fixture(scope="module")
+def kernel_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A kernelspec whose argv is this very interpreter (ipykernel from the test extra)."""
+    root = tmp_path_factory.mktemp("jupyter")
+    spec = root / "kernels" / KERNEL
+    spec.mkdir(parents=True)
+    (spec / "kernel.json").write_text(json.dumps({
+        "argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
+        "display_name": "coupprof tests (python3)", "language": "python",
+    }))
+    return root
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    d = tmp_path_factory.mktemp("nb-runs")
+    fake = build_fake_host(d / "fake")
+    board = ["--board", "host", "--sysfs-root", str(fake.sys)]
+    cli("layers", *board, "--processor", "L", "--frames", "5", "--warmup", "1",
+        "--csv", "layers-L.csv", cwd=d)
+    cli("layers", *board, "--processor", "B", "--frames", "20", "--warmup", "1", "--raw",
+        "--csv", "layers-B.csv", cwd=d)
+    cli("sweep", *board, "--frames", "2", "--warmup", "0", "-o", "sweep", cwd=d)
+    cli("transfer-matrix", *board, "--processors", "L,B", "--frames", "3", "--warmup", "0",
+        "--csv", "transfers.csv", cwd=d)
+    return {"dir": d, "L": d / "layers-L.csv", "B": d / "layers-B.csv", "sweep": d / "sweep",
+            "tm": d / "transfers.csv"}
+
+
+def execute(name: str, params: str, kernel_path: Path, monkeypatch: pytest.MonkeyPatch,
+            workdir: Path) -> nbformat.NotebookNode:
+    nb = nbformat.read(NOTEBOOKS / name, as_version=4)
+    first = nb.cells[0]
+    assert first.cell_type == "code" and "parameters" in first.metadata.get("tags", [])
+    injected = nbformat.v4.new_code_cell(params)
+    injected.metadata["tags"] = ["injected-parameters"]
+    nb.cells.insert(1, injected)
+    monkeypatch.setenv("JUPYTER_PATH", str(kernel_path))
+    monkeypatch.delenv("MPLBACKEND", raising=False)
+    NotebookClient(nb, kernel_name=KERNEL, timeout=300,
+                   resources={"metadata": {"path": str(workdir)}}).execute()
+    return nb
+
+
+def outputs(nb: nbformat.NotebookNode) -> tuple[int, str]:
+    """(number of PNG images, all text and HTML output joined)."""
+    images, text = 0, []
+    for cell in nb.cells:
+        for out in cell.get("outputs", []):
+            data = out.get("data", {})
+            images += "image/png" in data
+            text.append(out.get("text", ""))
+            text.append(data.get("text/plain", ""))
+            text.append(data.get("text/html", ""))
+            assert out.get("output_type") != "error", out
+    return images, "\n".join(text)
+
+
+def test_notebooks_have_a_parameters_cell_and_no_stored_outputs() -> None:
+    names = sorted(p.name for p in NOTEBOOKS.glob("*.ipynb"))
+    assert names == ["01_layer_profiles.ipynb", "02_dvfs_sweep.ipynb", "03_transfer_matrix.ipynb"]
+    for name in names:
+        nb = nbformat.read(NOTEBOOKS / name, as_version=4)
+        nbformat.validate(nb)
+        assert "parameters" in nb.cells[0].metadata.get("tags", [])
+        assert nb.cells[1].cell_type == "markdown"  # then it explains what it shows
+        assert all(not c.get("outputs") for c in nb.cells if c.cell_type == "code")
+
+
+def test_01_layer_profiles(runs: dict[str, Path], kernel_path: Path,
+                           monkeypatch: pytest.MonkeyPatch) -> None:
+    nb = execute("01_layer_profiles.ipynb", f"LAYER_CSVS = [{str(runs['L'])!r}, {str(runs['B'])!r}]",
+                 kernel_path, monkeypatch, runs["dir"])
+    images, text = outputs(nb)
+    assert images >= 3  # Fig. 17, GMAC/s, latency histogram
+    assert "on board host, processor L" in text and "processor B" in text
+    assert "layers-B" in text and "50%" in text  # the --raw run's latency percentiles
+
+
+def test_02_dvfs_sweep(runs: dict[str, Path], kernel_path: Path,
+                       monkeypatch: pytest.MonkeyPatch) -> None:
+    nb = execute("02_dvfs_sweep.ipynb", f"SWEEP_DIR = {str(runs['sweep'])!r}", kernel_path,
+                 monkeypatch, runs["dir"])
+    images, text = outputs(nb)
+    assert images >= 1
+    assert "board host" in text and "7 pairs" in text
+    # A host sweep has no power columns: the efficiency sections say what to run instead.
+    assert "no power columns" in text and "coupprof sweep --board sim" in text
+
+
+def test_03_transfer_matrix(runs: dict[str, Path], kernel_path: Path,
+                            monkeypatch: pytest.MonkeyPatch) -> None:
+    nb = execute("03_transfer_matrix.ipynb", f"TRANSFER_CSV = {str(runs['tm'])!r}", kernel_path,
+                 monkeypatch, runs["dir"])
+    images, text = outputs(nb)
+    assert images >= 2  # Fig. 18 and time vs bytes
+    assert "14 boundaries" in text and "L->B" in text and "bandwidth_MB_per_s" in text
