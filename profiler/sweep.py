@@ -317,7 +317,8 @@ class Sweep:
 
     `hooks` are passed to every runner (markers; tests watch the frequency in force);
     `executor_factory(proc, threads)` returns an executor context manager (default:
-    `profiler.processors.make_executor`); `sliced` skips slicing when given.
+    `profiler.executors.factory.make_executor`: CPU sets, accelerators, delegates, and the
+    simulated board's stretched processors); `sliced` skips slicing when given.
     """
 
     def __init__(
@@ -441,9 +442,9 @@ class Sweep:
     def _executor(self, proc: ProcessorSpec) -> Any:
         if self.executor_factory is not None:
             return self.executor_factory(proc, self.settings.threads)
-        from profiler.processors import make_executor
+        from profiler.executors.factory import make_executor
 
-        return make_executor(proc, self.settings.threads)
+        return make_executor(self.board, proc.letter, threads=self.settings.threads)
 
     # ---- the sweep ---------------------------------------------------------------
 

@@ -297,3 +297,27 @@ def test_unwritable_governor_files_stop_the_sweep_before_it_starts(tmp_path: Pat
                  "--frames", "2", "-o", "o", cwd=tmp_path)
     assert r.returncode == 3
     assert "cannot set frequencies of processor B" in r.stderr and "not writable" in r.stderr
+
+
+def test_sweep_on_the_simulated_board_covers_l_b_g_at_every_level(tmp_path: Path) -> None:
+    r = coupprof("--board", "sim", "--processors", "L,B,G", "--freqs", "all", "--frames", "4",
+                 "--warmup", "1", "-o", "sim", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    sim = load_board("sim")
+    df = pd.read_csv(tmp_path / "sim" / "sweep.csv")
+    want = {(p, k + 1) for p in "LBG" for k in range(len(sim.processor(p).freqs_khz))}
+    assert len(want) == 6 + 8 + 5
+    assert set(zip(df["processor"], df["freq_level"], strict=True)) == want
+    assert len(df) == len(want) * N_LAYERS and set(df["simulated"]) == {True}
+    for p in "LBG":
+        khz = df[df.processor == p].groupby("freq_level")["freq_khz"].first()
+        assert khz.tolist() == list(sim.processor(p).freqs_khz)
+    meta = json.loads((tmp_path / "sim" / "sweep.json").read_text())
+    assert all(v["effective_khz"] == v["freq_khz"] for v in meta["pairs"].values())
+    # The simulated processors are stretched to the modelled speed at the level in force:
+    # the model makes the lowest level >3x slower than the top one on each of L, B, G
+    # (CPU-time based, so host load barely moves it); half of that must show.
+    frame = df.groupby(["processor", "freq_level"])["time_ms_median"].sum()
+    for p in "LBG":
+        top = len(sim.processor(p).freqs_khz)
+        assert frame[(p, 1)] > 1.5 * frame[(p, top)], frame[p]
