@@ -48,6 +48,12 @@ uint16_t cp_frame_ack(uint8_t *out, uint16_t seq, uint32_t t_us, uint8_t cmd, ui
 uint16_t cp_frame_status(uint8_t *out, uint16_t seq, uint32_t t_us, uint32_t samples_total,
                          uint32_t samples_dropped, uint32_t edges_total);
 
+/* Incremental SAMPLES building (what the logger uses, to avoid copies):
+ * write each sample's 7 bytes with cp_frame_put_sample at
+ * out + 11 + 7 * i, then cp_frame_finish_samples writes the header and CRC. */
+void cp_frame_put_sample(uint8_t *out, uint8_t i, uint16_t dt_us, const cp_sample *s);
+uint16_t cp_frame_finish_samples(uint8_t *out, uint16_t seq, uint32_t t_us, uint8_t n);
+
 /* Little-endian helpers, shared with the parser and the tests. */
 void cp_put_u16(uint8_t *p, uint16_t v);
 void cp_put_u32(uint8_t *p, uint32_t v);

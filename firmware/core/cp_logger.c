@@ -36,20 +36,29 @@ static void send_status(cp_logger *lg, uint32_t now)
 static void flush_samples(cp_logger *lg)
 {
     if (lg->npending) {
-        send_frame(lg, cp_frame_samples(lg->frame, lg->seq, lg->pending, lg->npending));
+        uint16_t len = cp_frame_finish_samples(lg->sframe, lg->seq, lg->pending_t0, lg->npending);
+        lg->ops->send(lg->ctx, lg->sframe, len);
+        lg->seq++;
         lg->npending = 0;
     }
 }
 
-/* Caller guarantees room for one SAMPLES frame. */
+/* Caller guarantees room for one SAMPLES frame. The sample goes straight
+ * into the frame being filled (no intermediate copies: this runs up to
+ * 13,000 times a second on the AVR). */
 static void add_sample(cp_logger *lg, const cp_sample *s)
 {
+    uint32_t dt = s->t_us - lg->pending_t0;
     /* dt_us is u16: a sample too far from the frame's first starts a new frame */
-    if (lg->npending && (uint32_t)(s->t_us - lg->pending[0].t_us) > 0xFFFFu) {
+    if (lg->npending && dt > 0xFFFFu) {
         flush_samples(lg);
     }
-    lg->pending[lg->npending++] = *s;
-    if (lg->npending == CP_SAMPLES_MAX) {
+    if (lg->npending == 0) {
+        lg->pending_t0 = s->t_us;
+        dt = 0;
+    }
+    cp_frame_put_sample(lg->sframe, lg->npending, (uint16_t)dt, s);
+    if (++lg->npending == CP_SAMPLES_MAX) {
         flush_samples(lg);
     }
 }
@@ -242,10 +251,16 @@ void cp_logger_poll(cp_logger *lg)
         send_edge(lg, &e);
     }
     /* room for the frame a 4th sample would complete, plus a STATUS, so the
-     * STATUS below is never starved by samples */
-    while (lg->ops->tx_free(lg->ctx) >= CP_SAMPLES_FRAME_MAX + STATUS_FRAME_BYTES &&
-           lg->ops->pop_sample(lg->ctx, &s)) {
-        add_sample(lg, &s);
+     * STATUS below is never starved by samples; one check per frame */
+    while (lg->ops->tx_free(lg->ctx) >= CP_SAMPLES_FRAME_MAX + STATUS_FRAME_BYTES) {
+        uint8_t k = (uint8_t)(CP_SAMPLES_MAX - lg->npending);
+        while (k && lg->ops->pop_sample(lg->ctx, &s)) {
+            add_sample(lg, &s);
+            k--;
+        }
+        if (k) {
+            break; /* no more samples queued */
+        }
     }
     now = lg->ops->now_us(lg->ctx);
     if ((uint32_t)(now - lg->last_status_us) >= lg->status_period_us &&

@@ -57,8 +57,9 @@ typedef struct {
     uint32_t shunt_lsb_nV;
     uint16_t seq;
     uint8_t streaming;
-    uint8_t npending;
-    cp_sample pending[CP_SAMPLES_MAX];
+    uint8_t npending;   /* samples already written into sframe */
+    uint32_t pending_t0; /* t_us of the first of them */
+    uint8_t sframe[CP_SAMPLES_FRAME_MAX]; /* the SAMPLES frame being filled */
     uint32_t last_status_us;
     uint32_t status_period_us;
     cp_parser parser;

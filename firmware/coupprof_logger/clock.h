@@ -63,6 +63,18 @@ static inline uint32_t clock_now_ticks_isr(void)
     return clock_ticks_of(clock_ovf_for(t), t);
 }
 
+// Clear Timer1 flags (OCF1A, ICF1, ...) without losing a pending overflow:
+// it is counted here and cleared with them. (simavr 1.6 also clears flags
+// written as 0, unlike the chip; this is right on both.) Interrupts off.
+static inline void clock_clear_flags(uint8_t mask)
+{
+    if (TIFR1 & _BV(TOV1)) {
+        clk_ovf++;
+        mask |= _BV(TOV1);
+    }
+    TIFR1 = mask;
+}
+
 uint32_t clock_now_us(void);
 uint32_t clock_now_ticks(void);
 

@@ -16,5 +16,8 @@ int fe_start(void);
 void fe_stop(void);
 // Main-loop housekeeping while streaming (INA226: recover a stuck alert).
 void fe_poll(void);
+// Main loop: the oldest queued sample, finished (the ISR may queue a raw
+// form to stay short); 1 if there was one.
+int fe_pop_sample(cp_sample *s);
 
 #endif

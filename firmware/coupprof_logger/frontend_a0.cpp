@@ -8,12 +8,15 @@
 // accurate ADC clocks (F_CPU/64, F_CPU/128) and larger k (cp_a0_pick).
 //
 // Timing: in free-running mode conversion i+1 starts when conversion i ends,
-// and samples its input 1.5 ADC clocks later. The ISR for conversion i reads
-// the markers and the clock at that moment, which is therefore the instant of
-// conversion i+1; the value arriving at the next ISR is paired with it. A
-// sample's t_us is the mean instant of its k conversions and its markers are
-// those read at the middle one. (simavr latches the ADC input when ADCL is
-// read instead, i.e. one conversion later than the hardware does.)
+// and samples its input 1.5 ADC clocks later. The ISR for conversion i can
+// therefore read the markers and the clock at (about) the instant conversion
+// i+1 samples. It does so only before the middle conversion of a sample: the
+// sample's t_us is that instant (plus half a conversion for even k: the mean
+// instant of its k conversions) and its markers are the ones read there.
+//
+// The ISR runs 38.5 k times a second, so it is kept to a few dozen cycles:
+// no calls (a call makes the compiler save every scratch register on every
+// entry), the clock read only once per sample, the mean by a multiply.
 //
 // The bus voltage is not measured: bus = 0, bus_lsb_uV = 0, and the host
 // uses bus_nominal_mV (BUS_NOMINAL_MV, or SET_CAL's optional third field).
@@ -32,61 +35,87 @@
 #include "sampler.h"
 
 static cp_a0_setting setting;
-static uint16_t mid_offset_us; // from the first conversion's instant to the mean
-static uint8_t mid_index;      // conversion whose markers the sample carries
+static uint8_t mid_index;       // conversion whose instant and markers the sample carries
+static uint16_t half_offset_us; // from that instant to the mean one (even k)
+static uint32_t recip_k;        // 2^24 / k + 1: acc / k rounded = (acc * recip_k + 2^23) >> 24
+
+// What the ISR queues per sample; fe_pop_sample turns it into a cp_sample
+// (the mean, the microsecond time) outside interrupt context.
+typedef struct {
+    uint16_t tcnt;   // Timer1 at the middle conversion's instant
+    uint32_t ovf;    // overflow count belonging to it
+    uint16_t sum;    // k conversions, <= 64 * 1023
+    uint8_t markers; // read at the middle conversion's instant
+} raw_sample;
 
 // ISR state
-static uint8_t have_prev;
-static uint32_t prev_t_us;
-static uint8_t prev_markers;
-static uint8_t idx;
+static uint8_t started; // the first result (sampled before START) is dropped
+static uint8_t idx;     // conversions in the current sample so far
 static uint16_t acc;
-static uint32_t first_t_us;
-static uint8_t mid_markers;
+static raw_sample cap;  // clock and markers of the sample being summed
 
 static void choose(uint32_t req_hz)
 {
     cp_a0_pick(F_CPU, req_hz, A0_MAX_RATE_HZ, &setting);
-    // (k - 1) / 2 conversions of conv_ticks / 2 us each
-    mid_offset_us = (uint16_t)(((uint32_t)(setting.k - 1u) * setting.conv_ticks) / 4u);
     mid_index = (uint8_t)((setting.k - 1u) / 2u);
+    // even k: the mean instant lies half a conversion after the middle one
+    half_offset_us = (uint16_t)((setting.k & 1u) ? 0u : setting.conv_ticks / 4u);
+    // exact round-half-up of sum / k for every sum <= 1023 * k, k <= 64
+    // (checked offline over all cases)
+    recip_k = (1UL << 24) / setting.k + 1u;
 }
 
 ISR(ADC_vect)
 {
-    uint8_t m = markers_read(); // ~ the instant the next conversion samples
-    uint32_t now = clock_now_us_isr();
     uint16_t v = ADC;
-    uint32_t t = prev_t_us;
-    uint8_t mk = prev_markers;
-    uint8_t valid = have_prev;
-    prev_t_us = now;
-    prev_markers = m;
-    have_prev = 1;
-    if (!valid) {
-        return; // first result: its sampling instant was not observed
-    }
-    sei(); // the rest may be interrupted (edge timestamps, UART)
-    if (idx == 0) {
-        first_t_us = t;
+    uint8_t i = idx;
+    if (started) {
+        acc += v;
+        i++;
+        if (i == setting.k) { // sample complete: queue it (inline, no calls)
+            const uint8_t *src = (const uint8_t *)&cap;
+            uint8_t h = sample_ring.head;
+            uint8_t n;
+            cap.sum = acc;
+            samples_total++;
+            if ((uint8_t)(sample_ring.capacity - (uint8_t)(h - sample_ring.tail)) >= sizeof cap) {
+                for (n = 0; n < sizeof cap; n++) {
+                    sample_ring.buf[h & sample_ring.mask] = *src++;
+                    h++;
+                }
+                CP_RING_BARRIER();
+                sample_ring.head = h;
+            } else {
+                samples_dropped++;
+            }
+            acc = 0;
+            i = 0;
+        }
+    } else { // conversion 0 was sampled before its instant could be read
+        started = 1;
         acc = 0;
+        i = 0;
     }
-    if (idx == mid_index) {
-        mid_markers = mk;
+    if (i == mid_index) { // the conversion now starting is the sample's middle one
+        uint16_t t = TCNT1;
+        cap.markers = markers_read();
+        cap.tcnt = t;
+        cap.ovf = clock_ovf_for(t);
     }
-    acc += v;
-    if (++idx == setting.k) {
-        cp_sample s;
-        idx = 0;
-        s.t_us = first_t_us + mid_offset_us;
-        // k <= 255 and v <= 1023: the sum needs 18 bits only for k > 64, where
-        // the 16-bit accumulator would wrap; cp_a0_pick keeps k <= 64 there
-        s.current = (int16_t)(setting.k == 1 ? acc : (uint16_t)((acc + setting.k / 2u) / setting.k));
-        s.bus = 0;
-        s.markers = mid_markers;
-        cli(); // sampler_push must not race with itself: keep it atomic
-        sampler_push(&s);
+    idx = i;
+}
+
+int fe_pop_sample(cp_sample *s)
+{
+    raw_sample r;
+    if (!cp_ring_get(&sample_ring, &r, (uint8_t)sizeof r)) {
+        return 0;
     }
+    s->t_us = clock_us_of(r.ovf, r.tcnt) + half_offset_us;
+    s->current = (int16_t)(((uint32_t)r.sum * recip_k + (1UL << 23)) >> 24); // mean
+    s->bus = 0;
+    s->markers = r.markers;
+    return 1;
 }
 
 uint32_t fe_init(cp_ident *id)
@@ -118,9 +147,7 @@ int fe_start(void)
 {
     ATOMIC_BLOCK(ATOMIC_RESTORESTATE)
     {
-        have_prev = 0;
-        idx = 0;
-        acc = 0;
+        started = 0;
         ADCSRA = _BV(ADIF); // off, stale flag cleared
         ADCSRB = 0;
         ADMUX = _BV(REFS0);

@@ -274,11 +274,14 @@ static int probe(void)
 
 static void arm_marker_read(uint32_t target_ticks)
 {
-    mk_target = target_ticks;
-    mk_valid = 0;
-    OCR1A = (uint16_t)target_ticks;
-    TIFR1 = _BV(OCF1A);
-    TIMSK1 |= _BV(OCIE1A);
+    ATOMIC_BLOCK(ATOMIC_RESTORESTATE)
+    {
+        mk_target = target_ticks;
+        mk_valid = 0;
+        OCR1A = (uint16_t)target_ticks;
+        clock_clear_flags(_BV(OCF1A));
+        TIMSK1 |= _BV(OCIE1A);
+    }
 }
 
 // Markers at the predicted instant of the next sample.
@@ -492,7 +495,7 @@ int fe_start(void)
         last_alert_ticks = clock_now_ticks_isr();
         TCCR1B &= (uint8_t)~_BV(ICES1); // falling edge
         TCCR1B |= _BV(ICNC1);           // noise canceler (4 cycles)
-        TIFR1 = _BV(ICF1);
+        clock_clear_flags(_BV(ICF1));
         TIMSK1 |= _BV(ICIE1);
     }
     return 1;
@@ -513,6 +516,11 @@ void fe_stop(void)
     }
     twi_stop_polled(); // leaves Hs-mode
     twi_reset_slow();
+}
+
+int fe_pop_sample(cp_sample *s)
+{
+    return cp_ring_get(&sample_ring, s, (uint8_t)sizeof *s);
 }
 
 void fe_poll(void)

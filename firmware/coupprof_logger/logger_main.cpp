@@ -35,7 +35,7 @@ static uint32_t op_now_us(void *)
 
 static int op_pop_sample(void *, cp_sample *s)
 {
-    return cp_ring_get(&sample_ring, s, (uint8_t)sizeof *s);
+    return fe_pop_sample(s);
 }
 
 static int op_pop_edge(void *, cp_edge *e)
