@@ -214,8 +214,7 @@ def test_no_fallback_allowed_makes_a_partial_layer_an_error(tmp_path: Path) -> N
     assert "does not run wholly on the NPU" in str(err.value) or "dispatch" in str(err.value)
 
 
-# LiteRT's Delegate.__del__ trips over its own failed constructor; not ours to fix.
-@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
+@pytest.mark.filterwarnings("error::pytest.PytestUnraisableExceptionWarning")
 def test_missing_delegate_library_is_an_exit_3_error() -> None:
     proc = ProcessorSpec("N", "npu", "vendor NPU", CORES, host="B",
                          delegate="/nonexistent/libvendor_delegate.so")

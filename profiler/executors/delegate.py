@@ -13,7 +13,10 @@ only sub-model inputs and constants. Anything else means some ops stayed on the 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import contextlib
+import gc
+import sys
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from profiler.boards.model import ProcessorSpec
@@ -50,6 +53,26 @@ def delegate_coverage(interp: Any) -> tuple[bool, str]:
     return True, ""
 
 
+@contextlib.contextmanager
+def _quiet_failed_delegate() -> Iterator[None]:
+    """LiteRT's `Delegate.__del__` trips over the half-built object a failed
+    `load_delegate` leaves ("no attribute '_library'"); collect it inside this block
+    with that one complaint silenced, so the user sees our one-line error only."""
+    previous = sys.unraisablehook
+
+    def hook(unraisable: Any) -> None:
+        if not (isinstance(unraisable.exc_value, AttributeError)
+                and "_library" in str(unraisable.exc_value)):
+            previous(unraisable)
+
+    sys.unraisablehook = hook
+    try:
+        yield
+        gc.collect()
+    finally:
+        sys.unraisablehook = previous
+
+
 class DelegateExecutor(Executor):
     """Sub-models in an interpreter with an external delegate, driven from host cores."""
 
@@ -77,17 +100,19 @@ class DelegateExecutor(Executor):
         if load is None:
             raise RuntimeUnavailableError(f"{rt.name} {rt.version} has no load_delegate",
                                           "install tflite-runtime or ai-edge-litert")
-        with native_stderr() as log:
+        failure = ""
+        with _quiet_failed_delegate(), native_stderr() as log:
             try:
                 self._delegate = load(self.library, self.delegate_options)
             except (ValueError, RuntimeError, OSError) as err:
-                first = str(err).strip().splitlines()[0] if str(err).strip() else ""
-                extra = "; ".join(log.lines[-2:])
-                raise RuntimeUnavailableError(
-                    f"cannot load delegate {self.library} for processor {self.proc.letter}: "
-                    f"{first}{'; ' + extra if extra else ''}",
-                    "install the vendor's delegate library (or fix `delegate` in the board "
-                    "profile), or map the layers to a CPU processor") from None
+                failure = str(err).strip().splitlines()[0] if str(err).strip() else "failed"
+        if failure:
+            extra = "; ".join(log.lines[-2:])
+            raise RuntimeUnavailableError(
+                f"cannot load delegate {self.library} for processor {self.proc.letter}: "
+                f"{failure}{'; ' + extra if extra else ''}",
+                "install the vendor's delegate library (or fix `delegate` in the board "
+                "profile), or map the layers to a CPU processor")
 
     def _load(self, model_bytes: bytes, name: str) -> SubModel:
         with native_stderr():
