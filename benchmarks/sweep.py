@@ -36,7 +36,7 @@ sys.path.insert(0, str(REPO / "tests"))  # the fake host tree builder
 
 from governors import RestoreGuard, dvfs_processor, make_governor  # noqa: E402
 from profiler.boards.profiles import load_board  # noqa: E402
-from profiler.processors import make_executor  # noqa: E402
+from profiler.executors.factory import make_executor  # noqa: E402
 from profiler.results import LayerInfo, LayerRun, RunInfo  # noqa: E402
 from profiler.runner import LayerRunner  # noqa: E402
 from profiler.slicing.slicer import slice_model  # noqa: E402
@@ -64,7 +64,7 @@ def naive(board: Any, model: Path, pairs: list, out: Path, frames: int, warmup: 
         with RestoreGuard([gov]):
             if pair.level is not None:
                 gov.set_level(pair.level)
-            with make_executor(proc) as ex:
+            with make_executor(board, proc.letter) as ex:
                 runner = LayerRunner(sliced, ex, model_name=model.name)
                 timings = runner.run(frames, warmup)
         measured += frame_time_ns(timings)

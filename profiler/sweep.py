@@ -498,6 +498,7 @@ class Sweep:
                             assert gov is not None
                             res = gov.set_level(pair.level, s.settle_s)
                             effective, warning = res.effective_khz, res.warning
+                            _wait_in_effect(gov, res.requested_khz, s.settle_s)
                             if not told:  # the method is known once the first level is set
                                 prog.note(f"{letter}: frequencies set via {gov.describe()}")
                                 told = True
@@ -530,6 +531,18 @@ class Sweep:
             granularity=sliced.granularity, cuts=tuple(sliced.cuts),
             freq_level=pair.level, freq_khz=pair.freq_khz, power_source="none", **env,
         )
+
+
+def _wait_in_effect(gov: Any, freq_khz: int, timeout_s: float) -> None:
+    """Where a governor models the transition delay (the simulated board's
+    `effective_khz`, ARM-CO-UP Table 10: up to ~4.5 ms), wait until the new frequency
+    is in effect so no recorded frame, even without warm-up, runs at the old one."""
+    effective = getattr(gov, "effective_khz", None)
+    if effective is None:
+        return
+    deadline = time.monotonic() + timeout_s
+    while effective() != freq_khz and time.monotonic() < deadline:
+        time.sleep(0.0002)
 
 
 @contextmanager

@@ -321,3 +321,29 @@ def test_sweep_on_the_simulated_board_covers_l_b_g_at_every_level(tmp_path: Path
     for p in "LBG":
         top = len(sim.processor(p).freqs_khz)
         assert frame[(p, 1)] > 1.5 * frame[(p, top)], frame[p]
+
+
+class EffectiveWatch(LayerHooks):
+    """Reads the simulated kernel's frequency in effect (it lags writes by the modelled
+    transition delay) before every recorded frame."""
+
+    def __init__(self, gov) -> None:
+        self.gov = gov
+        self.seen: list[int] = []
+
+    def before_frame(self, frame: int, warmup: bool) -> None:
+        if not warmup:
+            self.seen.append(self.gov.effective_khz())
+
+
+def test_no_recorded_frame_runs_before_the_new_level_is_in_effect(tmp_path: Path) -> None:
+    from governors import make_governor
+
+    sim = load_board("sim")
+    g = sim.processor("G")
+    watch = EffectiveWatch(make_governor(sim, g))
+    # Down from the top then up again: the delays of ARM-CO-UP Table 10 (up to 4.5 ms) apply.
+    pairs = [Pair("G", k, g.freqs_khz[k - 1]) for k in (5, 1, 4, 2)]
+    Sweep(sim, MODEL, pairs, tmp_path / "o", SweepSettings(frames=2, warmup=0),
+          hooks=watch).run()
+    assert watch.seen == [p.freq_khz for p in pairs for _ in range(2)]
