@@ -41,7 +41,8 @@ def register(subparsers: Any) -> None:
     p.add_argument("kind", choices=tuple(KIND_HELP), metavar="KIND",
                    help="efficiency | layers | transfers | timeline")
     p.add_argument("csv", nargs="+", type=Path, metavar="CSV",
-                   help="input CSVs (several are concatenated; timeline takes a trace and a layer CSV)")
+                   help="input CSVs (several are concatenated; a sweep's -o DIR stands for DIR/sweep.csv; "
+                   "timeline takes a trace and a layer CSV)")
     p.add_argument("-o", "--output", type=Path, default=None, metavar="PNG",
                    help="PNG to write (default: beside the first CSV, named after it and KIND)")
     p.add_argument("--level", default="max", metavar="K|min|max",
@@ -64,7 +65,9 @@ def figure(args: argparse.Namespace) -> Any:
     from profiler import plots
     from profiler.plots.common import read_csv
 
-    paths: list[Path] = list(args.csv)
+    # A sweep's output directory stands for its sweep.csv.
+    paths: list[Path] = [p / "sweep.csv" if p.is_dir() and (p / "sweep.csv").is_file() else p
+                         for p in args.csv]
     source = ", ".join(str(p) for p in paths)
     if args.kind == "timeline":
         if len(paths) != 2:
@@ -94,7 +97,8 @@ def run(args: argparse.Namespace) -> int:
 
     fig = figure(args)
     first: Path = args.csv[0]
-    out = args.output or first.with_name(f"{first.stem}-{args.kind}.png")
+    out = args.output or (first / f"{args.kind}.png" if first.is_dir()
+                          else first.with_name(f"{first.stem}-{args.kind}.png"))
     save(fig, out)
     print(f"wrote {out}")
     return 0

@@ -102,8 +102,8 @@ def layers_figure(df: pd.DataFrame, source: str | Path = "the CSV",
     procs = series
     layers = sorted(int(v) for v in set(rows["layer"]))
     n = len(layers)
-    fig, axes = new_figure(len(panels), 1, width=max(8.0, 0.32 * n * max(1, len(procs)) ** 0.5 + 4),
-                           height=2.6 * len(panels) + 1.2, sharex=True)
+    fig, axes = new_figure(len(panels), 1, width=max(10.0, 0.32 * n * max(1, len(procs)) ** 0.5 + 7),
+                           height=2.6 * len(panels) + 2.2, sharex=True)
     width = 0.8 / max(1, len(procs))
     x = np.arange(n)
     pos = {layer: i for i, layer in enumerate(layers)}
@@ -129,9 +129,11 @@ def layers_figure(df: pd.DataFrame, source: str | Path = "the CSV",
     bottom.set_xticks(x, [f"{k} {ops.get(k, '')}".strip() if n <= 30 else str(k) for k in layers],
                       rotation=60 if n <= 30 else 0, ha="right" if n <= 30 else "center", fontsize=8)
     bottom.set_xlabel("layer (index and operators)" if n <= 30 else "layer index")
-    axes[0, 0].legend(loc="upper right", title="processor" if "run" not in rows.columns else "run")
+    handles, labels = axes[0, 0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="outside right upper",
+               title="processor" if "run" not in rows.columns else "run")
     title = f"Per-layer time{', energy and FPS/W' if len(panels) > 1 else ''} — {run_title(rows)}"
     if len(panels) == 1:
-        title += "\n(no energy_mj / fps_per_w columns: energy needs a power source, e.g. --board sim)"
+        title += "\n(no energy_mj / fps_per_w columns: the run had no power source)"
     fig.suptitle(title)
     return fig
