@@ -310,8 +310,18 @@ def run_mapping(
                         sliced, progress, warmup + frames)
         state.batch(range(warmup))
         if power is not None:
-            _, energy, _, _ = power.span(lambda: state.batch(range(warmup, warmup + frames)))
-            energy_per_frame: float | None = energy / frames
+            def measured_batches() -> int:
+                # A counter source needs a window of many updates: repeat the batch
+                # (extra frames count for energy only) until the window is long enough.
+                t0, first, done = clock(), warmup, 0
+                while True:
+                    state.batch(range(first + done, first + done + frames))
+                    done += frames
+                    if clock() - t0 >= power.window_ns:
+                        return done
+
+            n_frames, energy, _, _ = power.span(measured_batches)
+            energy_per_frame: float | None = energy / n_frames
         else:
             state.batch(range(warmup, warmup + frames))
             energy_per_frame = None

@@ -77,6 +77,13 @@ class EnergyMeter:
         self.min_updates = min_updates
 
     @property
+    def window_ns(self) -> int:
+        """Shortest span worth measuring: `min_updates` counter updates (0 when streaming)."""
+        if getattr(self.source, "mode", "") == "counter":
+            return int(self.min_updates * int(self.source.update_interval_ns))
+        return 0
+
+    @property
     def name(self) -> str:
         return str(getattr(self.source, "spec", type(self.source).__name__))
 

@@ -187,3 +187,39 @@ def test_cli_order_length_mismatch_states_the_count(tmp_path: Path) -> None:
     err = r.stderr.strip().splitlines()[-1]
     assert "maps 4 layers but the model has 15 layers" in err
     assert "Traceback" not in r.stderr
+
+
+def test_energy_per_frame_from_a_counter_source_is_power_over_throughput(resnet) -> None:
+    """A counter source whose energy is exactly 3 W x elapsed time (1 ms updates): the
+    run repeats its measured batch until the window spans 50 updates, and energy per
+    frame times frames per second must come back to about 3 W."""
+    from profiler.clock import perf_clock
+    from profiler.power.sources.base import CounterSource, SourceInfo
+    from profiler.transfer import EnergyMeter
+
+    class Ramp(CounterSource):
+        kind = "ramp"
+        update_interval_ns = 1_000_000
+
+        def info(self) -> SourceInfo:
+            return SourceInfo("ramp", "ramp", "counter", "test")
+
+        def _open_device(self) -> None:
+            self.t0 = self.clock()
+
+        def _close_device(self) -> None:
+            pass
+
+        def read_energy_mj(self) -> float:
+            return 3.0 * ((self.clock() - self.t0) // 1_000_000 * 1_000_000) / 1e6
+
+    _, sliced = resnet
+    board = board3()
+    n = len(sliced.layers)
+    mapping = parse_order("B" * (n // 2) + "L" * (n - n // 2), n, board)
+    with Ramp("ramp", perf_clock) as src:
+        run = run_mapping(sliced, board, mapping, "pipeline", frames=3, warmup=1, make=make,
+                          power=EnergyMeter(src, min_updates=50))
+    assert run.energy_mj is not None and run.energy_mj > 0
+    assert 1.5 < run.energy_mj * run.throughput_fps / 1000 < 6.0  # W
+    assert len(run.seen[0]) > 4  # the batch was repeated to fill the 50 ms window
