@@ -199,13 +199,17 @@ def run(args: argparse.Namespace) -> int:
                   sysfs_root=root)
     tty = sys.stderr.isatty()
     progress = BarProgress(Console(stderr=True)) if tty else PlainProgress()
+    from governors import Terminated
+
     try:
         result = sweep.run(progress)
-    except KeyboardInterrupt:
+    except (KeyboardInterrupt, Terminated):  # Ctrl-C, SIGTERM, SIGHUP: rows kept, say how to go on
         if isinstance(progress, BarProgress):
             progress.stop()
-        say(f"interrupted after {progress.finished} of {progress.n} pairs; their rows are in "
-            f"{sweep.csv_path}; run the same command with --resume to finish")
+        kept = (f"their rows are in {sweep.csv_path}" if progress.finished
+                else "no pair had finished")
+        say(f"interrupted after {progress.finished} of {progress.n} pairs; {kept}; "
+            "run the same command with --resume to finish")
         raise
     finally:
         if isinstance(progress, BarProgress):
