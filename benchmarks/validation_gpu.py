@@ -143,7 +143,8 @@ def profile_layers(sliced: Any, board: Any, letter: str, model_path: Path, data:
                if source is not None else None,
                "note": "nvml measures the GPU board: for CPU layers it is the GPU's draw "
                        "while the CPU works" if source is not None else None},
-        **environment([sys.argv[0], "validation_gpu.py"]))
+        **{**environment(), "command": shlex.join(["python", "benchmarks/validation_gpu.py",
+                                                   *sys.argv[1:]])})
     run = LayerRun(info, [LayerInfo.from_layer(layer) for layer in sliced.layers], timings,
                    layer_extras={k: np.asarray(v) for k, v in extras.items()},
                    total_extras=totals)
@@ -256,6 +257,13 @@ def main(argv: list[str] | None = None) -> int:
     if not args.cpu_only:
         board = with_accelerators(board)
     big = board.processor("B")
+    allowed = os.sched_getaffinity(0)
+    if not set(big.cores) <= allowed:  # a container's cpuset may be narrower than /sys says
+        big = replace(big, cores=tuple(c for c in big.cores if c in allowed))
+        board = replace(board, processors={
+            **board.processors, "B": big,
+            **({"G": replace(board.processor("G"), cores=big.cores)}
+               if "G" in board.processors else {})})
     source = baseline = None
     if not args.cpu_only and "layers" in phases:
         from profiler.power.sources import open_power_source

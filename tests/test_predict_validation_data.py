@@ -1,0 +1,77 @@
+"""The committed validation data (data/validation/, made by benchmarks/validation_gpu.py on
+a machine with an NVIDIA GPU) re-renders and feeds predictions: every layer table loads
+with its sidecar and renders, NVML energy is present and positive where the sidecar
+says NVML measured it, every transfer table has all (boundary, src, dst) rows and
+renders, and a mapping over the measured processors predicts.
+
+COUPPROF_VALIDATION_DIR points the test at another directory (e.g. a fresh run)."""
+
+from __future__ import annotations
+
+import io
+import os
+from pathlib import Path
+
+import pytest
+from rich.console import Console
+
+from profiler import REPO_ROOT
+from profiler.cli.transfer_matrix import render_matrix
+from profiler.mapping import Mapping
+from profiler.predict import predict, read_layer_tables
+from profiler.tables import read_tables, render
+from profiler.transfer import read_transfer_csv
+
+DIR = Path(os.environ.get("COUPPROF_VALIDATION_DIR", REPO_ROOT / "data" / "validation"))
+LAYER_CSVS = sorted(DIR.rglob("layers-*.csv")) if DIR.is_dir() else []
+TRANSFER_CSVS = sorted(DIR.rglob("transfers-*.csv")) if DIR.is_dir() else []
+
+
+def text(renderable) -> str:
+    console = Console(width=200, record=True, file=io.StringIO())
+    console.print(renderable)
+    return console.export_text()
+
+
+@pytest.mark.skipif(not LAYER_CSVS, reason=f"no layer tables under {DIR}")
+@pytest.mark.parametrize("csv", LAYER_CSVS, ids=lambda p: p.name)
+def test_layer_tables_re_render(csv: Path) -> None:
+    t = read_tables(csv)
+    shown = text(render(t))
+    assert len(t.layers) >= 2 and (t.layers["time_ms_mean"] > 0).all()
+    assert str(t.layers["layer"].iloc[-1]) in shown
+    if str(t.info.get("power_source", "none")).startswith("nvml"):
+        assert (t.layers["energy_mj"] > 0).all()
+        assert (t.layers["repeats"] >= 1).all()
+    if t.info.get("processor") == "G":
+        assert "fallback" in t.layers.columns
+
+
+@pytest.mark.skipif(not TRANSFER_CSVS, reason=f"no transfer tables under {DIR}")
+@pytest.mark.parametrize("csv", TRANSFER_CSVS, ids=lambda p: p.name)
+def test_transfer_tables_are_complete_and_re_render(csv: Path) -> None:
+    df = read_transfer_csv(csv)
+    letters = sorted(set(df["src"]))
+    bounds = sorted(set(df["boundary"]))
+    assert bounds == list(range(len(bounds)))
+    assert len(df) == len(bounds) * len(letters) ** 2
+    assert (df["time_ms_mean"] > 0).all()
+    shown = "".join(text(t) for t in render_matrix(df, csv.name))
+    assert all(f"{s}" in shown for s in letters)
+
+
+@pytest.mark.skipif(not (LAYER_CSVS and TRANSFER_CSVS), reason=f"no tables under {DIR}")
+def test_a_mapping_over_the_measured_processors_predicts() -> None:
+    for tr in TRANSFER_CSVS:
+        model = tr.stem.removeprefix("transfers-")
+        layers = [p for p in LAYER_CSVS if p.name.startswith(f"layers-{model}-")]
+        if not layers:
+            continue
+        costs = read_layer_tables(layers)
+        df = read_transfer_csv(tr)
+        letters = sorted(set(df["src"]) & set(costs.table["processor"]))
+        n = int(costs.table["layer"].max()) + 1
+        order = letters[0] * (n // 2) + letters[-1] * (n - n // 2)
+        for mode in ("switch", "pipeline"):
+            p = predict(Mapping(order), mode, costs, df)
+            assert p.latency_ms > 0 and p.throughput_fps > 0 and not p.missing
