@@ -32,6 +32,7 @@ transfer.
 from __future__ import annotations
 
 import contextlib
+import gc
 import queue
 import threading
 from collections.abc import Callable, Sequence
@@ -198,10 +199,28 @@ class _StageThread(threading.Thread):
             out.append((lambda g=gov, k=f: g.request_khz(k)) if gov is not None else None)
         return out
 
+    def _feeders(self) -> list[tuple[list[Callable[[], None]], list[Callable[[Any], None]]]]:
+        """Per layer: hand-overs from this stage's own layers (bound once), and writes
+        of tensors that arrive in the message."""
+        out = []
+        for k, sub in enumerate(self.subs):
+            local: list[Callable[[], None]] = []
+            remote: list[Callable[[Any], None]] = []
+            for slot, src in enumerate(self.plan.feeds[k]):
+                put = sub.set_input
+                if src[0] == "local":
+                    get = self.subs[src[1]].output
+                    local.append(lambda put=put, slot=slot, get=get, o=src[2]: put(slot, get(o)))
+                else:
+                    remote.append(lambda t, put=put, slot=slot, idx=src[1]: put(slot, t[idx]))
+            out.append((local, remote))
+        return out
+
     def _loop(self) -> None:
         clock, subs, plan = self.clock, self.subs, self.plan
         requests = self._requests()
-        feeds = plan.feeds
+        feeders = self._feeders()
+        runs = [sub.run for sub in subs]
         free_ns = clock()
         while True:
             msg = self.q_in.get()
@@ -211,25 +230,24 @@ class _StageThread(threading.Thread):
             got_ns = clock()
             self.seen.append(msg.frame)
             tensors = msg.tensors
-            rows = np.empty((len(subs), 4), dtype=np.int64)
+            rows = []
             # From the source (ready_ns < 0) a frame starts when taken; from a stage, when
             # the producer finished, or when this stage became free if it was busy then.
             start = got_ns if msg.ready_ns < 0 else max(msg.ready_ns, free_ns)
-            for k, sub in enumerate(subs):
+            for k, (local, remote) in enumerate(feeders):
                 t0 = start if k == 0 else clock()
-                for slot, src in enumerate(feeds[k]):
-                    if src[0] == "local":
-                        sub.set_input(slot, subs[src[1]].output(src[2]))
-                    else:
-                        sub.set_input(slot, tensors[src[1]])
+                for feed in local:
+                    feed()
+                for write in remote:
+                    write(tensors)
                 t1 = clock()
                 req = requests[k]
                 if req is not None:
                     req()
                 t2 = clock()
-                sub.run()
+                runs[k]()
                 t3 = clock()
-                rows[k] = (t0, t1, t2, t3)
+                rows.append((t0, t1, t2, t3))
             t_out0 = clock()
             out: dict[int, np.ndarray] = {}
             for idx in plan.forwards:
@@ -239,9 +257,9 @@ class _StageThread(threading.Thread):
                 else:
                     out[idx] = tensors[idx]
             t_out1 = clock()
-            self.ts[msg.frame] = rows
+            self.ts[msg.frame] = np.array(rows, dtype=np.int64)
             self.busy[msg.frame] = (start, t_out0, t_out1)
-            self.q_out.put(_Msg(msg.frame, out, int(rows[-1, 3]), t_out1))
+            self.q_out.put(_Msg(msg.frame, out, rows[-1][3], t_out1))
             free_ns = clock()
 
 
@@ -302,6 +320,7 @@ def run_mapping(
         t.start()
     for t in threads:  # one at a time: sub-model creation logs through one fd
         t.ready.wait()
+    gc_was_enabled = False
     try:
         errors = [t.error for t in threads if t.error is not None]
         if errors:
@@ -309,6 +328,10 @@ def run_mapping(
         state = _Driver(qs[0], qs[-1], threads, mode, clock, feed, keep_outputs,
                         sliced, progress, warmup + frames)
         state.batch(range(warmup))
+        # As the layer runner does: no garbage-collector pauses in measured frames.
+        gc.collect()
+        gc_was_enabled = gc.isenabled()
+        gc.disable()
         if power is not None:
             def measured_batches() -> int:
                 # A counter source needs a window of many updates: repeat the batch
@@ -326,6 +349,8 @@ def run_mapping(
             state.batch(range(warmup, warmup + frames))
             energy_per_frame = None
     finally:
+        if gc_was_enabled:
+            gc.enable()
         with contextlib.suppress(queue.Full):  # a dead stage may hold everything up
             qs[0].put(_STOP, timeout=10)
         for t in threads:
