@@ -224,6 +224,16 @@ def run(args: argparse.Namespace) -> int:
         notes.append(f"CPU fallback in layer(s) {', '.join(fb)}")
     if args.mode == "pipeline":
         notes.append("* slowest stage; predicted latency assumes no queueing")
+    if pred is not None and plan.mode == "per-layer":
+        levels: dict[str, set[int]] = {}
+        for dom, khz in zip(plan.domain, plan.khz, strict=True):
+            if khz is not None:
+                levels.setdefault(dom, set()).add(khz)
+        moving = [d for d, ks in levels.items() if len(ks) > 1]
+        if moving:
+            notes.append(f"per-layer DVFS changes the level of {', '.join(moving)} within each "
+                         "frame: governor writes and transition delays are measured, not "
+                         "predicted")
     layer_df, stage_df, summ_df = tables(result, pred, sliced)
     sim = " (simulated board)" if board.simulated else ""
     title = f"{model.name} on {board.name}{sim}: {mapping.compact}, {plan.describe()}"
