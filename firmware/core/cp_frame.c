@@ -77,18 +77,6 @@ uint16_t cp_frame_samples(uint8_t *out, uint16_t seq, const cp_sample *samples, 
     return finish(out, CP_T_SAMPLES, seq, t0, (uint8_t)(1u + CP_SAMPLE_BYTES * n));
 }
 
-void cp_frame_put_sample(uint8_t *out, uint8_t i, uint16_t dt_us, const cp_sample *s)
-{
-    uint8_t *p = out + 11 + CP_SAMPLE_BYTES * i;
-    p[0] = (uint8_t)dt_us;
-    p[1] = (uint8_t)(dt_us >> 8);
-    p[2] = (uint8_t)s->current;
-    p[3] = (uint8_t)((uint16_t)s->current >> 8);
-    p[4] = (uint8_t)s->bus;
-    p[5] = (uint8_t)(s->bus >> 8);
-    p[6] = s->markers;
-}
-
 uint16_t cp_frame_finish_samples(uint8_t *out, uint16_t seq, uint32_t t_us, uint8_t n)
 {
     out[10] = n;

@@ -49,9 +49,19 @@ uint16_t cp_frame_status(uint8_t *out, uint16_t seq, uint32_t t_us, uint32_t sam
                          uint32_t samples_dropped, uint32_t edges_total);
 
 /* Incremental SAMPLES building (what the logger uses, to avoid copies):
- * write each sample's 7 bytes with cp_frame_put_sample at
- * out + 11 + 7 * i, then cp_frame_finish_samples writes the header and CRC. */
-void cp_frame_put_sample(uint8_t *out, uint8_t i, uint16_t dt_us, const cp_sample *s);
+ * write sample i's 7 bytes with cp_frame_put_sample(out + 11 + 7 * i, ...),
+ * then cp_frame_finish_samples writes the header and CRC. */
+static inline void cp_frame_put_sample(uint8_t *p, uint16_t dt_us, const cp_sample *s)
+{
+    /* p = out + 11 + 7 * i */
+    p[0] = (uint8_t)dt_us;
+    p[1] = (uint8_t)(dt_us >> 8);
+    p[2] = (uint8_t)s->current;
+    p[3] = (uint8_t)((uint16_t)s->current >> 8);
+    p[4] = (uint8_t)s->bus;
+    p[5] = (uint8_t)(s->bus >> 8);
+    p[6] = s->markers;
+}
 uint16_t cp_frame_finish_samples(uint8_t *out, uint16_t seq, uint32_t t_us, uint8_t n);
 
 /* Little-endian helpers, shared with the parser and the tests. */

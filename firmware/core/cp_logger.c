@@ -50,14 +50,16 @@ static void add_sample(cp_logger *lg, const cp_sample *s)
 {
     uint32_t dt = s->t_us - lg->pending_t0;
     /* dt_us is u16: a sample too far from the frame's first starts a new frame */
-    if (lg->npending && dt > 0xFFFFu) {
+    if (lg->npending && (dt >> 16) != 0) {
         flush_samples(lg);
     }
     if (lg->npending == 0) {
         lg->pending_t0 = s->t_us;
+        lg->sp = lg->sframe + 11;
         dt = 0;
     }
-    cp_frame_put_sample(lg->sframe, lg->npending, (uint16_t)dt, s);
+    cp_frame_put_sample(lg->sp, (uint16_t)dt, s);
+    lg->sp += CP_SAMPLE_BYTES;
     if (++lg->npending == CP_SAMPLES_MAX) {
         flush_samples(lg);
     }
@@ -222,6 +224,7 @@ void cp_logger_init(cp_logger *lg, const cp_logger_ops *ops, void *ctx, const cp
     lg->npending = 0;
     lg->last_status_us = 0;
     lg->status_period_us = 1000000u;
+    lg->poll_count = 0;
     cp_parser_init(&lg->parser);
     lg->sink.on_command = on_command;
     lg->sink.on_bad_crc = on_bad_crc;
@@ -244,27 +247,33 @@ void cp_logger_poll(cp_logger *lg)
     cp_edge e;
     cp_sample s;
     uint32_t now;
+    uint16_t room;
+    uint8_t n;
     if (!lg->streaming) {
         return;
     }
-    while (lg->ops->tx_free(lg->ctx) >= EDGE_FRAME_BYTES && lg->ops->pop_edge(lg->ctx, &e)) {
+    room = lg->ops->tx_free(lg->ctx);
+    for (n = 0; n < 4 && room >= EDGE_FRAME_BYTES && lg->ops->pop_edge(lg->ctx, &e); n++) {
         send_edge(lg, &e);
+        room = (uint16_t)(room - EDGE_FRAME_BYTES);
     }
-    /* room for the frame a 4th sample would complete, plus a STATUS, so the
-     * STATUS below is never starved by samples; one check per frame */
-    while (lg->ops->tx_free(lg->ctx) >= CP_SAMPLES_FRAME_MAX + STATUS_FRAME_BYTES) {
+    /* at most one frame's worth per call, so commands are still read when
+     * the sampler outpaces the main loop; room for the frame a 4th sample
+     * would complete plus a STATUS, so the STATUS below is never starved */
+    if (room >= CP_SAMPLES_FRAME_MAX + STATUS_FRAME_BYTES) {
         uint8_t k = (uint8_t)(CP_SAMPLES_MAX - lg->npending);
         while (k && lg->ops->pop_sample(lg->ctx, &s)) {
             add_sample(lg, &s);
             k--;
         }
-        if (k) {
-            break; /* no more samples queued */
-        }
     }
-    now = lg->ops->now_us(lg->ctx);
-    if ((uint32_t)(now - lg->last_status_us) >= lg->status_period_us &&
-        lg->ops->tx_free(lg->ctx) >= STATUS_FRAME_BYTES) {
-        send_status(lg, now);
+    /* the clock is read every 16th call only: the main loop calls this
+     * thousands of times a second and the STATUS period is a second */
+    if ((++lg->poll_count & 15u) == 0) {
+        now = lg->ops->now_us(lg->ctx);
+        if ((uint32_t)(now - lg->last_status_us) >= lg->status_period_us &&
+            lg->ops->tx_free(lg->ctx) >= STATUS_FRAME_BYTES) {
+            send_status(lg, now);
+        }
     }
 }

@@ -59,9 +59,11 @@ typedef struct {
     uint8_t streaming;
     uint8_t npending;   /* samples already written into sframe */
     uint32_t pending_t0; /* t_us of the first of them */
+    uint8_t *sp;         /* where the next one goes in sframe */
     uint8_t sframe[CP_SAMPLES_FRAME_MAX]; /* the SAMPLES frame being filled */
     uint32_t last_status_us;
     uint32_t status_period_us;
+    uint8_t poll_count;
     cp_parser parser;
     cp_parser_sink sink;
     uint8_t frame[CP_FRAME_OVERHEAD + CP_IDENT_LEN]; /* largest frame it builds */

@@ -19,14 +19,17 @@ static uint32_t mhz_of(uint32_t f_cpu_hz, uint32_t cycles)
 
 uint32_t cp_a0_pick(uint32_t f_cpu_hz, uint32_t req_hz, uint32_t max_hz, cp_a0_setting *out)
 {
-    static const uint8_t adps_list[3] = {7, 6, 5}; /* slowest ADC clock first */
+    /* slowest ADC clock first; F_CPU/32 (38 k conversions/s) is left out:
+     * its conversion (26 us) is shorter than the firmware's worst-case
+     * interrupt latency under full UART load */
+    static const uint8_t adps_list[2] = {7, 6};
     uint32_t best_err = 0xFFFFFFFFu;
     uint8_t i;
     int found = 0;
     if (req_hz > 1000000u) {
         req_hz = 1000000u;
     }
-    for (i = 0; i < 3; i++) {
+    for (i = 0; i < 2; i++) {
         uint8_t adps = adps_list[i];
         uint32_t conv_cycles = 13u << adps;
         uint32_t conv_mhz = mhz_of(f_cpu_hz, conv_cycles);

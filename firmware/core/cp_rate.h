@@ -15,7 +15,7 @@ extern "C" {
 #define CP_A0_MAX_K 64u
 
 typedef struct {
-    uint8_t adps;        /* ADCSRA prescaler bits: 5 = /32, 6 = /64, 7 = /128 */
+    uint8_t adps;        /* ADCSRA prescaler bits: 6 = /64, 7 = /128 */
     uint8_t k;           /* conversions averaged into one sample, 1..CP_A0_MAX_K */
     uint16_t conv_ticks; /* one conversion in Timer1 ticks (F_CPU / 8) */
     uint32_t rate_hz;    /* achieved samples/s, rounded */

@@ -1,22 +1,27 @@
 // A0 front end: a current-sense amplifier's output on ADC0.
 //
-// The ADC runs free (auto-trigger source "free running"), one conversion per
-// 13 ADC clocks. At the default 12.8 kS/s the ADC clock is F_CPU/32 = 500 kHz
-// (38.5 k conversions/s) and every sample is the mean of k = 3 consecutive
-// conversions: a boxcar over the whole sample period, so power between the
-// conversions is not aliased away. Slower rates use the slower, more
-// accurate ADC clocks (F_CPU/64, F_CPU/128) and larger k (cp_a0_pick).
+// The ADC runs free (auto-trigger source "free running"): one conversion per
+// 13 ADC clocks, back to back. Each sample is the mean of k consecutive
+// conversions (a boxcar over the whole sample period, so nothing between
+// samples is aliased away); cp_a0_pick chooses the ADC clock (F_CPU/64 or
+// F_CPU/128, the datasheet's full-resolution 125 kHz) and k. The default,
+// 6410 S/s, is F_CPU/64 with k = 3; A0_MAX_RATE_HZ allows up to 9615 S/s
+// (F_CPU/128, k = 1), where the CPU falls ~3 % short of framing and sending
+// every sample (README: cycle budget).
 //
-// Timing: in free-running mode conversion i+1 starts when conversion i ends,
-// and samples its input 1.5 ADC clocks later. The ISR for conversion i can
-// therefore read the markers and the clock at (about) the instant conversion
-// i+1 samples. It does so only before the middle conversion of a sample: the
-// sample's t_us is that instant (plus half a conversion for even k: the mean
-// instant of its k conversions) and its markers are the ones read there.
+// Timing: conversion i+1 starts when conversion i ends (E_i) and samples its
+// input 1.5 ADC clocks later. Conversion ends lie on an exact grid (13 ADC
+// clocks = conv_ticks Timer1 ticks apart), so the ISR only notes the Timer1
+// value when it runs, and the main loop snaps it back onto the grid: the
+// latency of the ISR (other interrupts, nesting) does not reach t_us. A
+// sample's t_us is the sampling instant of its middle conversion (plus half a
+// conversion for even k: the mean instant of its k conversions); its markers
+// are read by the ISR that starts that conversion.
 //
-// The ISR runs 38.5 k times a second, so it is kept to a few dozen cycles:
-// no calls (a call makes the compiler save every scratch register on every
-// entry), the clock read only once per sample, the mean by a multiply.
+// The ISR runs for every conversion, so it makes no calls (a call makes the
+// compiler save every scratch register on every entry) and lets other
+// interrupts in at once (marker edges must be timestamped within a few us).
+// The mean and the microsecond time are computed in the main loop.
 //
 // The bus voltage is not measured: bus = 0, bus_lsb_uV = 0, and the host
 // uses bus_nominal_mV (BUS_NOMINAL_MV, or SET_CAL's optional third field).
@@ -26,6 +31,7 @@
 
 #include <avr/interrupt.h>
 #include <avr/io.h>
+#include <string.h>
 #include <util/atomic.h>
 
 #include "clock.h"
@@ -34,55 +40,79 @@
 #include "frontend.h"
 #include "sampler.h"
 
-static cp_a0_setting setting;
-static uint8_t mid_index;       // conversion whose instant and markers the sample carries
-static uint16_t half_offset_us; // from that instant to the mean one (even k)
-static uint32_t recip_k;        // 2^24 / k + 1: acc / k rounded = (acc * recip_k + 2^23) >> 24
+// Timer1 ticks from a conversion's end to the ISR's TCNT1 read when nothing
+// delays it (interrupt response, prologue, the read itself; measured in
+// simavr). Snapping keeps every E at least this far before its read.
+#ifndef A0_ISR_MIN_LATENCY_TICKS
+#define A0_ISR_MIN_LATENCY_TICKS 3
+#endif
 
-// What the ISR queues per sample; fe_pop_sample turns it into a cp_sample
-// (the mean, the microsecond time) outside interrupt context.
+static cp_a0_setting setting;
+static uint8_t mid_index;   // conversion whose instant and markers the sample carries
+static uint16_t offset_us;  // from the grid point before it to the sample's instant
+static uint32_t recip_k;    // 2^24 / k + 1: sum / k rounded = (sum * recip_k + 2^23) >> 24
+static uint16_t step_ticks; // k conversions
+
+// What the ISR queues per sample (9 bytes; AVR structs are packed):
 typedef struct {
-    uint16_t tcnt;   // Timer1 at the middle conversion's instant
-    uint32_t ovf;    // overflow count belonging to it
+    uint16_t tcnt;   // Timer1 when the ISR before the middle conversion ran
+    uint32_t ovf;    // its overflow count
     uint16_t sum;    // k conversions, <= 64 * 1023
-    uint8_t markers; // read at the middle conversion's instant
+    uint8_t markers; // read by that ISR
 } raw_sample;
+#define RAW_BYTES 9
 
 // ISR state
 static uint8_t started; // the first result (sampled before START) is dropped
 static uint8_t idx;     // conversions in the current sample so far
 static uint16_t acc;
-static raw_sample cap;  // clock and markers of the sample being summed
+static uint16_t cap_tcnt;
+static uint32_t cap_ovf;
+static uint8_t cap_markers;
+
+// main-loop state: the grid point (48-bit tick) the next capture snaps to
+static uint32_t grid_ovf;
+static uint16_t grid_tcnt;
+static uint8_t grid_valid;
 
 static void choose(uint32_t req_hz)
 {
+    uint16_t adc_clk_ticks;
     cp_a0_pick(F_CPU, req_hz, A0_MAX_RATE_HZ, &setting);
     mid_index = (uint8_t)((setting.k - 1u) / 2u);
-    // even k: the mean instant lies half a conversion after the middle one
-    half_offset_us = (uint16_t)((setting.k & 1u) ? 0u : setting.conv_ticks / 4u);
+    step_ticks = (uint16_t)(setting.conv_ticks * setting.k);
+    // sampling instant: 1.5 ADC clocks after the grid point; even k: plus
+    // half a conversion, the mean instant of the k conversions
+    adc_clk_ticks = (uint16_t)(setting.conv_ticks / 13u);
+    offset_us = (uint16_t)((3u * adc_clk_ticks / 2u + ((setting.k & 1u) ? 0u : setting.conv_ticks / 2u)) / 2u);
     // exact round-half-up of sum / k for every sum <= 1023 * k, k <= 64
-    // (checked offline over all cases)
+    // (checked offline over all cases), without a division per sample
     recip_k = (1UL << 24) / setting.k + 1u;
 }
 
-ISR(ADC_vect)
+ISR(ADC_vect, ISR_NOBLOCK)
 {
+    // Interruptible from the first instruction. It cannot re-enter: the next
+    // conversion ends a whole conversion (>= 52 us) from now, and this body
+    // takes ~13 us even with the UART interrupts nested in it.
     uint16_t v = ADC;
     uint8_t i = idx;
     if (started) {
         acc += v;
-        i++;
-        if (i == setting.k) { // sample complete: queue it (inline, no calls)
-            const uint8_t *src = (const uint8_t *)&cap;
+        if (++i == setting.k) { // sample complete: queue it
             uint8_t h = sample_ring.head;
-            uint8_t n;
-            cap.sum = acc;
             samples_total++;
-            if ((uint8_t)(sample_ring.capacity - (uint8_t)(h - sample_ring.tail)) >= sizeof cap) {
-                for (n = 0; n < sizeof cap; n++) {
-                    sample_ring.buf[h & sample_ring.mask] = *src++;
-                    h++;
-                }
+            if ((uint8_t)(h - sample_ring.tail) <= (uint8_t)(255u - RAW_BYTES)) {
+                uint8_t *buf = sample_ring.buf; // 256 bytes: u8 indices wrap by themselves
+                buf[h++] = (uint8_t)cap_tcnt;
+                buf[h++] = (uint8_t)(cap_tcnt >> 8);
+                buf[h++] = (uint8_t)cap_ovf;
+                buf[h++] = (uint8_t)(cap_ovf >> 8);
+                buf[h++] = (uint8_t)(cap_ovf >> 16);
+                buf[h++] = (uint8_t)(cap_ovf >> 24);
+                buf[h++] = (uint8_t)acc;
+                buf[h++] = (uint8_t)(acc >> 8);
+                buf[h++] = cap_markers;
                 CP_RING_BARRIER();
                 sample_ring.head = h;
             } else {
@@ -91,16 +121,19 @@ ISR(ADC_vect)
             acc = 0;
             i = 0;
         }
-    } else { // conversion 0 was sampled before its instant could be read
+    } else { // conversion 0 was sampled before its instant could be noted
         started = 1;
         acc = 0;
         i = 0;
     }
-    if (i == mid_index) { // the conversion now starting is the sample's middle one
-        uint16_t t = TCNT1;
-        cap.markers = markers_read();
-        cap.tcnt = t;
-        cap.ovf = clock_ovf_for(t);
+    if (i == mid_index) { // the conversion now running is the sample's middle one
+        uint16_t t;
+        cli(); // TCNT1, the overflow count and TOV1 together
+        t = TCNT1;
+        cap_markers = markers_read();
+        cap_ovf = clock_ovf_for(t);
+        sei();
+        cap_tcnt = t;
     }
     idx = i;
 }
@@ -108,11 +141,53 @@ ISR(ADC_vect)
 int fe_pop_sample(cp_sample *s)
 {
     raw_sample r;
-    if (!cp_ring_get(&sample_ring, &r, (uint8_t)sizeof r)) {
+    uint8_t t = sample_ring.tail;
+    uint16_t g;
+    int16_t late;
+    if ((uint8_t)(sample_ring.head - t) < sizeof r) {
         return 0;
     }
-    s->t_us = clock_us_of(r.ovf, r.tcnt) + half_offset_us;
-    s->current = (int16_t)(((uint32_t)r.sum * recip_k + (1UL << 23)) >> 24); // mean
+    CP_RING_BARRIER();
+    if (t <= (uint8_t)(256u - sizeof r)) { // contiguous (the usual case)
+        memcpy(&r, sample_ring.buf + t, sizeof r);
+    } else {
+        uint8_t *d = (uint8_t *)&r;
+        uint8_t n;
+        for (n = 0; n < sizeof r; n++) {
+            d[n] = sample_ring.buf[(uint8_t)(t + n)];
+        }
+    }
+    CP_RING_BARRIER();
+    sample_ring.tail = (uint8_t)(t + sizeof r);
+
+    // Snap the noted time onto the conversion grid: the expected grid point
+    // advances by k conversions per sample (more after drops) and moves
+    // earlier whenever a note came sooner after it than the ISR can. The
+    // 16-bit differences are exact: notes and grid points are ms apart.
+    g = (uint16_t)(grid_tcnt + step_ticks);
+    if (g < grid_tcnt) {
+        grid_ovf++;
+    }
+    late = (int16_t)(uint16_t)(r.tcnt - g);
+    if (!grid_valid) {
+        late = 0; // force the snap below
+        grid_valid = 1;
+    }
+    while (late >= (int16_t)step_ticks) { // samples were dropped in between
+        uint16_t g2 = (uint16_t)(g + step_ticks);
+        if (g2 < g) {
+            grid_ovf++;
+        }
+        g = g2;
+        late = (int16_t)(late - (int16_t)step_ticks);
+    }
+    if (late < A0_ISR_MIN_LATENCY_TICKS) { // the grid was later than the truth
+        g = (uint16_t)(r.tcnt - A0_ISR_MIN_LATENCY_TICKS);
+        grid_ovf = r.ovf - (g > r.tcnt ? 1u : 0u);
+    }
+    grid_tcnt = g;
+    s->t_us = clock_us_of(grid_ovf, g) + offset_us;
+    s->current = (int16_t)(setting.k == 1 ? r.sum : (((uint32_t)r.sum * recip_k + (1UL << 23)) >> 24));
     s->bus = 0;
     s->markers = r.markers;
     return 1;
@@ -148,6 +223,10 @@ int fe_start(void)
     ATOMIC_BLOCK(ATOMIC_RESTORESTATE)
     {
         started = 0;
+        idx = 0;
+        grid_valid = 0;
+        grid_ovf = 0;
+        grid_tcnt = 0;
         ADCSRA = _BV(ADIF); // off, stale flag cleared
         ADCSRB = 0;
         ADMUX = _BV(REFS0);

@@ -59,12 +59,15 @@
 #ifndef A0_GAIN
 #define A0_GAIN 50ULL
 #endif
+// 6410 S/s = ADC clock F_CPU/64, each sample the mean of 3 conversions: the
+// fastest rate measured free of drops in the simavr rig (README: budget).
 #ifndef A0_DEFAULT_RATE_HZ
-#define A0_DEFAULT_RATE_HZ 12821UL
+#define A0_DEFAULT_RATE_HZ 6410UL
 #endif
-// Highest rate offered: 12.8 kS/s uses 64 % of the 2 Mbaud line.
+// Highest rate SET_RATE offers: 9615 S/s (one conversion per sample at the
+// full-resolution ADC clock) drops ~3 % of samples (counted in STATUS).
 #ifndef A0_MAX_RATE_HZ
-#define A0_MAX_RATE_HZ 13000UL
+#define A0_MAX_RATE_HZ 9700UL
 #endif
 // nA per ADC count = (Vref / 1024) / (gain * R)
 #define A0_CURRENT_LSB_NA \
