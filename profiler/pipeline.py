@@ -351,8 +351,11 @@ def run_mapping(
     finally:
         if gc_was_enabled:
             gc.enable()
-        with contextlib.suppress(queue.Full):  # a dead stage may hold everything up
-            qs[0].put(_STOP, timeout=10)
+        # Every frame is through (or something failed): tell every stage directly, so a
+        # stage behind a dead one is not left waiting.
+        for q in qs[:-1]:
+            with contextlib.suppress(queue.Full):
+                q.put_nowait(_STOP)
         for t in threads:
             t.join(timeout=60)
     errors = [t.error for t in threads if t.error is not None]

@@ -9,6 +9,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -141,9 +142,12 @@ def test_a_stage_that_cannot_start_raises_instead_of_hanging(resnet) -> None:
     bad = replace(board, processors={**board.processors,
                                      "L": replace(board.processor("L"), cores=(4095,))})
     n = len(sliced.layers)
-    mapping = parse_order("B" * (n - 3) + "LLL", n, bad)
-    with pytest.raises(HardwareError, match="4095"):
-        run_mapping(sliced, bad, mapping, "pipeline", frames=3, warmup=0, make=make)
+    for order in ("B" * (n - 3) + "LLL", "B" * (n - 6) + "LLLBBB"):  # last, and in between
+        mapping = parse_order(order, n, bad)
+        t0 = time.monotonic()
+        with pytest.raises(HardwareError, match="4095"):
+            run_mapping(sliced, bad, mapping, "pipeline", frames=3, warmup=0, make=make)
+        assert time.monotonic() - t0 < 30  # no stage left waiting for a frame (join timeout)
 
 
 def test_pipeline_refuses_clashing_levels_on_a_shared_domain(resnet) -> None:
