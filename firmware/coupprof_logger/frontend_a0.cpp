@@ -50,7 +50,7 @@
 static cp_a0_setting setting;
 static uint8_t mid_index;   // conversion whose instant and markers the sample carries
 static uint16_t offset_us;  // from the grid point before it to the sample's instant
-static uint32_t recip_k;    // 2^24 / k + 1: sum / k rounded = (sum * recip_k + 2^23) >> 24
+static uint32_t recip_k;    // 2^22 / k + 1: floor(sum / k) = (sum * recip_k) >> 22 (k >= 2)
 static uint16_t step_ticks; // k conversions
 
 // What the ISR queues per sample (9 bytes; AVR structs are packed):
@@ -85,9 +85,10 @@ static void choose(uint32_t req_hz)
     // half a conversion, the mean instant of the k conversions
     adc_clk_ticks = (uint16_t)(setting.conv_ticks / 13u);
     offset_us = (uint16_t)((3u * adc_clk_ticks / 2u + ((setting.k & 1u) ? 0u : setting.conv_ticks / 2u)) / 2u);
-    // exact round-half-up of sum / k for every sum <= 1023 * k, k <= 64
-    // (checked offline over all cases), without a division per sample
-    recip_k = (1UL << 24) / setting.k + 1u;
+    // floor(sum / k) = (sum * recip_k) >> 22 exactly for every sum <= 1023 * k,
+    // 2 <= k <= 64, and sum * recip_k < 2^32 (both checked offline over all
+    // cases): no division per sample
+    recip_k = (1UL << 22) / setting.k + 1u;
 }
 
 ISR(ADC_vect, ISR_NOBLOCK)
@@ -136,6 +137,21 @@ ISR(ADC_vect, ISR_NOBLOCK)
         cap_tcnt = t;
     }
     idx = i;
+}
+
+// sum / k rounded half up
+static uint16_t mean_of(uint16_t sum)
+{
+    uint16_t q, rem;
+    if (setting.k == 1) {
+        return sum;
+    }
+    q = (uint16_t)(((uint32_t)sum * recip_k) >> 22);
+    rem = (uint16_t)(sum - q * setting.k);
+    if (2u * rem >= setting.k) {
+        q++;
+    }
+    return q;
 }
 
 int fe_pop_sample(cp_sample *s)
@@ -187,7 +203,7 @@ int fe_pop_sample(cp_sample *s)
     }
     grid_tcnt = g;
     s->t_us = clock_us_of(grid_ovf, g) + offset_us;
-    s->current = (int16_t)(setting.k == 1 ? r.sum : (((uint32_t)r.sum * recip_k + (1UL << 23)) >> 24));
+    s->current = (int16_t)mean_of(r.sum);
     s->bus = 0;
     s->markers = r.markers;
     return 1;
