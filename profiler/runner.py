@@ -205,6 +205,11 @@ class LayerRunner:
                 gc.enable()
         return LayerTimings(ts)
 
+    def layer_call(self, pos: int) -> Callable[[], None]:
+        """Layer `pos`'s invoke alone (its inputs stay as the last frame left them), for
+        sources that repeat a layer until their energy counter resolves it."""
+        return self._steps[pos][0]
+
     def outputs(self) -> dict[int, np.ndarray]:
         """The model outputs of the last frame, keyed by tensor index in the original model."""
         out: dict[int, np.ndarray] = {}

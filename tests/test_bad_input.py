@@ -23,8 +23,10 @@ def layers(*args: str, cwd: Path) -> tuple[int, str]:
     r = subprocess.run([COUPPROF, "layers", "--frames", "1", "--warmup", "0", *args], cwd=cwd,
                        env={**os.environ, "COUPPROF_CACHE": str(cwd / "cache")},
                        capture_output=True, text=True, timeout=120)
-    # LiteRT logs "INFO: Created TensorFlow Lite XNNPACK delegate" itself; ours is the rest.
-    err = "\n".join(line for line in r.stderr.splitlines() if not line.startswith("INFO:"))
+    # LiteRT logs "INFO: Created TensorFlow Lite XNNPACK delegate" itself, and "note:" lines
+    # say which board was picked; the error is the rest.
+    err = "\n".join(line for line in r.stderr.splitlines()
+                    if not line.startswith(("INFO:", "note: ")))
     return r.returncode, err
 
 
@@ -75,10 +77,18 @@ CASES = {
     "custom op": (["--model", "{d}/custom_op.tflite"], ["cannot run", "custom_op.tflite",
                                                          "CoupprofNoSuchOp"]),
     "directory": (["--model", "{d}"], ["is a directory"]),
-    "unknown processor": (["--processor", "X"], ["no processor 'X'", "it has: B", "--processor"]),
-    "freq out of range": (["--sysfs-root", "{d}/sys", "--processor", "B", "--freq", "9"],
+    "unknown processor": (["--board", "host", "--processor", "X"],
+                          ["no processor 'X'", "it has: B", "--processor"]),
+    "unknown processor on sim": (["--processor", "X"], ["no processor 'X'", "it has: L, B, G, N"]),
+    "freq out of range": (["--board", "host", "--sysfs-root", "{d}/sys", "--processor", "B",
+                           "--freq", "9"],
                           ["--freq 9 is out of range", "valid levels: 1=408 MHz", "8=1800 MHz"]),
-    "freq not a level": (["--sysfs-root", "{d}/sys", "--processor", "L", "--freq", "fast"],
+    "freq out of range on rk3399pro": (["--board", "rk3399pro", "--processor", "B", "--freq", "9"],
+                                       ["--freq 9 is out of range", "1=408 MHz", "8=1800 MHz"]),
+    "freq out of range on sim G": (["--processor", "G", "--freq", "6"],
+                                   ["--freq 6 is out of range", "5=800 MHz"]),
+    "freq not a level": (["--board", "host", "--sysfs-root", "{d}/sys", "--processor", "L",
+                          "--freq", "fast"],
                          ["'fast' is not a level number", "6=1416 MHz"]),
     "cuts not numbers": (["--cuts", "3,x"], ["--cuts", "3,x"]),
     "cut out of range": (["--cuts", "5,999"], ["999", "out of range"]),
@@ -88,8 +98,15 @@ CASES = {
     "negative warmup": (["--warmup", "-1"], ["--warmup"]),
     "bad granularity": (["--granularity", "block"], ["--granularity", "block"]),
     "unknown board": (["--board", "nosuchboard"], ["unknown board 'nosuchboard'", "host"]),
-    "board not served": (["--board", "rk3399pro"], ["cannot run on board 'rk3399pro'", "--board host"]),
-    "bad sysfs root": (["--sysfs-root", "{d}/nowhere"], ["no CPU topology", "--sysfs-root"]),
+    "sim power off the sim board": (["--board", "host", "--power", "sim"],
+                                    ["--power sim needs the simulated board", "--board sim"]),
+    "logger without a marker": (["--board", "host", "--power", "arduino:/dev/ttyNOPE"],
+                                ["no --marker was given", "gpiod:CHIP:LINE"]),
+    "unknown power source": (["--power", "bogus"], ["unknown power source 'bogus'", "arduino"]),
+    "bad marker": (["--power", "sim", "--marker", "wires:3"], ["unknown marker 'wires:3'"]),
+    "negative baseline": (["--baseline-s", "-1"], ["--baseline-s", "negative"]),
+    "bad sysfs root": (["--board", "host", "--sysfs-root", "{d}/nowhere"],
+                       ["no CPU topology", "--sysfs-root"]),
 }
 
 

@@ -97,7 +97,8 @@ def test_freq_on_host_without_dvfs_lists_what_the_board_has(tmp_path: Path) -> N
     cpu = tmp_path / "sys/devices/system/cpu"
     cpu.mkdir(parents=True)
     (cpu / "online").write_text("0\n")
-    r = coupprof("--sysfs-root", str(tmp_path / "sys"), "--freq", "2", cwd=tmp_path)
+    r = coupprof("--board", "host", "--sysfs-root", str(tmp_path / "sys"), "--freq", "2",
+                 cwd=tmp_path)
     assert r.returncode == 2
     err = r.stderr.strip()
     assert "\n" not in err and "Traceback" not in err

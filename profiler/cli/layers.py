@@ -17,12 +17,9 @@ from typing import Any
 
 from profiler.boards.host import format_cpu_list
 from profiler.boards.model import Board, ProcessorSpec, resolve_level
-from profiler.errors import BoardError
+from profiler.errors import BadInputError, BoardError, ProfilerError
 from profiler.results import LayerInfo, LayerRun, RunInfo, environment
 from profiler.tflite.model_io import read_model_bytes, sha256_bytes
-
-# Boards this command can run on today; profile boards need their executors and governors.
-SERVED_BOARDS = ("host",)
 
 
 def positive_int(text: str) -> int:
@@ -55,8 +52,9 @@ def register(subparsers: Any) -> None:
     )
     p.add_argument("--model", "-m", type=Path, default=None,
                    help="the .tflite model (default: the bundled MobileNetV1 0.25 128x128)")
-    p.add_argument("--board", default="host",
-                   help="board to run on (default: host, this machine read from /sys)")
+    p.add_argument("--board", default=None,
+                   help="board profile name or TOML path (default: the detected board, else the "
+                   "simulated board 'sim'); `coupprof boards` lists them, 'host' is this machine")
     p.add_argument("--sysfs-root", default=None, metavar="DIR",
                    help="sysfs tree the host board is read from "
                    "(default: $COUPPROF_SYSFS_ROOT or /sys)")
@@ -82,6 +80,23 @@ def register(subparsers: Any) -> None:
     p.add_argument("--raw", action="store_true",
                    help="also write one CSV row per layer and frame with raw timestamps")
     p.add_argument("--seed", type=int, default=0, help="seed of the random input (default: 0)")
+    pw = p.add_argument_group(
+        "power",
+        "Per-layer energy. --power arduino:PORT reads this project's logger firmware over serial "
+        "(e.g. arduino:/dev/ttyACM0) and needs a --marker wired to its D2 input; "
+        "--power sim is the simulated board's virtual logger (the default there); counter "
+        "sources (nvml[:INDEX], rapl[:ZONE], hwmon[:DEVICE[:CH]]) repeat each layer until "
+        "the counter resolves it; none skips power.")
+    pw.add_argument("--power", default=None, metavar="SPEC",
+                    help="arduino:PORT | sim | nvml[:I] | rapl[:ZONE] | hwmon[:DEV[:CH]] | auto | "
+                    "none (default: sim on the simulated board, else none)")
+    pw.add_argument("--marker", default=None, metavar="SPEC",
+                    help="gpiod:CHIP:LINE (e.g. gpiod:/dev/gpiochip0:17) | sysfs:NUMBER | sim | none "
+                    "(default: sim with --power sim, else none)")
+    pw.add_argument("--baseline-s", type=float, default=0.5, metavar="S",
+                    help="idle baseline measured before the run, seconds (default: 0.5)")
+    pw.add_argument("--rate", type=int, default=None, metavar="HZ",
+                    help="ask the logger for this sample rate (default: the firmware's)")
     p.set_defaults(func=run)
 
 
@@ -94,37 +109,81 @@ def board_summary(board: Board) -> str:
     return "; ".join(parts)
 
 
-def load_board(name: str, sysfs_root: str | None) -> Board:
-    """The board by name or profile path; only the boards in SERVED_BOARDS can run here yet."""
-    from profiler.boards.profiles import load_board as load_any
+def load_board(name: str | None, sysfs_root: str | None) -> Board:
+    """The board by name or profile path; with none given, the detected one or `sim`."""
+    from governors import sysfs_root_from_env
+    from profiler.boards.profiles import select_board
+    from profiler.executors.factory import with_accelerators
 
-    board = load_any(name, sysfs_root)  # unknown names: BoardError listing the known boards
-    if board.name not in SERVED_BOARDS:
-        raise BoardError(
-            f"`coupprof layers` cannot run on board '{board.name}' yet (it serves: "
-            f"{', '.join(SERVED_BOARDS)})",
-            "use --board host",
-        )
-    return board
+    root = sysfs_root or sysfs_root_from_env()
+    board = select_board(name, root, announce=lambda msg: print(f"note: {msg}", file=sys.stderr))
+    return with_accelerators(board)
 
 
 def resolve_freq(board: Board, proc: ProcessorSpec, freq: str | None) -> tuple[int, int] | None:
+    """--freq K for `proc` (for N: its host cluster's levels, as on ARM-CO-UP's board)."""
     if freq is None:
         return None
-    if not proc.has_dvfs:
+    from governors import dvfs_processor
+
+    domain = dvfs_processor(board, proc.letter)
+    if not domain.has_dvfs:
         raise BoardError(
             f"--freq {freq}: processor {proc.letter} on board '{board.name}' has no DVFS levels "
             f"(board has: {board_summary(board)})",
             "drop --freq, or pick a processor/board with a frequency table",
         )
-    level = resolve_level(proc, freq, board.name)  # range errors list the valid levels
-    mhz = level[1] / 1000 if level else 0
-    # Setting the level needs a governor back end, which this command does not drive yet.
-    raise BoardError(
-        f"--freq {freq} (= {mhz:g} MHz) cannot be applied on board '{board.name}' "
-        "yet: no governor is wired to `coupprof layers`",
-        "drop --freq to run at the current frequency",
-    )
+    return resolve_level(domain, freq, board.name)  # range errors list the valid levels
+
+
+def open_governor(board: Board, proc: ProcessorSpec, sysfs_root: str | None) -> Any:
+    """The governor of `proc`'s DVFS domain, checked writable before anything runs."""
+    from governors import dvfs_processor, make_governor, sysfs_root_from_env
+    from profiler.errors import PermissionDeniedError
+
+    domain = dvfs_processor(board, proc.letter)
+    gov = make_governor(board, domain, sysfs_root or sysfs_root_from_env())
+    if gov.kind == "none":
+        raise BoardError(f"--freq: processor {domain.letter} on board '{board.name}' has no "
+                         "governor that can set frequencies", "drop --freq")
+    bad = [c for c in gov.checks() if not c.ok]
+    if bad:
+        raise PermissionDeniedError(
+            f"--freq: cannot set processor {domain.letter}'s frequency: {bad[0].what}",
+            bad[0].fix or "run as root, or grant write access to the cpufreq/devfreq files")
+    return gov
+
+
+def open_power(args: argparse.Namespace, board: Board, csv_path: Path) -> tuple[Any, Any]:
+    """(PowerSession or None, SimPowerModel or None) for --power/--marker."""
+    from profiler.markers import open_marker
+    from profiler.power.session import PowerSession
+    from profiler.power.sources import NoneSource, SourceHardware, open_power_source
+
+    spec = args.power or ("sim" if board.simulated else "none")
+    model = None
+    extra: dict[str, Any] = {"trace_dir": csv_path.with_suffix(".trace"), "rate_hz": args.rate}
+    if spec.split(":")[0].lower() == "sim":
+        if not board.simulated:
+            raise BoardError(f"--power sim needs the simulated board, not '{board.name}'",
+                             "use --board sim, or a real source such as arduino:PORT")
+        from profiler.simboard import SimPowerModel
+
+        model = SimPowerModel(board)
+        extra["sim_power_model"] = model
+    source = open_power_source(spec, SourceHardware(extra=extra))
+    if isinstance(source, NoneSource):
+        return None, None
+    marker_spec = args.marker or ("sim" if source.kind == "sim" else "none")
+    if source.mode == "stream" and marker_spec.split(":")[0].lower() == "none":
+        raise BadInputError(
+            f"--power {spec} attributes energy by marker edges, but no --marker was given",
+            "wire a GPIO line to the logger's D2 input and pass --marker gpiod:CHIP:LINE "
+            "(or sysfs:NUMBER)")
+    marker = None
+    if source.mode == "stream":
+        marker = open_marker(marker_spec, sim_sink=source if source.kind == "sim" else None)
+    return PowerSession(source, marker, baseline_s=args.baseline_s), model
 
 
 def default_csv_path(model: Path, letter: str) -> Path:
@@ -162,34 +221,82 @@ def progress_bar(enabled: bool) -> Iterator[Callable[[str, int, int], None] | No
 
 
 def run(args: argparse.Namespace) -> int:
-    from profiler.processors import make_executor
+    from contextlib import ExitStack
+
+    from governors import RestoreGuard
+    from profiler.executors.factory import make_executor
+    from profiler.executors.logs import quiet_native_exit
     from profiler.runner import LayerRunner
     from profiler.slicing.slicer import slice_model
     from profiler.tables import render, run_tables, write_tables
 
+    quiet_native_exit()
     if args.model is None:
         from profiler.zoo import default_model_path
 
         args.model = default_model_path()
     model: Path = args.model
     data = read_model_bytes(model)
+    if args.baseline_s < 0:
+        raise BadInputError(f"--baseline-s {args.baseline_s} is negative", "give seconds >= 0")
 
     board = load_board(args.board, args.sysfs_root)
     proc = board.processor(args.processor)
     level = resolve_freq(board, proc, args.freq)
+    csv_path = args.csv or default_csv_path(model, proc.letter)
 
-    with progress_bar(sys.stderr.isatty()) as bar:
+    power_error: ProfilerError | None = None
+    power = None
+    gov_result = None
+    with ExitStack() as stack, progress_bar(sys.stderr.isatty()) as bar:
         sliced = slice_model(
             model, args.granularity, args.cuts,
             progress=(lambda d, n: bar("slicing", d, n)) if bar else None,
         )
-        with make_executor(proc, args.threads) as executor:
-            runner = LayerRunner(sliced, executor, seed=args.seed, model_name=model.name)
+        gov = open_governor(board, proc, args.sysfs_root) if level else None
+        # Frequencies are restored on success, errors, Ctrl-C and SIGTERM.
+        stack.enter_context(RestoreGuard([gov] if gov else []))
+        session, sim_model = open_power(args, board, csv_path)
+        if session is not None:
+            stack.enter_context(session)
+        if gov is not None and level is not None:
+            gov_result = gov.set_khz(level[1], level=level[0])
+            if gov_result.warning:
+                print(f"warning: {gov_result.warning}", file=sys.stderr)
+        executor = stack.enter_context(make_executor(board, proc.letter, threads=args.threads))
+        runner = LayerRunner(sliced, executor, seed=args.seed, model_name=model.name)
+        if sim_model is not None:
+            sim_model.set_busy(proc.letter, level[1] if level and proc.has_dvfs else None)
+        if session is not None:
+            runner.hooks = session.hooks(args.frames, len(sliced.layers))
+            session.begin()
+        try:
             timings = runner.run(
                 frames=args.frames, warmup=args.warmup,
                 progress=(lambda d, n: bar("frames", d, n)) if bar else None,
             )
+        except BaseException:
+            if session is not None:
+                session.abort()
+            raise
+        if session is not None:
+            power = session.finish(
+                timings, [runner.layer_call(i) for i in range(len(sliced.layers))],
+                progress=(lambda d, n: bar("energy per layer", d, n)) if bar else None)
+            power_error = power.error
+        fallback = fallback_columns(runner)
 
+    extra: dict[str, Any] = {"board_description": board.description, "seed": args.seed,
+                             "cores_text": format_cpu_list(executor.cores),
+                             "executor": executor.describe()}
+    if gov_result is not None:
+        extra["governor"] = {"kind": gov.kind, "requested_khz": level[1] if level else None,
+                             "effective_khz": gov_result.effective_khz,
+                             "warning": gov_result.warning}
+    if power is not None:
+        extra.update(power.info)
+        if power.error is not None:
+            extra["power_error"] = str(power.error)
     info = RunInfo(
         board=board.name,
         simulated=board.simulated,
@@ -205,20 +312,36 @@ def run(args: argparse.Namespace) -> int:
         cuts=tuple(sliced.cuts),
         freq_level=level[0] if level else None,
         freq_khz=level[1] if level else None,
-        power_source="none",
-        extra={"board_description": board.description, "seed": args.seed,
-               "cores_text": format_cpu_list(executor.cores)},
+        power_source=session.source.spec if session is not None else "none",
+        extra=extra,
         **environment(),
     )
-    result = LayerRun(info, [LayerInfo.from_layer(layer) for layer in sliced.layers], timings)
+    layer_extras = dict(power.columns) if power is not None else {}
+    layer_extras.update(fallback)
+    result = LayerRun(info, [LayerInfo.from_layer(layer) for layer in sliced.layers], timings,
+                      layer_extras=layer_extras,
+                      total_extras=dict(power.totals) if power is not None else {})
     tables = run_tables(result, raw=args.raw)
 
     from rich.console import Console
 
     Console().print(render(tables))
-    csv_path = args.csv or default_csv_path(model, proc.letter)
     csv_p, json_p = write_tables(tables, csv_path, args.json)
     print(f"wrote {csv_p} ({len(tables.layers)} layer rows"
           f"{f', {len(tables.frames)} frame rows' if tables.frames is not None else ''})"
           f" and {json_p}")
+    if power_error is not None:
+        print(f"coupprof layers: error: {power_error} (timings kept; power columns "
+              f"{'partial' if power and power.columns else 'absent'})", file=sys.stderr)
+        return power_error.exit_code
     return 0
+
+
+def fallback_columns(runner: Any) -> dict[str, Any]:
+    """A `fallback` column when any layer ran (partly) on the CPU instead of its accelerator."""
+    from profiler.executors import fallback_flags
+
+    flags = fallback_flags(runner.interpreters)
+    if all(f is None for f in flags):
+        return {}
+    return {"fallback": ["" if f is None else ("yes" if f else "no") for f in flags]}

@@ -193,3 +193,42 @@ register_source("none", _build_none, order=100)
 register_source("hwmon", _build_hwmon, _detect_hwmon, order=20)
 register_source("nvml", _build_nvml, _detect_nvml, order=30)
 register_source("rapl", _build_rapl, _detect_rapl, order=40)
+
+
+# USB vendor ids of Arduino boards and the USB-serial chips on their clones.
+_ARDUINO_VIDS = {0x2341, 0x2A03, 0x1A86, 0x0403, 0x10C4}
+
+
+def _build_arduino(spec: str, rest: str, hw: SourceHardware) -> PowerSource:
+    from profiler.power.sources.arduino import ArduinoSource
+
+    if not rest:
+        raise BadInputError(f"power source {spec!r}: expected arduino:PORT",
+                            fix="e.g. --power arduino:/dev/ttyACM0 (`coupprof doctor` lists ports)")
+    return ArduinoSource(spec, rest, out_dir=hw.extra.get("trace_dir"),
+                         rate_hz=hw.extra.get("rate_hz"), clock=hw.clock)
+
+
+def _detect_arduino(hw: SourceHardware) -> str | None:
+    from serial.tools import list_ports
+
+    for port in list_ports.comports():
+        if port.vid in _ARDUINO_VIDS:
+            return f"arduino:{port.device}"
+    return None
+
+
+def _build_sim(spec: str, rest: str, hw: SourceHardware) -> PowerSource:
+    from profiler.power.sources.sim import SimSource
+
+    if rest:
+        raise BadInputError(f"power source {spec!r}: sim takes no arguments", fix=_fix())
+    model = hw.extra.get("sim_power_model")
+    if model is None:
+        raise BadInputError("--power sim needs the simulated board",
+                            fix="use --board sim, or another --power source")
+    return SimSource(spec, model, out_dir=hw.extra.get("trace_dir"), clock=hw.clock)
+
+
+register_source("arduino", _build_arduino, _detect_arduino, order=10)
+register_source("sim", _build_sim, order=90)

@@ -1,0 +1,142 @@
+"""`arduino:PORT`: this project's logger firmware over serial, as a streaming source.
+
+The capture is on the logger's clock; `stop()` maps it onto the host clock with a
+fit over the marker edges (`profiler.power.clockmap`), from the host marker
+changes the caller hands in with `set_host_events()` before stopping.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from profiler.attribution import PowerTrace
+from profiler.clock import Clock, perf_clock
+from profiler.errors import MarkerError, PowerSourceError
+from profiler.power import protocol as P
+from profiler.power.clockmap import ClockFit, fit_clock_map
+from profiler.power.collector import Collector
+from profiler.power.sources.base import SourceInfo, StreamSource
+from profiler.power.trace import Trace
+
+#: How long one reading averages over, per front end (IDENT does not say): an INA226
+#: conversion at the firmware's 140 us setting; the A0 ADC's sample-and-hold (~13.5
+#: ADC clocks at 250 kHz); the virtual logger samples instants.
+SAMPLE_WINDOW_NS = {P.FrontEnd.INA226: 140_000, P.FrontEnd.SHUNT_AMP: 52_000,
+                    P.FrontEnd.SYNTHETIC: 0}
+
+
+class ArduinoSource(StreamSource):
+    kind = "arduino"
+
+    def __init__(self, spec: str, port: str, *, out_dir: str | Path | None = None,
+                 rate_hz: int | None = None, timeout_s: float = 3.0,
+                 clock: Clock = perf_clock) -> None:
+        super().__init__(spec, clock)
+        self.port = port
+        self.out_dir = out_dir
+        self.rate_hz = rate_hz
+        self.timeout_s = timeout_s
+        self.collector: Collector | None = None
+        self.logger: P.LoggerInfo | None = None
+        self.trace: Trace | None = None  # the last capture, on the logger's clock
+        self.fit: ClockFit | None = None
+        self._host_ns: np.ndarray | None = None
+        self._host_levels: np.ndarray | None = None
+
+    # -- PowerSource ------------------------------------------------------------------
+    def _open_device(self) -> None:
+        self.collector = Collector(self.port, out_dir=self.out_dir, timeout_s=self.timeout_s,
+                                   clock=self.clock)
+        try:
+            self.logger = self.collector.open()
+            if self.rate_hz:
+                self.logger = self.collector.set_rate(self.rate_hz)
+        except BaseException:
+            self.collector.close()
+            self.collector = None
+            raise
+
+    def _close_device(self) -> None:
+        if self.collector is not None:
+            self.collector.close()
+            self.collector = None
+
+    def info(self) -> SourceInfo:
+        lg = self.logger
+        return SourceInfo(
+            spec=self.spec, kind=self.kind, mode=self.mode, device=self.port,
+            sample_rate_hz=float(lg.rate_hz) if lg else None,
+            detail=(f"front end {lg.front_end_name}, firmware {lg.fw_version}, protocol "
+                    f"{lg.protocol}, shunt {lg.shunt_uohm} uOhm") if lg else "",
+        )
+
+    @property
+    def sample_window_ns(self) -> int:
+        if self.logger is None:
+            return 0
+        return SAMPLE_WINDOW_NS.get(P.FrontEnd(self.logger.front_end), 0) \
+            if self.logger.front_end in P.FrontEnd._value2member_map_ else 0
+
+    # -- StreamSource -----------------------------------------------------------------
+    def start(self) -> None:
+        self._require_open()
+        assert self.collector is not None
+        self.trace, self.fit = None, None
+        self.collector.start()
+
+    def poll(self) -> None:
+        """Raise a failure the reader thread noticed (port gone, logger silent)."""
+        if self.collector is not None:
+            self.collector.poll()
+
+    def set_host_events(self, host_ns: np.ndarray, levels: np.ndarray | None = None) -> None:
+        """Host times of the marker changes (and the level after each), for the clock fit."""
+        self._host_ns = np.asarray(host_ns, dtype=np.int64)
+        self._host_levels = None if levels is None else np.asarray(levels, dtype=np.int64)
+
+    def stop_capture(self) -> Trace:
+        """Stop and return the capture on the logger's clock. A mid-run failure raises
+        `PowerSourceError` with the partial trace in ``err.trace`` (and in self.trace)."""
+        self._require_open()
+        assert self.collector is not None
+        try:
+            self.trace = self.collector.stop()
+        except PowerSourceError as err:
+            self.trace = getattr(err, "trace", None)
+            raise
+        return self.trace
+
+    def map_clock(self, trace: Trace) -> PowerTrace:
+        """Fit the logger clock to the host clock over the edges; the trace on the host clock."""
+        if self._host_ns is None or self._host_ns.size < 2:
+            raise MarkerError(
+                f"cannot map the logger's clock on {self.port}: fewer than 2 host marker changes",
+                fix="run with a marker (--marker) wired to the logger's D2 input")
+        edges = trace.edges
+        dev_levels = (np.asarray(edges["markers"]) & 1) if self._host_levels is not None else None
+        # Same-level edges are at least a layer apart; stay under half the closest pair.
+        tol = 500_000.0
+        if self._host_levels is not None:
+            for lv in (0, 1):
+                h = self._host_ns[self._host_levels == lv]
+                if h.size > 1:
+                    tol = min(tol, 0.45 * float(np.diff(h).min()))
+        try:
+            self.fit = fit_clock_map(np.asarray(edges["t_us"], dtype=np.int64), self._host_ns,
+                                     device_levels=dev_levels, host_levels=self._host_levels,
+                                     tol_ns=max(tol, 2_000.0))
+        except MarkerError as err:
+            raise MarkerError(
+                f"the logger on {self.port} saw {edges.size} marker edges for "
+                f"{self._host_ns.size} host marker changes, and they do not line up ({err.message})",
+                fix="check that the marker line goes to the logger's D2 input with a common "
+                    "ground, and that --marker names that line") from None
+        fields = trace.host_fields(self.fit.clock)
+        fields["source"] = self.spec
+        fields["sample_window_ns"] = self.sample_window_ns
+        return PowerTrace(**fields)
+
+    def stop(self) -> PowerTrace:
+        return self.map_clock(self.stop_capture())

@@ -1,0 +1,67 @@
+"""`sim`: the simulated board's logger, a virtual logger speaking the firmware protocol on a pty.
+
+Only the sensor is modelled (`profiler.simboard.SimPowerModel` gives watts from the
+marker state and the busy processor); everything after the pty is the real
+`arduino` path: collector, decoder, clock fit over the edges, attribution.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from profiler.clock import Clock, perf_clock
+from profiler.errors import BadInputError
+from profiler.power.sources.arduino import ArduinoSource
+from profiler.power.sources.base import SourceInfo
+from profiler.power.virtual_logger import VirtualLogger
+
+#: The simulated logger's rate: an A0-style front end, fast enough for sub-ms layers.
+SIM_RATE_HZ = 20_000
+
+
+class SimSource(ArduinoSource):
+    kind = "sim"
+
+    def __init__(self, spec: str, model: object, *, rate_hz: int = SIM_RATE_HZ,
+                 out_dir: str | Path | None = None, clock: Clock = perf_clock) -> None:
+        if not hasattr(model, "power_w"):
+            raise BadInputError("the sim power source needs the simulated board's power model",
+                                fix="use --power sim only with --board sim")
+        super().__init__(spec, port="", out_dir=out_dir, clock=clock)
+        self.model = model
+        self.sim_rate_hz = rate_hz
+        self.virtual: VirtualLogger | None = None
+
+    def _open_device(self) -> None:
+        self.virtual = VirtualLogger(self.model.power_w, rate_hz=self.sim_rate_hz,  # type: ignore[attr-defined]
+                                     clock=self.clock, fw_version="sim-1.0").start()
+        truth = self.virtual.true_clock()
+        self.model.to_host_ns = truth.to_host_ns  # type: ignore[attr-defined]
+        self.port = self.virtual.port
+        try:
+            super()._open_device()
+        except BaseException:
+            self.virtual.close()
+            self.virtual = None
+            raise
+
+    def _close_device(self) -> None:
+        try:
+            super()._close_device()
+        finally:
+            if self.virtual is not None:
+                self.virtual.close()
+                self.virtual = None
+
+    def set_markers(self, bits: int) -> None:
+        """The `sim` marker's sink: the virtual logger's marker inputs."""
+        assert self.virtual is not None, "open the sim source before the sim marker"
+        self.virtual.set_markers(bits)
+
+    def info(self) -> SourceInfo:
+        base = super().info()
+        return SourceInfo(spec=self.spec, kind="sim", mode=self.mode,
+                          device=f"virtual logger on {self.port}",
+                          sample_rate_hz=base.sample_rate_hz,
+                          detail="simulated board power model (P = P_static + C_eff V^2 f) "
+                                 "sampled by a virtual logger; " + base.detail)
