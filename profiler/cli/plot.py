@@ -27,7 +27,7 @@ KIND_HELP = {
     "transfers": "src->dst hand-over time per layer boundary (Fig. 18); input: the "
                  "transfer-matrix CSV",
     "timeline": "one frame's power trace with layer windows shaded; input: a trace CSV "
-                "(coupprof collect) and a layers CSV written with --raw",
+                "(coupprof collect) or trace directory, and a layers CSV written with --raw",
 }
 
 
@@ -73,7 +73,9 @@ def figure(args: argparse.Namespace) -> Any:
         if len(paths) != 2:
             raise BadInputError(f"timeline takes two CSVs (a power trace and a layer CSV), got {len(paths)}",
                                 "e.g. `coupprof plot timeline trace.csv layers.csv -o t.png`")
-        a, b = (read_csv(p) for p in paths)
+        from profiler.plots.timeline import read_trace_dir
+
+        a, b = (read_trace_dir(p) if p.is_dir() else read_csv(p) for p in paths)
         if plots.timeline.is_trace(b) and not plots.timeline.is_trace(a):
             (a, b), paths = (b, a), paths[::-1]
         return plots.timeline_figure(a, b, frame=args.frame, trace_src=paths[0], layers_src=paths[1])

@@ -36,6 +36,20 @@ def is_trace(df: pd.DataFrame) -> bool:
     return "power_w" in df.columns and "t_us" in df.columns
 
 
+def read_trace_dir(path: str | Path) -> pd.DataFrame:
+    """A binary trace directory (`Trace.save`, the collector's --trace-dir, a run's
+    .trace) as the same columns as the trace CSV; host_ns needs its clock map."""
+    from profiler.power.trace import Trace
+
+    trace = Trace.load(path)
+    if trace.clock is None:
+        raise BadInputError(f"the trace {path} has no clock map (logger clock -> host clock)",
+                            "pass the trace CSV of `coupprof collect`, or a trace saved after "
+                            "its clock was fitted")
+    return pd.DataFrame({"t_us": np.asarray(trace.t_us), "host_ns": trace.host_ns,
+                         "power_w": trace.power_w, "markers": np.asarray(trace.markers)})
+
+
 def frame_rows(df: pd.DataFrame) -> pd.DataFrame:
     if "kind" in df.columns:
         df = df[df["kind"] == "frame"]
