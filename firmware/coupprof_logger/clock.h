@@ -64,8 +64,10 @@ static inline uint32_t clock_now_ticks_isr(void)
 }
 
 // Clear Timer1 flags (OCF1A, ICF1, ...) without losing a pending overflow:
-// it is counted here and cleared with them. (simavr 1.6 also clears flags
-// written as 0, unlike the chip; this is right on both.) Interrupts off.
+// it is counted here and cleared with them. simavr 1.6 clears every pending
+// Timer1 flag on any TIFR1 write, unlike the chip, so an overflow landing
+// between the check and the write is still lost there: call this only while
+// not streaming. Interrupts off.
 static inline void clock_clear_flags(uint8_t mask)
 {
     if (TIFR1 & _BV(TOV1)) {

@@ -28,14 +28,16 @@
 // through a precomputed script (status expected, byte to send, TWCR value)
 // and makes no calls, and waits out a (repeated) START (1 us) in place rather
 // than returning for it, so a register read (S, SLA+W, ptr, Sr, SLA+R, 2
-// bytes = 47 SCL periods) costs 5 interrupts, ~65 us in all. Shunt and
-// Mask/Enable are read every cycle (~135 us of the 280 us cycle); the bus
-// voltage every INA226_BUS_EVERY-th cycle (default 2; ~200 us with it).
+// bytes = 47 SCL periods) costs 5 interrupts, ~70 us in all. Mask/Enable
+// and shunt are read every cycle (~140 us of the 280 us cycle); the bus
+// voltage every INA226_BUS_EVERY-th cycle (default 2; ~210 us with it).
 // Reading the bus less often does not raise the current rate, which the
-// conversion times fix; it keeps the worst cycle's reads well inside the
-// period while edges and UART traffic interrupt them. Polling the whole
-// sequence instead was tried: ~1 us per bus event but ~70 % of the CPU,
-// which starved the main loop that frames the samples.
+// conversion times fix; it keeps most cycles' reads well inside the period
+// while edges and UART traffic interrupt them. A cycle whose reads overrun
+// loses nothing: Mask/Enable goes first (the next alert's flag is never
+// swallowed) and the late alert is taken up when the bus frees. Polling the
+// whole sequence was tried: ~1 us per bus event but ~70 % of the CPU, which
+// starved the main loop that frames the samples.
 #include "fw_config.h"
 
 #if CP_FRONT_END == CP_FE_ID_INA226
@@ -102,8 +104,8 @@ typedef struct {
 // [Hs entry] shunt, Mask/Enable, bus: 2 + 3 * 7 steps
 static step_t script[2 + 3 * 7];
 static uint8_t script_reads; // index of the first step after the Hs entry
-static uint8_t mask_last;    // last step of the Mask/Enable read
-enum { R_SHUNT_H, R_SHUNT_L, R_MASK_H, R_MASK_L, R_BUS_H, R_BUS_L, R_COUNT };
+static uint8_t shunt_last;   // last step of the shunt read
+enum { R_MASK_H, R_MASK_L, R_SHUNT_H, R_SHUNT_L, R_BUS_H, R_BUS_L, R_COUNT };
 
 static cp_ina226_setting setting;
 static uint8_t back_shift; // log2(4 * averages): P / (4N) is a shift, not a division
@@ -114,7 +116,11 @@ static volatile uint8_t twi_busy;
 static uint8_t hs_active;
 static const step_t *cur; // next script step
 static uint8_t *res;      // next result byte
-static uint8_t result[R_COUNT];
+// two result buffers, used in turn: a finished sequence's results stay put
+// while the next sequence fills the other one (no copying in the ISR)
+static uint8_t result[2][R_COUNT];
+static uint8_t *res_base; // the running sequence's buffer
+static uint8_t res_sel;
 static uint8_t deliver;   // the sequence belongs to a sample
 static uint8_t cycle_n;   // cycles since start, for INA226_BUS_EVERY
 static uint32_t cycle_t_us;
@@ -130,7 +136,11 @@ static volatile uint8_t mk_valid;
 // A finished cycle's results wait here until the next capture ISR (or
 // fe_stop) queues the sample, so the TWI ISR makes no calls.
 static volatile uint8_t ready; // 1: a sample is waiting; 2: the cycle failed
-static uint8_t done[R_COUNT];
+static uint8_t *volatile done; // the finished sequence's buffer
+// an alert that came while the bus was busy, taken up when it frees
+static volatile uint8_t alert_pending;
+static uint16_t pending_c;
+static uint32_t pending_o;
 static uint16_t last_bus;
 volatile uint16_t ina_twi_errors;
 
@@ -165,11 +175,15 @@ static void build_script(void)
         i = add_step(i, 0x20, F_TWBR | F_HS | F_SPIN, (uint8_t)TWBR_FAST, TWCR_SPIN_START);
     }
     script_reads = i;
-    // results land in order: shunt, mask, bus. In Hs-mode every sequence
-    // starts with a repeated START (the bus is held); else with a START.
-    i = add_read(i, USE_HS ? 0x10 : 0x08, REG_SHUNT);
-    i = add_read(i, 0x10, REG_MASK);
-    mask_last = (uint8_t)(i - 1u);
+    // Mask/Enable first: it clears the conversion-ready flag at once, so
+    // even a sequence that runs late cannot swallow the next cycle's alert.
+    // Then shunt and bus: the INA226 loads all result registers together at
+    // the end of a cycle, so they hold this cycle's values for a whole
+    // period. Results land in that order. In Hs-mode every sequence starts
+    // with a repeated START (the bus is held); else with a START.
+    i = add_read(i, USE_HS ? 0x10 : 0x08, REG_MASK);
+    i = add_read(i, 0x10, REG_SHUNT);
+    shunt_last = (uint8_t)(i - 1u);
     i = add_read(i, 0x10, REG_BUS);
     script[i - 1u].flags = F_SAVE | F_END;
     script[i - 1u].twcr = USE_HS ? TWCR_HOLD : TWCR_STOP;
@@ -272,6 +286,10 @@ static int probe(void)
 
 // ---------- streaming ----------
 
+// OCF1A is not cleared here: a flag left from an earlier wrap only runs the
+// ISR once early, which the overflow-count check ignores. (Writing TIFR1
+// would also, under simavr 1.6, clear a pending overflow: the clock would
+// lose 32.8 ms.)
 static void arm_marker_read(uint32_t target_ticks)
 {
     ATOMIC_BLOCK(ATOMIC_RESTORESTATE)
@@ -279,17 +297,21 @@ static void arm_marker_read(uint32_t target_ticks)
         mk_target = target_ticks;
         mk_valid = 0;
         OCR1A = (uint16_t)target_ticks;
-        clock_clear_flags(_BV(OCF1A));
         TIMSK1 |= _BV(OCIE1A);
     }
 }
 
-// Markers at the predicted instant of the next sample.
-ISR(TIMER1_COMPA_vect)
+// Markers at the predicted instant of the next sample. Interruptible at
+// once (edge timestamps); it cannot re-enter: the next match of this 16-bit
+// compare is a Timer1 wrap (32 ms) away, and it disables itself on time.
+ISR(TIMER1_COMPA_vect, ISR_NOBLOCK)
 {
     uint8_t m = markers_read();
-    uint32_t now = clock_now_ticks_isr();
-    if ((int32_t)(now - mk_target) >= 0) { // not an earlier 16-bit wrap
+    uint16_t o;
+    cli();
+    o = (uint16_t)clock_ovf_for_past(OCR1A); // the match happened at OCR1A
+    sei();
+    if (o == (uint16_t)(mk_target >> 16)) { // this wrap, not an earlier one
         mk_value = m;
         mk_valid = 1;
         TIMSK1 &= (uint8_t)~_BV(OCIE1A);
@@ -304,9 +326,10 @@ static void collect(void)
     if (r == 1) {
         cp_sample s;
         s.t_us = cycle_t_us;
-        s.current = (int16_t)((uint16_t)done[R_SHUNT_H] << 8 | done[R_SHUNT_L]);
-        if (!(done[R_BUS_H] & 0x80)) { // read this cycle (else the marker 0xFF)
-            last_bus = (uint16_t)((uint16_t)done[R_BUS_H] << 8 | done[R_BUS_L]);
+        const uint8_t *d = done;
+        s.current = (int16_t)((uint16_t)d[R_SHUNT_H] << 8 | d[R_SHUNT_L]);
+        if (!(d[R_BUS_H] & 0x80)) { // read this cycle (else the marker 0xFF)
+            last_bus = (uint16_t)((uint16_t)d[R_BUS_H] << 8 | d[R_BUS_L]);
         }
         s.bus = last_bus;
         s.markers = cycle_markers;
@@ -316,21 +339,27 @@ static void collect(void)
     }
 }
 
-// Interrupts off.
+// No TWI interrupt can come while the bus is idle or held, so this needs no
+// lock against the TWI ISR; callers keep other starters out via twi_busy.
 static void start_sequence(uint8_t with_sample)
 {
     uint8_t with_bus = with_sample && ++cycle_n >= INA226_BUS_EVERY;
     if (with_bus) {
         cycle_n = 0;
     }
-    // end after Mask/Enable when the bus read is skipped
-    script[mask_last].flags = with_bus ? (F_SAVE | F_SPIN) : (F_SAVE | F_END);
-    script[mask_last].twcr = with_bus ? TWCR_SPIN_START : (USE_HS ? TWCR_HOLD : TWCR_STOP);
-    res = result;
-    result[R_BUS_H] = 0xFF; // "not read": a bus reading is below 0x8000
+    // end after the shunt read when the bus read is skipped
+    script[shunt_last].flags = with_bus ? (F_SAVE | F_SPIN) : (F_SAVE | F_END);
+    script[shunt_last].twcr = with_bus ? TWCR_SPIN_START : (USE_HS ? TWCR_HOLD : TWCR_STOP);
+    res_base = result[res_sel];
+    res_sel ^= 1u;
+    res = res_base;
+    res_base[R_BUS_H] = 0xFF; // "not read": a bus reading is below 0x8000
     deliver = with_sample;
     twi_busy = 1;
-    uart_tx_hold(); // until the sequence ends: see uart.h
+    ATOMIC_BLOCK(ATOMIC_RESTORESTATE)
+    {
+        uart_tx_hold(); // until the sequence ends: see uart.h
+    }
     if (USE_HS && !hs_active) {
         TWBR = (uint8_t)TWBR_400K;
         cur = &script[0];
@@ -341,25 +370,15 @@ static void start_sequence(uint8_t with_sample)
     TWCR = TWCR_GO | _BV(TWSTA);
 }
 
-// ALERT fell: a shunt + bus conversion pair is ready. Interruptible from the
-// first instruction (the UART receiver must be served within 10 us); ICR1
-// keeps the edge's tick until the next edge, a period later.
-ISR(TIMER1_CAPT_vect, ISR_NOBLOCK)
+// The timing work of one alert (capture c, overflow count o): the bus first,
+// then the previous cycle's sample, then this cycle's time and markers.
+// Interrupts enabled; twi_busy already set by the caller.
+static void process_alert(uint16_t c, uint32_t o)
 {
-    uint16_t c;
-    uint32_t o, t_ticks, p, back;
-    cli(); // ICR1, TCNT1, the overflow count and TOV1 together
-    c = ICR1;
-    o = clock_ovf_for_past(c); // the overflow ISR may have run since the edge
-    if (twi_busy) { // previous reads still running: this conversion is lost
-        sei();
-        sampler_missed();
-        return;
-    }
-    start_sequence(1); // the bus first: every microsecond here delays the reads
-    sei();
+    uint32_t t_ticks, p, back;
+    start_sequence(1); // every microsecond here delays the reads
     t_ticks = clock_ticks_of(o, c);
-    collect(); // the previous cycle's sample: its results are in done[]
+    collect(); // the previous cycle's sample: its results are in *done
     cycle_markers = mk_valid ? mk_value : markers_read();
     arm_marker_read(t_ticks + mk_offset); // the next sample's instant, ~P/4 away
     p = nominal_ticks;
@@ -377,6 +396,53 @@ ISR(TIMER1_CAPT_vect, ISR_NOBLOCK)
     cycle_t_us = clock_us_of(o, c) - (back >> 1);
 }
 
+// Runs an alert that waited for the bus (armed by the TWI handler).
+ISR(TIMER1_COMPB_vect, ISR_NOBLOCK)
+{
+    uint16_t c;
+    uint32_t o;
+    uint8_t go;
+    cli();
+    TIMSK1 &= (uint8_t)~_BV(OCIE1B);
+    go = alert_pending;
+    alert_pending = 0;
+    c = pending_c;
+    o = pending_o;
+    sei();
+    if (go) {
+        process_alert(c, o); // twi_busy is still set for it
+    }
+}
+
+// ALERT fell: a shunt + bus conversion pair is ready. Interruptible from the
+// first instruction (the UART receiver must be served within 10 us); ICR1
+// keeps the edge's tick until the next edge, a period later.
+ISR(TIMER1_CAPT_vect, ISR_NOBLOCK)
+{
+    uint16_t c;
+    uint32_t o;
+    cli(); // ICR1, TCNT1, the overflow count and TOV1 together
+    c = ICR1;
+    o = clock_ovf_for_past(c); // the overflow ISR may have run since the edge
+    if (twi_busy) {
+        // The previous cycle's reads are still running (edges and UART load
+        // stretch them at times). They cleared this alert's flag first thing
+        // and the registers hold this cycle's values for a period: the TWI
+        // handler takes this alert up when it finishes.
+        if (alert_pending) {
+            sampler_missed(); // two behind: give the older one up
+        }
+        alert_pending = 1;
+        pending_c = c;
+        pending_o = o;
+        sei();
+        return;
+    }
+    twi_busy = 1; // keeps fe_poll out
+    sei();
+    process_alert(c, o);
+}
+
 // Steps through the script. Everything before the TWCR write is on the bus's
 // critical path (SCL is held low until then), so that part is kept short.
 ISR(TWI_vect)
@@ -386,13 +452,18 @@ ISR(TWI_vect)
         uint8_t f = s->flags;
         uint8_t n = 0;
         if ((TWSR & 0xF8) != s->expect) { // NACK, arbitration lost, bus error
-            TWCR = TWCR_STOP;             // releases the bus, leaves Hs-mode
+            cli(); // the spin below may have left interrupts on
+            TWCR = TWCR_STOP; // releases the bus, leaves Hs-mode
             hs_active = 0;
             twi_busy = 0;
             uart_tx_release();
             ina_twi_errors++;
             if (deliver) {
                 ready = 2;
+            }
+            if (alert_pending) { // fe_poll recovers the alert flag
+                alert_pending = 0;
+                sampler_missed();
             }
             return;
         }
@@ -405,25 +476,35 @@ ISR(TWI_vect)
         if (f & F_TWBR) {
             TWBR = s->val;
         }
+        cur = s + 1; // before the bus moves on: the next TWI interrupt reads it
         TWCR = s->twcr;
-        s++;
-        if (f & F_HS) {
-            hs_active = 1;
-        }
-        if (f & F_END) {
+        if (f & F_END) { // the bus is held or stopped: no TWI interrupt follows
             if (deliver) {
-                uint8_t i;
-                for (i = 0; i < R_COUNT; i++) {
-                    done[i] = result[i];
-                }
+                done = res_base;
                 ready = 1;
+            }
+            if (alert_pending) {
+                // An alert waited for the bus: its turn now, in the compare-B
+                // handler (a call from here would make this handler save
+                // every scratch register on every entry). twi_busy stays set.
+                OCR1B = (uint16_t)(TCNT1 + 4u);
+                TIMSK1 |= _BV(OCIE1B);
+                sei();
+                return;
             }
             twi_busy = 0;
             uart_tx_release();
+            sei(); // the epilogue may be interrupted: edges wait less
             return;
         }
+        if (f & F_HS) {
+            hs_active = 1;
+        }
         if (!(f & F_SPIN)) {
-            break;
+            // A byte takes 9 SCL periods (9 us) and the rest of this ISR ~2:
+            // let marker edges and the UART in now.
+            sei();
+            return;
         }
         // a START: about one SCL period. TWIE is off for it, so other
         // interrupts (UART receive above all) may run meanwhile.
@@ -434,8 +515,8 @@ ISR(TWI_vect)
             }
         }
         cli();
+        s = cur;
     }
-    cur = s;
 }
 
 // ---------- front-end interface ----------
@@ -490,6 +571,7 @@ int fe_start(void)
         have_prev = 0;
         mk_valid = 0;
         ready = 0;
+        alert_pending = 0;
         last_bus = 0;
         cycle_n = (uint8_t)(INA226_BUS_EVERY - 1); // the first cycle reads the bus
         last_alert_ticks = clock_now_ticks_isr();
@@ -505,10 +587,12 @@ void fe_stop(void)
 {
     uint16_t n = 0;
     TIMSK1 &= (uint8_t) ~(_BV(ICIE1) | _BV(OCIE1A));
-    while (twi_busy && ++n) { // a sequence in flight ends within ~0.2 ms
+    while (twi_busy && ++n) { // a sequence in flight (and one waiting) ends in < 1 ms
     }
     ATOMIC_BLOCK(ATOMIC_RESTORESTATE)
     {
+        TIMSK1 &= (uint8_t)~_BV(OCIE1B);
+        alert_pending = 0;
         twi_busy = 0;
         hs_active = 0;
         uart_tx_release();

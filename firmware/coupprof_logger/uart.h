@@ -24,13 +24,13 @@ extern volatile uint8_t uart_tx_held;
 // sequence runs (the INA226 reads): at 2 Mbaud it fires every 5 us and, being
 // of higher priority than the TWI interrupt, would stretch the sequence past
 // its deadline. Interrupts must be off for both calls.
-static inline void uart_tx_hold(void)
+static inline __attribute__((always_inline)) void uart_tx_hold(void)
 {
     uart_tx_held = 1;
     UCSR0B &= (uint8_t)~_BV(UDRIE0);
 }
 
-static inline void uart_tx_release(void)
+static inline __attribute__((always_inline)) void uart_tx_release(void)
 {
     uart_tx_held = 0;
     if (cp_ring_used(&uart_tx_ring)) {
