@@ -22,6 +22,27 @@ connection cut in the middle) is forwarded through the stages in between.
   processors take turns (ARM-CO-UP's Switch mode; hand-overs cross threads as in the
   transfer matrix).
 
+**Energy per frame** (with a power source):
+
+* streaming (the logger; ``sim`` on the simulated board): one capture around the
+  measured frames; the marker goes high before the first measured frame is admitted
+  and changes level each time a frame leaves the last stage (edges for the clock
+  fit). Energy per frame = the board's energy from the first to the last
+  completion / (frames - 1), the same steady-state span the throughput is measured
+  over (one frame: from its first hand-over to its completion). Per frame, the
+  energy between consecutive completions is kept too, and the idle baseline
+  measured before. In switch mode each stage also gets the board energy of its own
+  window (its first hand-over in .. its read-out done); in pipeline mode stages
+  overlap, so per-stage board energy has no meaning and is not reported.
+* counter sources (NVML, RAPL, hwmon): the measured batch is repeated until the
+  counter window spans enough updates; energy per frame = energy / frames.
+
+``activity`` (the simulated board's power model) hears ``busy(letter, stage)`` when a
+stage takes a frame, again before each layer when per-layer DVFS may have changed the
+frequency, and ``idle(letter, stage)`` after its read-out: on the simulated board,
+the board's power is the baseline plus every busy processor's dynamic power, so
+concurrent stages add up.
+
 Per frame and layer, four timestamps are kept as in the layer runner (transfer
 start/end, layer start/end). For the first layer of a stage the transfer starts when
 the producing stage finished its last layer (or, if this stage was still busy with
@@ -43,12 +64,13 @@ import numpy as np
 
 from profiler.boards.model import Board
 from profiler.clock import Clock, perf_clock
-from profiler.errors import BadInputError
+from profiler.errors import BadInputError, ProfilerError
 from profiler.executors.base import Executor, SubModel
 from profiler.executors.factory import make_executor
 from profiler.mapping import FreqPlan, Mapping, Stage, boundary_tensors, pipeline_conflicts
+from profiler.meter import EnergyMeter, StreamCapture
 from profiler.results import LAYER_END, LAYER_START, TRANSFER_END, TRANSFER_START
-from profiler.transfer import EnergyMeter, model_inputs
+from profiler.transfer import Activity, NoActivity, model_inputs
 
 MODES = ("switch", "pipeline")
 MakeExecutor = Callable[[Board, str], Executor]
@@ -81,6 +103,12 @@ class MappedRun:
     queue_depth: int
     energy_mj: float | None = None  # per frame, when a power source measured the run
     outputs: dict[int, dict[int, np.ndarray]] = field(default_factory=dict)  # frame -> outputs
+    # Streaming sources only:
+    frame_energy_mj: np.ndarray | None = None  # (frames - 1,): between completions
+    stage_energy_mj: np.ndarray | None = None  # (stages,): switch mode, per frame
+    energy_window_ns: tuple[int, int] | None = None  # the span energy_mj comes from
+    power_info: dict[str, Any] = field(default_factory=dict)  # baseline, samples, clock fit
+    power_error: ProfilerError | None = None  # the capture failed; timings are kept
 
     @property
     def frames(self) -> int:
@@ -147,13 +175,15 @@ class _StageThread(threading.Thread):
     def __init__(self, plan: _StagePlan, make: Callable[[], Executor], q_in: queue.Queue[Any],
                  q_out: queue.Queue[Any], ts: dict[int, np.ndarray],
                  busy: dict[int, tuple[int, int, int]], freq: FreqPlan | None,
-                 governors: dict[str, Any], clock: Clock, model_name: str) -> None:
+                 governors: dict[str, Any], clock: Clock, model_name: str,
+                 activity: Activity) -> None:
         super().__init__(name=f"coupprof-stage{plan.stage.index}-{plan.stage.processor}",
                          daemon=True)
         self.plan, self.make, self.q_in, self.q_out = plan, make, q_in, q_out
         self.ts, self.busy = ts, busy
         self.freq, self.governors, self.clock = freq, governors, clock
         self.model_name = model_name
+        self.activity = activity
         self.ready = threading.Event()
         self.error: BaseException | None = None
         self.subs: list[SubModel] = []
@@ -221,12 +251,15 @@ class _StageThread(threading.Thread):
         requests = self._requests()
         feeders = self._feeders()
         runs = [sub.run for sub in subs]
+        letter, key = plan.stage.processor, plan.stage.index
+        busy, idle = self.activity.busy, self.activity.idle
         free_ns = clock()
         while True:
             msg = self.q_in.get()
             if msg is _STOP:
                 self.q_out.put(_STOP)
                 return
+            busy(letter, key)
             got_ns = clock()
             self.seen.append(msg.frame)
             tensors = msg.tensors
@@ -244,6 +277,7 @@ class _StageThread(threading.Thread):
                 req = requests[k]
                 if req is not None:
                     req()
+                    busy(letter, key)  # the frequency may have changed
                 t2 = clock()
                 runs[k]()
                 t3 = clock()
@@ -257,6 +291,7 @@ class _StageThread(threading.Thread):
                 else:
                     out[idx] = tensors[idx]
             t_out1 = clock()
+            idle(letter, key)
             self.ts[msg.frame] = np.array(rows, dtype=np.int64)
             self.busy[msg.frame] = (start, t_out0, t_out1)
             self.q_out.put(_Msg(msg.frame, out, rows[-1][3], t_out1))
@@ -276,6 +311,7 @@ def run_mapping(
     queue_depth: int = 2,
     make: MakeExecutor | None = None,
     power: EnergyMeter | None = None,
+    activity: Activity | None = None,
     clock: Clock = perf_clock,
     seed: int = 0,
     inputs: Callable[[int], dict[int, np.ndarray]] | None = None,
@@ -288,6 +324,7 @@ def run_mapping(
     governors: DVFS domain letter -> governor, for per-layer SPECs (requests only;
     per-processor levels are the caller's to set before, with read-back).
     inputs: frame -> {model input tensor: array}; default one seeded random input.
+    activity: told when each stage's processor works (the sim board's power model).
     """
     if mode not in MODES:
         raise BadInputError(f"--mode {mode!r} is not one of {', '.join(MODES)}",
@@ -313,7 +350,8 @@ def run_mapping(
     busy: list[dict[int, tuple[int, int, int]]] = [{} for _ in range(n_st)]
     threads = [
         _StageThread(p, (lambda letter=p.stage.processor: build(board, letter)), qs[k],
-                     qs[k + 1], ts[k], busy[k], freq, governors or {}, clock, model_name)
+                     qs[k + 1], ts[k], busy[k], freq, governors or {}, clock, model_name,
+                     activity or NoActivity())
         for k, p in enumerate(plans)
     ]
     for t in threads:
@@ -321,6 +359,8 @@ def run_mapping(
     for t in threads:  # one at a time: sub-model creation logs through one fd
         t.ready.wait()
     gc_was_enabled = False
+    cap: StreamCapture | None = None
+    cap_error: ProfilerError | None = None
     try:
         errors = [t.error for t in threads if t.error is not None]
         if errors:
@@ -328,11 +368,33 @@ def run_mapping(
         state = _Driver(qs[0], qs[-1], threads, mode, clock, feed, keep_outputs,
                         sliced, progress, warmup + frames)
         state.batch(range(warmup))
+        if power is not None and power.streaming:
+            cap = power.capture().start()  # (measures the idle baseline the first time)
         # As the layer runner does: no garbage-collector pauses in measured frames.
         gc.collect()
         gc_was_enabled = gc.isenabled()
         gc.disable()
-        if power is not None:
+        energy_per_frame: float | None = None
+        if cap is not None:
+            # Marker high from just before the first measured frame, then a change at
+            # every completion: edges all along the run for the clock fit.
+            level = [1]
+            cap.mark(1)
+
+            def toggle(_: int) -> None:
+                level[0] ^= 1
+                cap.mark(level[0])
+
+            state.on_done = toggle
+            try:
+                state.batch(range(warmup, warmup + frames))
+            finally:
+                state.on_done = None
+                try:
+                    cap.stop()
+                except ProfilerError as err:  # the timings are kept; the caller reports it
+                    cap_error = err
+        elif power is not None:
             def measured_batches() -> int:
                 # A counter source needs a window of many updates: repeat the batch
                 # (extra frames count for energy only) until the window is long enough.
@@ -344,10 +406,9 @@ def run_mapping(
                         return done
 
             n_frames, energy, _, _ = power.span(measured_batches)
-            energy_per_frame: float | None = energy / n_frames
+            energy_per_frame = energy / n_frames
         else:
             state.batch(range(warmup, warmup + frames))
-            energy_per_frame = None
     finally:
         if gc_was_enabled:
             gc.enable()
@@ -376,7 +437,7 @@ def run_mapping(
     fallback: list[bool | None] = []
     for t in threads:
         fallback += [s.fallback for s in t.subs]
-    return MappedRun(
+    run = MappedRun(
         mode=mode, mapping=mapping, ts_ns=all_ts, stage_busy_ns=stage_busy,
         stage_readout_ns=stage_read,
         done_ns=np.array([state.done[f] for f in measured], dtype=np.int64),
@@ -387,6 +448,38 @@ def run_mapping(
         queue_depth=queue_depth, energy_mj=energy_per_frame,
         outputs={f: state.outputs[f] for f in measured if f in state.outputs},
     )
+    if cap is not None:
+        run.power_error = cap_error
+        if cap_error is None:
+            _stream_energy(run, cap, stage_busy)
+    return run
+
+
+def _stream_energy(run: MappedRun, cap: StreamCapture, stage_busy: np.ndarray) -> None:
+    """Energy per frame (and per stage in switch mode) from a finished capture."""
+    done = run.done_ns
+    first_in = run.ts_ns[:, 0, TRANSFER_START]
+    if run.frames >= 2:
+        att = cap.windows_on_host(done[None, :-1], done[None, 1:])
+        run.frame_energy_mj = att.window_energy_mj[0].copy()
+        run.energy_mj = float(run.frame_energy_mj.sum()) / (run.frames - 1)
+        run.energy_window_ns = (int(done[0]), int(done[-1]))
+        samples, lost = int(att.window_samples.sum()), int(att.window_lost_frames.sum())
+    else:
+        att = cap.windows_on_host([[first_in[0]]], [[done[0]]])
+        run.frame_energy_mj = att.window_energy_mj[0].copy()
+        run.energy_mj = float(run.frame_energy_mj[0])
+        run.energy_window_ns = (int(first_in[0]), int(done[0]))
+        samples, lost = int(att.window_samples.sum()), int(att.window_lost_frames.sum())
+    if run.mode == "switch":
+        starts = np.stack([run.ts_ns[:, st.first, TRANSFER_START]
+                           for st in run.mapping.stages], axis=1)
+        st_att = cap.windows_on_host(starts, starts + stage_busy)
+        run.stage_energy_mj = np.array([le.energy_mj for le in st_att.layers])
+    run.power_info = {"baseline_power_w": cap.meter.baseline_w,
+                      "energy_method": "board energy first..last completion / (frames - 1)"
+                      if run.frames >= 2 else "board energy of the one frame",
+                      "window_samples": samples, "window_lost_frames": lost, **cap.info}
 
 
 class _Driver:
@@ -408,6 +501,7 @@ class _Driver:
         self._lock = threading.Lock()
         self._turn = threading.Semaphore(1)
         self.source_error: BaseException | None = None
+        self.on_done: Callable[[int], None] | None = None  # after each completion
 
     def _source(self, ids: Sequence[int]) -> None:
         try:
@@ -433,6 +527,8 @@ class _Driver:
             if msg is _STOP:
                 break
             self.done[msg.frame] = msg.sent_ns
+            if self.on_done is not None:
+                self.on_done(msg.frame)
             if self.keep_outputs:
                 self.outputs[msg.frame] = {t: msg.tensors[t] for t in self.output_ids
                                            if t in msg.tensors}

@@ -44,7 +44,8 @@ from profiler.executors.base import Executor
 from profiler.executors.factory import make_executor
 from profiler.executors.worker import ProcessorWorker
 from profiler.mapping import FreqPlan, Mapping
-from profiler.transfer import EnergyMeter, measure_transfer_matrix
+from profiler.meter import EnergyMeter, StreamCapture
+from profiler.transfer import Activity, NoActivity, measure_transfer_matrix
 
 LAYER_FIX = "pass the CSVs written by `coupprof layers` (one per processor), with their .json"
 
@@ -273,6 +274,7 @@ def measure_costs(
     warmup: int = 3,
     make: Callable[[Board, str], Executor] | None = None,
     power: EnergyMeter | None = None,
+    activity: Activity | None = None,
     seed: int = 0,
     model_name: str = "model",
 ) -> tuple[LayerCosts, pd.DataFrame]:
@@ -280,29 +282,68 @@ def measure_costs(
     and `coupprof transfer-matrix` would: the whole model chained on each processor the
     mapping uses (layer by layer, so caches are as cold as in the real run), with the
     mapping's per-layer levels requested before its layers; then the hand-over at every
-    boundary of the mapping."""
+    boundary of the mapping.
+
+    Energy: with a streaming source, the marker is high around each layer's invoke and
+    each layer's energy is attributed over those windows (as `coupprof layers`), with
+    the dynamic energy and the idle baseline, which the Pipeline prediction needs;
+    with a counter source, each layer is repeated until the counter resolves it."""
     from profiler.runner import LayerHooks, LayerRunner
 
     build = make or (lambda bd, letter: make_executor(bd, letter))
     govs = governors or {}
+    act = activity or NoActivity()
+    n = mapping.n_layers
 
-    class Dvfs(LayerHooks):
-        def __init__(self, letter: str) -> None:
+    class Hooks(LayerHooks):
+        """Per-layer DVFS requests, activity, and (streaming) the marker per layer."""
+
+        def __init__(self, letter: str, cap: StreamCapture | None) -> None:
+            self.letter, self.cap = letter, cap
             self.requests: list[tuple[Any, int] | None] = []
-            for pos in range(mapping.n_layers):
+            for pos in range(n):
                 khz = freq.khz[pos] if freq is not None and freq.mode == "per-layer" else None
                 gov = govs.get(freq.domain[pos]) if khz is not None and freq else None
                 mine = mapping.order[pos] == letter
                 self.requests.append((gov, khz) if gov is not None and mine else None)
+            self.rise = np.zeros((frames, n, 2), dtype=np.int64)
+            self.fall = np.zeros((frames, n, 2), dtype=np.int64)
+            self._frame: int | None = None
+
+        def before_frame(self, frame: int, warmup: bool) -> None:
+            self._frame = None if warmup else frame
 
         def before_layer(self, layer: int) -> None:
             req = self.requests[layer]
             if req is not None:
                 req[0].request_khz(req[1])
+            act.busy(self.letter)
+            if self.cap is not None and self._frame is not None:
+                self.rise[self._frame, layer] = self.cap.mark(1)
+
+        def after_layer(self, layer: int) -> None:
+            if self.cap is not None and self._frame is not None:
+                self.fall[self._frame, layer] = self.cap.mark(0)
+            act.idle(self.letter)
+
+    streaming = power is not None and power.streaming
+    baselines: dict[str, float] = {}
 
     def profile(ex: Executor, letter: str) -> list[dict[str, Any]]:
-        runner = LayerRunner(sliced, ex, hooks=Dvfs(letter), seed=seed, model_name=model_name)
-        timings = runner.run(frames=frames, warmup=warmup)
+        cap = power.capture().start() if power is not None and streaming else None
+        hooks = Hooks(letter, cap)
+        runner = LayerRunner(sliced, ex, hooks=hooks, seed=seed, model_name=model_name)
+        try:
+            timings = runner.run(frames=frames, warmup=warmup)
+        finally:
+            if cap is not None:
+                cap.stop()
+        att = None
+        if cap is not None:
+            ts = np.asarray(timings.ts_ns)
+            att = cap.windows_on_edges(ts[:, :, 2], ts[:, :, 3], hooks.rise[:, :, 0],
+                                       hooks.fall[:, :, 1])
+            baselines[letter] = float(att.baseline_power_w)
         rows = []
         for pos in (i for i, p in enumerate(mapping.order) if p == letter):
             interp = runner.interpreters[pos]
@@ -312,8 +353,16 @@ def measure_costs(
                 "layer": pos, "time_ms": float(timings.time_ns[:, pos].mean()) / 1e6,
                 "transfer_ms": float(timings.transfer_ns[:, pos].mean()) / 1e6,
                 "fallback": sub.fallback if sub is not None else None}
-            if power is not None:
-                row["energy_mj"] = power.per_call(interp.invoke)
+            if att is not None:
+                row["energy_mj"] = att.layers[pos].energy_mj
+                row["dynamic_energy_mj"] = att.layers[pos].dynamic_energy_mj
+            elif power is not None:
+                def call(interp: Any = interp, letter: str = letter) -> None:
+                    act.busy(letter)
+                    interp.invoke()
+                    act.idle(letter)
+
+                row["energy_mj"] = power.per_call(call)
             rows.append(row)
         return rows
 
@@ -323,11 +372,11 @@ def measure_costs(
             rows += w.call(lambda ex, letter=letter: profile(ex, letter))
     table = pd.DataFrame(rows)
     table["level"] = table["level"].astype("Int64")
-    needed = [(b, mapping.order[b], mapping.order[b + 1]) for b in range(mapping.n_layers - 1)]
+    needed = [(b, mapping.order[b], mapping.order[b + 1]) for b in range(n - 1)]
     matrix = measure_transfer_matrix(sliced, board, mapping.processors, reps=frames,
                                      warmup=warmup, only=needed, make=build, power=power,
-                                     seed=seed, model_name=model_name)
-    return LayerCosts(table, {}, ["measured by coupprof run"]), matrix.table()
+                                     activity=activity, seed=seed, model_name=model_name)
+    return LayerCosts(table, baselines, ["measured by coupprof run"]), matrix.table()
 
 
 # --------------------------------------------------------------------------------

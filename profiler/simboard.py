@@ -16,18 +16,59 @@ On `--board sim` every software path is the real one; only the silicon is modell
 
 So attributed energy can be checked against the model: for a layer that ran
 ``t`` seconds at ``P_busy``, energy = ``(P_idle_total + P_dyn) * t``.
+
+**Several processors at once** (`coupprof run`, `coupprof transfer-matrix`): the
+code that drives a processor reports its activity with ``busy(letter, key)`` and
+``idle(letter, key)`` (key: which stage or thread, so a processor serving two
+stages is busy while either is). While busy, the processor adds its dynamic power
+at the frequency in effect when ``busy`` was called (the sim governor's
+``effective_khz``; call ``busy`` again to pick up a DVFS change); the board's power
+is the baseline plus the sum over busy processors. This activity is recorded on the
+host clock and does not depend on the marker lines, which stay free for what they
+do on a real rig: windows and the clock fit. Every busy interval is kept
+(`intervals`), so `true_energy_mj(t0, t1)` gives the ground truth of any window
+without going through the logger, collector, clock fit or attribution.
+
+What counts as busy is the caller's choice, documented where it is made: in
+`profiler.pipeline` a stage's processor is busy from taking a frame to putting it
+on (hand-overs in, layers, read-out); in `profiler.transfer` the producer's
+processor while it runs and copies out, the consumer's while it copies in.
 """
 
 from __future__ import annotations
 
+import bisect
 import threading
 from collections.abc import Callable
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from governors import sim_model
 from profiler.boards.model import Board
 from profiler.clock import Clock, perf_clock
+
+
+@dataclass(frozen=True)
+class BusyInterval:
+    """A processor busy from ``start_ns`` to ``end_ns`` (host clock), adding ``power_w``."""
+
+    letter: str
+    start_ns: int
+    end_ns: int
+    power_w: float  # dynamic power on top of the baseline
+
+    def energy_mj(self, t0_ns: int, t1_ns: int) -> float:
+        """Its dynamic energy inside [t0_ns, t1_ns]."""
+        overlap = min(self.end_ns, t1_ns) - max(self.start_ns, t0_ns)
+        return self.power_w * overlap / 1e6 if overlap > 0 else 0.0
+
+
+@dataclass
+class _Active:
+    start_ns: int
+    power_w: float
+    keys: set[int] = field(default_factory=set)
 
 
 class SimPowerModel:
@@ -50,6 +91,13 @@ class SimPowerModel:
         self._t_ns: list[int] = []
         self._extra_w: list[float] = []
         self.to_host_ns: Callable[[np.ndarray], np.ndarray] | None = None
+        # Activity (busy/idle): the summed dynamic power as a step timeline, trimmed as
+        # the logger consumes it, and every finished interval for the ground truth.
+        self._act_t: list[int] = []
+        self._act_w: list[float] = []
+        self._active: dict[str, _Active] = {}
+        self._intervals: list[BusyInterval] = []
+        self._freq_fns: dict[str, Callable[[], int | None]] = {}
 
     @property
     def baseline_w(self) -> float:
@@ -81,8 +129,98 @@ class SimPowerModel:
     def power_w(self, t_s: np.ndarray, markers: np.ndarray) -> np.ndarray:
         t_s = np.asarray(t_s, dtype=np.float64)
         if self.to_host_ns is not None:
-            extra = self.extra_at(self.to_host_ns(np.round(t_s * 1e6).astype(np.int64)))
+            host = self.to_host_ns(np.round(t_s * 1e6).astype(np.int64))
         else:
-            extra = self.extra_at(np.full(t_s.shape, self.clock(), dtype=np.int64))
+            host = np.full(t_s.shape, self.clock(), dtype=np.int64)
+        extra = self.extra_at(host)
         high = (np.asarray(markers) & 1) != 0
-        return np.where(high, self.baseline_w + extra, self.baseline_w)
+        return np.where(high, self.baseline_w + extra, self.baseline_w) + self.activity_w_at(host)
+
+    # -- activity: several processors busy at once ------------------------------------
+    def freq_khz(self, letter: str) -> int | None:
+        """The frequency in effect on `letter` now (None: its top level or nominal point)."""
+        fn = self._freq_fns.get(letter)
+        if fn is None:
+            fn = self._freq_fns[letter] = self._freq_reader(letter)
+        return fn()
+
+    def _freq_reader(self, letter: str) -> Callable[[], int | None]:
+        from governors.factory import dvfs_processor, make_governor
+        from governors.sim import SimGovernor
+
+        proc = self.board.processor(letter)
+        if not proc.has_dvfs:
+            return lambda: None  # the NPU: its nominal operating point
+        gov = make_governor(self.board, dvfs_processor(self.board, letter))
+        if not isinstance(gov, SimGovernor):
+            return lambda: None
+        table = set(proc.freqs_khz)
+        return lambda: (khz if (khz := gov.effective_khz()) in table else None)
+
+    def busy(self, letter: str, key: int = 0) -> None:
+        """`letter` works (for `key`) from now on; again while busy: re-read its frequency."""
+        w = self.busy_extra_w(letter, self.freq_khz(letter))
+        with self._lock:  # the time is read under the lock: see activity_w_at
+            now = self.clock()
+            act = self._active.get(letter)
+            if act is None:
+                self._active[letter] = _Active(now, w, {key})
+            else:
+                act.keys.add(key)
+                if act.power_w != w:
+                    self._intervals.append(BusyInterval(letter, act.start_ns, now, act.power_w))
+                    act.start_ns, act.power_w = now, w
+            self._push(now)
+
+    def idle(self, letter: str, key: int = 0) -> None:
+        """`letter` stops working for `key` (idle once no key keeps it busy)."""
+        with self._lock:
+            now = self.clock()
+            act = self._active.get(letter)
+            if act is None or key not in act.keys:
+                return
+            act.keys.discard(key)
+            if not act.keys:
+                self._intervals.append(BusyInterval(letter, act.start_ns, now, act.power_w))
+                del self._active[letter]
+            self._push(now)
+
+    def _push(self, now: int) -> None:
+        total = sum(a.power_w for a in self._active.values())
+        if not self._act_w or self._act_w[-1] != total:
+            self._act_t.append(now)
+            self._act_w.append(total)
+
+    def activity_w_at(self, host_ns: np.ndarray) -> np.ndarray:
+        """Summed dynamic power of the busy processors at each host time.
+
+        The logger asks for ever later times, so changes older than the earliest time
+        asked for (but the one in force then) are dropped. Times are read under the
+        lock in `busy`/`idle`, and the logger reads its own time before asking, so a
+        change it has not seen yet lies after every sample it asks about.
+        """
+        host_ns = np.asarray(host_ns, dtype=np.int64)
+        with self._lock:
+            if not self._act_t or host_ns.size == 0:
+                return np.zeros(host_ns.shape)
+            first = bisect.bisect_right(self._act_t, int(host_ns.min())) - 1
+            if first > 0:
+                del self._act_t[:first], self._act_w[:first]
+            t = np.array(self._act_t, dtype=np.int64)
+            w = np.array(self._act_w, dtype=np.float64)
+        idx = np.searchsorted(t, host_ns, side="right") - 1
+        return np.where(idx >= 0, w[np.clip(idx, 0, None)], 0.0)
+
+    @property
+    def intervals(self) -> list[BusyInterval]:
+        """Every busy interval so far; one still open ends now."""
+        with self._lock:
+            now = self.clock()
+            return [*self._intervals,
+                    *(BusyInterval(k, a.start_ns, now, a.power_w) for k, a in self._active.items())]
+
+    def true_energy_mj(self, t0_ns: int, t1_ns: int) -> float:
+        """Ground truth: board energy over [t0_ns, t1_ns] from the recorded activity
+        (baseline x time + each busy interval's dynamic power x its overlap)."""
+        dyn = sum(iv.energy_mj(t0_ns, t1_ns) for iv in self.intervals)
+        return self.baseline_w * max(t1_ns - t0_ns, 0) / 1e6 + dyn

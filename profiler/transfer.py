@@ -21,12 +21,24 @@ On accelerators a layer's `run()` ends with its outputs read back to the host (t
 only completion signal LiteRT's Python API offers), so that download is part of the
 layer's time; the upload into an accelerator's input buffers is part of the transfer.
 
-Energy (only with a power source): the energy of "run layer b on src, then hand
-over" minus that of "run layer b on src" alone, each per call from a window long
-enough for the source (`measure_repeated` for counter sources, a captured trace for
-streaming ones). Without a power source the ``energy_mj`` column is absent.
+Energy (only with a power source; the board's energy during one hand-over):
 
-`EnergyMeter` wraps a power source for whole spans of work; `coupprof run` uses it too.
+* **streaming sources** (the logger, and ``sim``): the marker goes high right before
+  ``t0`` (on src's thread) and low right after ``t1`` (on dst's thread) in every
+  measured hand-over; one capture spans the whole matrix, and each hand-over's energy
+  is integrated over its window between the logger's edges, exactly as `coupprof
+  layers` does for layers. ``energy_mj`` is the mean over the windows.
+* **counter sources** (NVML, RAPL, hwmon) cannot resolve tens of microseconds: the
+  energy of "run layer b on src, then hand over" minus that of "run layer b on src"
+  alone, each per call from a window long enough for the counter.
+
+Without a power source the ``energy_mj`` column is absent.
+
+`activity` (the simulated board's power model, `profiler.simboard.SimPowerModel`)
+is told which processor works when: src from the producer's run through the read-out,
+dst while it writes the tensors into its input buffers.
+
+`EnergyMeter` (`profiler.meter`) wraps a power source; `coupprof run` uses it too.
 """
 
 from __future__ import annotations
@@ -37,7 +49,7 @@ import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 import pandas as pd
@@ -49,7 +61,12 @@ from profiler.executors.base import Executor, SubModel
 from profiler.executors.factory import make_executor
 from profiler.executors.worker import ProcessorWorker
 from profiler.mapping import boundary_tensors
+from profiler.meter import EnergyMeter, StreamCapture
 from profiler.runner import random_input
+
+__all__ = ["CSV_COLUMNS", "Activity", "EnergyMeter", "NoActivity", "TransferMatrix", "TransferSample",
+           "measure_transfer_matrix", "model_inputs", "read_transfer_csv", "summary",
+           "write_transfer_csv"]
 
 SIDECAR_FORMAT = "coupprof-transfers/1"
 CSV_COLUMNS = ("boundary", "src", "dst", "bytes", "tensors", "time_ms_mean", "time_ms_median",
@@ -59,67 +76,20 @@ MakeExecutor = Callable[[Board, str], Executor]
 Progress = Callable[[int, int], None]
 
 
-# --------------------------------------------------------------------------------
-# Energy over spans of work, from any power source
-# --------------------------------------------------------------------------------
+class Activity(Protocol):
+    """Told when a processor starts and stops working (the sim board's power model)."""
 
-class EnergyMeter:
-    """Energy of a span of work from a `PowerSource` (counter or streaming).
+    def busy(self, letter: str, key: int = 0) -> None: ...
 
-    Counter sources (NVML, RAPL, hwmon): the span starts right after a counter update
-    and `per_call` repeats short work until the window spans `min_updates` updates.
-    Streaming sources (the logger): a capture around the span, integrated over it.
-    """
+    def idle(self, letter: str, key: int = 0) -> None: ...
 
-    def __init__(self, source: Any, clock: Clock | None = None, min_updates: int = 20) -> None:
-        self.source = source
-        self.clock = clock or getattr(source, "clock", perf_clock)
-        self.min_updates = min_updates
 
-    @property
-    def window_ns(self) -> int:
-        """Shortest span worth measuring: `min_updates` counter updates (0 when streaming)."""
-        if getattr(self.source, "mode", "") == "counter":
-            return int(self.min_updates * int(self.source.update_interval_ns))
-        return 0
+class NoActivity:
+    def busy(self, letter: str, key: int = 0) -> None:
+        pass
 
-    @property
-    def name(self) -> str:
-        return str(getattr(self.source, "spec", type(self.source).__name__))
-
-    def span(self, work: Callable[[], Any]) -> tuple[Any, float, int, int]:
-        """Run `work` once; (its result, energy_mj, t0_ns, t1_ns)."""
-        if getattr(self.source, "mode", "") == "counter":
-            t0, e0 = self.source.wait_for_tick()
-            result = work()
-            e1 = self.source.read_energy_mj()
-            return result, float(e1 - e0), t0, self.clock()
-        from profiler.attribution import attribute
-
-        self.source.start()
-        try:
-            t0 = self.clock()
-            result = work()
-            t1 = self.clock()
-        finally:
-            trace = self.source.stop()
-        att = attribute(np.array([[t0]]), np.array([[t1]]), trace, use_edges=False)
-        return result, float(att.layers[0].energy_mj), t0, t1
-
-    def per_call(self, call: Callable[[], Any], min_calls: int = 20) -> float:
-        """Mean energy of one `call`, from a window long enough to resolve it."""
-        if getattr(self.source, "mode", "") == "counter":
-            from profiler.attribution import measure_repeated
-
-            return float(measure_repeated(call, self.source, min_updates=self.min_updates)
-                         .energy_mj)
-
-        def many() -> None:
-            for _ in range(min_calls):
-                call()
-
-        _, energy, _, _ = self.span(many)
-        return energy / min_calls
+    def idle(self, letter: str, key: int = 0) -> None:
+        pass
 
 
 # --------------------------------------------------------------------------------
@@ -235,6 +205,7 @@ def measure_transfer_matrix(
     only: Sequence[tuple[int, str, str]] | None = None,
     make: MakeExecutor | None = None,
     power: EnergyMeter | None = None,
+    activity: Activity | None = None,
     clock: Clock = perf_clock,
     seed: int = 0,
     model_name: str = "model",
@@ -261,15 +232,21 @@ def measure_transfer_matrix(
         todo = sorted({b for b, _, _ in wanted})
     build = make or (lambda bd, letter: make_executor(bd, letter, clock=clock))
     inputs = model_inputs(sliced, seed)
+    act = activity or NoActivity()
     workers: dict[str, ProcessorWorker] = {}
     loaded: dict[str, _Loaded] = {}
     samples: list[TransferSample] = []
+    windows: list[np.ndarray] = []  # per sample, streaming: (reps, 4) lo, start, end, hi
     total = len(todo) * len(letters) ** 2 if wanted is None else len(wanted)
+    cap: StreamCapture | None = None
+    info: dict[str, Any] = {}
     try:
         for p in letters:
             workers[p] = ProcessorWorker(lambda p=p: build(board, p), name=p)
             workers[p].start()
             loaded[p] = workers[p].call(lambda ex: _Loaded(ex, sliced, plan, inputs, model_name))
+        if power is not None and power.streaming:
+            cap = power.capture().start()
         done = 0
         for b in todo:
             specs = plan.tensors[b]
@@ -278,81 +255,124 @@ def measure_transfer_matrix(
                 for dst in letters:
                     if wanted is not None and (b, src, dst) not in wanted:
                         continue
-                    times = _time_pair(b, workers[src], loaded[src], workers[dst], loaded[dst],
-                                       src == dst, reps, warmup, clock)
+                    pair = _Pair(b, src, dst, workers[src], loaded[src], workers[dst],
+                                 loaded[dst], clock, act)
+                    times, marks = pair.time(reps, warmup, cap)
                     energy = None
-                    if power is not None:
-                        energy = _energy_pair(b, workers[src], loaded[src], workers[dst],
-                                              loaded[dst], src == dst, power, clock)
+                    if power is not None and cap is None:
+                        energy = pair.energy_by_difference(power)
                     samples.append(TransferSample(b, src, dst, nbytes, len(specs), times, energy))
+                    windows.append(marks)
                     done += 1
                     if progress:
                         progress(done, total)
+        if cap is not None:
+            cap.stop()
+            _energy_from_windows(cap, samples, windows)
+            info = {"baseline_power_w": power.baseline_w if power else None,
+                    "energy_method": "marker window per hand-over", **cap.info}
+        elif power is not None:
+            info = {"energy_method": "with minus without the hand-over (counter)"}
     finally:
         for w in workers.values():
             w.stop()
     info = {"processors": letters, "boundaries": todo, "reps": reps, "warmup": warmup,
-            "power_source": power.name if power is not None else "none",
+            "power_source": power.name if power is not None else "none", **info,
             "executors": {p: w.executor.describe() for p, w in workers.items()
                           if w.executor is not None}}
     return TransferMatrix(samples, info)
+
+
+def _energy_from_windows(cap: StreamCapture, samples: list[TransferSample],
+                         windows: list[np.ndarray]) -> None:
+    """Each sample's energy: the mean over its hand-over windows, on the logger's edges."""
+    if not samples:
+        return
+    w = np.stack(windows, axis=1)  # (reps, samples, 4)
+    att = cap.windows_on_edges(w[..., 1], w[..., 2], w[..., 0], w[..., 3])
+    for s, le in zip(samples, att.layers, strict=True):
+        s.energy_mj = float(le.energy_mj)
 
 
 def _readout(loaded: _Loaded, b: int) -> list[np.ndarray]:
     return [np.array(loaded.source(int(t.index)), copy=True) for t in loaded.plan.tensors[b]]
 
 
-def _same(loaded: _Loaded, b: int, clock: Clock) -> int:
-    """Producer runs, then its outputs go straight into the consumers (one thread)."""
-    loaded.subs[b].run()
-    t0 = clock()
-    loaded.deliver(b, [loaded.source(int(t.index)) for t in loaded.plan.tensors[b]])
-    return clock() - t0
+class _Pair:
+    """One (boundary, src, dst): a timed hand-over, with the marker around it when a
+    stream captures, and the processors' activity reported."""
 
+    def __init__(self, b: int, src: str, dst: str, wsrc: ProcessorWorker, lsrc: _Loaded,
+                 wdst: ProcessorWorker, ldst: _Loaded, clock: Clock, act: Activity) -> None:
+        self.b, self.src, self.dst = b, src, dst
+        self.wsrc, self.lsrc, self.wdst, self.ldst = wsrc, lsrc, wdst, ldst
+        self.clock, self.act = clock, act
 
-def _cross_once(b: int, wsrc: ProcessorWorker, lsrc: _Loaded, wdst: ProcessorWorker,
-                ldst: _Loaded, clock: Clock) -> int:
-    handoff: queue.Queue[list[np.ndarray]] = queue.Queue(maxsize=1)
-    waiting = threading.Event()
-
-    def consumer(_: Executor) -> int:
-        waiting.set()
-        arrays = handoff.get()
-        ldst.deliver(b, arrays)
-        return clock()
-
-    def producer(_: Executor) -> int:
-        waiting.wait()
+    def same(self, cap: StreamCapture | None) -> tuple[int, int, int, int]:
+        """Producer runs, then its outputs go straight into the consumers (one thread)."""
+        lsrc, b, clock, act, p = self.lsrc, self.b, self.clock, self.act, self.src
+        act.busy(p)
         lsrc.subs[b].run()
+        lo = cap.mark(1)[0] if cap is not None else 0
         t0 = clock()
-        handoff.put(_readout(lsrc, b))
-        return t0
+        lsrc.deliver(b, [lsrc.source(int(t.index)) for t in lsrc.plan.tensors[b]])
+        act.idle(p)
+        t1 = clock()
+        hi = cap.mark(0)[1] if cap is not None else 0
+        return lo, t0, t1, hi
 
-    got = wdst.submit(consumer)
-    t0 = wsrc.submit(producer).result()
-    return got.result() - t0
+    def cross(self, cap: StreamCapture | None) -> tuple[int, int, int, int]:
+        b, clock, act = self.b, self.clock, self.act
+        handoff: queue.Queue[list[np.ndarray]] = queue.Queue(maxsize=1)
+        waiting = threading.Event()
 
+        def consumer(_: Executor) -> tuple[int, int]:
+            waiting.set()
+            arrays = handoff.get()
+            act.busy(self.dst)
+            self.ldst.deliver(b, arrays)
+            act.idle(self.dst)
+            t1 = clock()
+            hi = cap.mark(0)[1] if cap is not None else 0
+            return t1, hi
 
-def _time_pair(b: int, wsrc: ProcessorWorker, lsrc: _Loaded, wdst: ProcessorWorker,
-               ldst: _Loaded, same: bool, reps: int, warmup: int, clock: Clock) -> np.ndarray:
-    if same:
-        def batch(_: Executor) -> list[int]:
-            return [_same(lsrc, b, clock) for _ in range(warmup + reps)]
+        def producer(_: Executor) -> tuple[int, int]:
+            waiting.wait()
+            act.busy(self.src)
+            self.lsrc.subs[b].run()
+            lo = cap.mark(1)[0] if cap is not None else 0
+            t0 = clock()
+            arrays = _readout(self.lsrc, b)
+            act.idle(self.src)
+            handoff.put(arrays)
+            return lo, t0
 
-        times = wsrc.call(batch)
-    else:
-        times = [_cross_once(b, wsrc, lsrc, wdst, ldst, clock) for _ in range(warmup + reps)]
-    return np.asarray(times[warmup:], dtype=np.int64)
+        got = self.wdst.submit(consumer)
+        lo, t0 = self.wsrc.submit(producer).result()
+        t1, hi = got.result()
+        return lo, t0, t1, hi
 
+    def time(self, reps: int, warmup: int,
+             cap: StreamCapture | None) -> tuple[np.ndarray, np.ndarray]:
+        """Hand-over times (reps,) and, with a capture, the marked windows (reps, 4)."""
+        if self.src == self.dst:
+            def batch(_: Executor) -> list[tuple[int, int, int, int]]:
+                return [self.same(cap if k >= warmup else None) for k in range(warmup + reps)]
 
-def _energy_pair(b: int, wsrc: ProcessorWorker, lsrc: _Loaded, wdst: ProcessorWorker,
-                 ldst: _Loaded, same: bool, meter: EnergyMeter, clock: Clock) -> float:
-    if same:
-        with_handover = meter.per_call(lambda: wsrc.call(lambda _: _same(lsrc, b, clock)))
-    else:
-        with_handover = meter.per_call(lambda: _cross_once(b, wsrc, lsrc, wdst, ldst, clock))
-    alone = meter.per_call(lambda: wsrc.call(lambda _: lsrc.subs[b].run()))
-    return with_handover - alone
+            rows = self.wsrc.call(batch)
+        else:
+            rows = [self.cross(cap if k >= warmup else None) for k in range(warmup + reps)]
+        w = np.asarray(rows[warmup:], dtype=np.int64).reshape(reps, 4)
+        return w[:, 2] - w[:, 1], w
+
+    def energy_by_difference(self, meter: EnergyMeter) -> float:
+        """Counter sources: per call, (producer + hand-over) minus producer alone."""
+        if self.src == self.dst:
+            with_handover = meter.per_call(lambda: self.wsrc.call(lambda _: self.same(None)))
+        else:
+            with_handover = meter.per_call(lambda: self.cross(None))
+        alone = meter.per_call(lambda: self.wsrc.call(lambda _: self.lsrc.subs[self.b].run()))
+        return with_handover - alone
 
 
 # --------------------------------------------------------------------------------

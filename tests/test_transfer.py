@@ -24,8 +24,9 @@ from profiler.power.sources.base import CounterSource, SourceInfo
 from profiler.slicing.slicer import slice_model
 from profiler.transfer import (
     EnergyMeter,
-    _cross_once,
+    NoActivity,
     _Loaded,
+    _Pair,
     _plan,
     measure_transfer_matrix,
     model_inputs,
@@ -106,8 +107,10 @@ def test_a_cross_processor_hand_over_delivers_the_producers_outputs(resnet) -> N
                     zeros = np.zeros(dst.subs[pos].inputs[slot].shape,
                                      dst.subs[pos].inputs[slot].dtype)
                     wg.call(lambda ex, p=pos, s=slot, z=zeros: dst.subs[p].set_input(s, z))
-        took = _cross_once(b, wl, src, wg, dst, clock=__import__("time").perf_counter_ns)
-        assert took > 0
+        pair = _Pair(b, "L", "G", wl, src, wg, dst, __import__("time").perf_counter_ns,
+                     NoActivity())
+        _, t0, t1, _ = pair.cross(None)
+        assert t1 > t0
         sent = wl.call(lambda ex: [np.array(src.source(int(t.index))) for t in plan.tensors[b]])
         # G's consumers now compute from L's tensors: re-running them on both gives equal
         # outputs (the CompiledModel buffers cannot be read back directly).

@@ -134,6 +134,8 @@ def tables(run: Any, pred: Any, sliced: Any) -> tuple[pd.DataFrame, pd.DataFrame
             "time_ms_p95": b_p95, "readout_ms_mean": r_mean, "predicted_ms": ps,
             "error_pct": _err(ps, b_mean),
         })
+        if run.stage_energy_mj is not None:  # switch mode with a streaming source
+            stage_rows[-1]["energy_mj"] = float(run.stage_energy_mj[st.index])
     lat_mean, lat_p95 = _stats(run.latency_ns)
     summary = [
         ("latency_ms_mean", lat_mean, pred.latency_ms if pred else None),
@@ -145,6 +147,8 @@ def tables(run: Any, pred: Any, sliced: Any) -> tuple[pd.DataFrame, pd.DataFrame
         e = run.energy_mj
         summary.append(("fps_per_w", 1000.0 / e if e else None,
                         1000.0 / pred.energy_mj if pred and pred.energy_mj else None))
+    if run.power_info.get("baseline_power_w") is not None:
+        summary.append(("baseline_power_w", run.power_info["baseline_power_w"], None))
     summ_rows = [{"kind": "summary", "metric": m, "measured": v,
                   "predicted": pv, "error_pct": _err(pv, v)} for m, v, pv in summary]
     return pd.DataFrame(layer_rows), pd.DataFrame(stage_rows), pd.DataFrame(summ_rows)
@@ -153,14 +157,17 @@ def tables(run: Any, pred: Any, sliced: Any) -> tuple[pd.DataFrame, pd.DataFrame
 def render(run: Any, pred: Any, stages: pd.DataFrame, summ: pd.DataFrame, title: str,
            notes: list[str]) -> list[Table]:
     t1 = Table(title=title, box=box.SIMPLE_HEAD, title_justify="left")
-    for col in ("stage", "proc", "layers", "ms mean", "ms p95", "read-out", "predicted", "err %"):
+    has_e = "energy_mj" in stages.columns
+    for col in ("stage", "proc", "layers", "ms mean", "ms p95", "read-out", "predicted", "err %",
+                *(["mJ"] if has_e else [])):
         t1.add_column(col, justify="left" if col in ("proc", "layers") else "right")
     slowest = int(stages["time_ms_mean"].idxmax()) if len(stages) else -1
     for k, r in stages.iterrows():
         mark = " *" if k == slowest and run.mode == "pipeline" else ""
         t1.add_row(str(r["stage"]), r["processor"], f"{r['first_layer']}-{r['last_layer']}",
                    _f(r["time_ms_mean"]) + mark, _f(r["time_ms_p95"]), _f(r["readout_ms_mean"]),
-                   _f(r["predicted_ms"]), _f(r["error_pct"], 1))
+                   _f(r["predicted_ms"]), _f(r["error_pct"], 1),
+                   *([_f(r["energy_mj"])] if has_e else []))
     t2 = Table(title=f"{run.mode} mode, {run.frames} frames", box=box.SIMPLE_HEAD,
                title_justify="left", caption="\n".join(notes) or None, caption_justify="left")
     for col in ("metric", "measured", "predicted", "err %"):
@@ -192,7 +199,9 @@ def run(args: argparse.Namespace) -> int:
         transfers = read_transfer_csv(args.transfers) if args.transfers else None
         govs = governors_for(board, mapping.processors, sysfs_root(args)) \
             if plan.mode != "none" else {}
-        meter = open_meter(args.power, stack)
+        csv_path = args.csv or Path("coupprof-out") / f"run-{model.stem}-{mapping.compact}-" \
+                                                        f"{args.mode}.csv"
+        meter, sim_model = open_meter(args, board, stack, Path(csv_path))
         stack.enter_context(RestoreGuard(list(govs.values())))
         if plan.mode == "per-processor":
             for w in apply_setup_levels(plan, govs):
@@ -200,7 +209,8 @@ def run(args: argparse.Namespace) -> int:
         if not args.no_predict and (layer_costs is None or transfers is None):
             measured_layers, measured_transfers = measure_costs(
                 sliced, board, mapping, freq=plan, governors=govs, frames=args.profile_frames,
-                warmup=min(args.warmup, 3), power=meter, seed=args.seed, model_name=model.name)
+                warmup=min(args.warmup, 3), power=meter, activity=sim_model, seed=args.seed,
+                model_name=model.name)
             if layer_costs is None:
                 layer_costs = measured_layers
                 notes.append("prediction from layer times measured just before the run")
@@ -211,7 +221,7 @@ def run(args: argparse.Namespace) -> int:
         result = run_mapping(
             sliced, board, mapping, args.mode, frames=args.frames, warmup=args.warmup,
             freq=plan, governors=govs, queue_depth=args.queue_depth, power=meter,
-            seed=args.seed, model_name=model.name,
+            activity=sim_model, seed=args.seed, model_name=model.name,
             progress=(lambda d, n: bar("frames", d, total)) if bar else None)
     pred = None if args.no_predict or layer_costs is None else \
         predict(mapping, args.mode, layer_costs, transfers, plan)
@@ -241,8 +251,6 @@ def run(args: argparse.Namespace) -> int:
     for t in render(result, pred, stage_df, summ_df, title, notes):
         console.print(t)
 
-    csv_path = args.csv or Path("coupprof-out") / f"run-{model.stem}-{mapping.compact}-" \
-                                                    f"{args.mode}.csv"
     json_path = args.json or Path(csv_path).with_suffix(".json")
     df = pd.concat([summ_df, stage_df, layer_df], ignore_index=True)
     sidecar = {
@@ -252,7 +260,8 @@ def run(args: argparse.Namespace) -> int:
         "mode": args.mode, "freq": plan.text, "freq_plan": plan.describe(),
         "freq_khz": [k for k in plan.khz], "frames": args.frames, "warmup": args.warmup,
         "queue_depth": args.queue_depth, "max_in_flight": result.max_in_flight,
-        "power_source": args.power, "executors": result.executors,
+        "power_source": meter.name if meter is not None else "none",
+        "power": _power_meta(result, meter), "executors": result.executors,
         "prediction": pred.to_dict() if pred else None,
         "prediction_inputs": {"layers": layer_costs.sources if layer_costs else None,
                               "transfers": str(args.transfers) if args.transfers else
@@ -270,4 +279,25 @@ def run(args: argparse.Namespace) -> int:
         raise BadInputError(f"cannot write results to {err.filename or csv_path}: "
                             f"{err.strerror}", "choose a writable path with --csv") from None
     print(f"wrote {csv_path} and {json_path}")
+    if result.power_error is not None:
+        print(f"coupprof run: error: {result.power_error} (timings kept; no energy)",
+              file=sys.stderr)
+        return result.power_error.exit_code
     return 0
+
+
+def _power_meta(run: Any, meter: Any) -> dict[str, Any] | None:
+    """The sidecar's power block: baseline, window, per-frame and per-stage energies."""
+    if meter is None:
+        return None
+    out: dict[str, Any] = {"source": meter.name, "energy_mj_per_frame": run.energy_mj,
+                           **run.power_info}
+    if run.frame_energy_mj is not None:
+        out["frame_energy_mj"] = [float(v) for v in run.frame_energy_mj]
+    if run.stage_energy_mj is not None:
+        out["stage_energy_mj"] = [float(v) for v in run.stage_energy_mj]
+    if run.energy_window_ns is not None:
+        out["energy_window_ns"] = list(run.energy_window_ns)
+    if run.power_error is not None:
+        out["error"] = str(run.power_error)
+    return out

@@ -40,9 +40,16 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--cuts", default=None, metavar="I,J,K",
                    help="explicit cut points: op indices where a new layer starts")
     add_board_args(p)
-    p.add_argument("--power", default="none", metavar="SPEC",
-                   help="power source for energy columns: none, nvml[:INDEX], rapl, "
-                   "hwmon[:DEV], sim, auto, ... (default: none; energy columns are then absent)")
+    p.add_argument("--power", default=None, metavar="SPEC",
+                   help="power source for energy columns: arduino:PORT (needs --marker), "
+                   "sim, nvml[:INDEX], rapl, hwmon[:DEV], auto, none (default: sim on the "
+                   "simulated board, else none; without one the energy columns are absent)")
+    p.add_argument("--marker", default=None, metavar="SPEC",
+                   help="marker line wired to the logger, for streaming sources: "
+                   "gpiod:CHIP:LINE | sysfs:NUMBER | sim (default: sim with --power sim)")
+    p.add_argument("--baseline-s", type=float, default=0.5, metavar="S",
+                   help="idle baseline measured before a streaming capture, seconds "
+                   "(default: 0.5)")
     p.add_argument("--seed", type=int, default=0, help="seed of the random input (default: 0)")
 
 
@@ -86,16 +93,26 @@ def parse_letters(text: str | None, board: Board) -> list[str]:
     return list(dict.fromkeys(letters))
 
 
-def open_meter(spec: str | None, stack: ExitStack) -> Any:
-    """An EnergyMeter over the --power source (closed with `stack`), or None for 'none'."""
-    from profiler.power.sources import NoneSource, open_power_source
-    from profiler.transfer import EnergyMeter
+def open_meter(args: argparse.Namespace, board: Board, stack: ExitStack,
+               csv_path: Path) -> tuple[Any, Any]:
+    """(EnergyMeter or None, the sim board's power model or None) for --power/--marker,
+    opened and closed with `stack`. As `coupprof layers`: --power defaults to sim on the
+    simulated board, and a streaming source needs a marker (sim's is its own)."""
+    from types import SimpleNamespace
 
-    source = open_power_source(spec or "none")
-    if isinstance(source, NoneSource):
-        return None
-    stack.enter_context(source)
-    return EnergyMeter(source)
+    from profiler.cli.layers import open_power
+    from profiler.meter import EnergyMeter
+
+    if args.baseline_s < 0:
+        raise BadInputError(f"--baseline-s {args.baseline_s} is negative", "give seconds >= 0")
+    ns = SimpleNamespace(power=args.power, marker=args.marker, baseline_s=args.baseline_s,
+                         rate=getattr(args, "rate", None))
+    # A streaming capture keeps its raw trace beside the results (CSV path with .trace).
+    session, model = open_power(ns, board, Path(csv_path))
+    if session is None:
+        return None, None
+    stack.enter_context(session)  # opens (and later closes) the source and the marker
+    return EnergyMeter(session.source, marker=session.marker, baseline_s=args.baseline_s), model
 
 
 def governors_for(board: Board, letters: Sequence[str], root: Path) -> dict[str, Any]:
@@ -250,7 +267,8 @@ def run(args: argparse.Namespace) -> int:
         if len(sliced.layers) < 2:
             raise BadInputError(f"{model} has {len(sliced.layers)} layer: no boundary to hand "
                                 "over", "use a model with more layers, or --granularity op")
-        meter = open_meter(args.power, stack)
+        csv_path = args.csv or Path("coupprof-out") / f"transfers-{model.stem}.csv"
+        meter, sim_model = open_meter(args, board, stack, csv_path)
         if meter is not None:
             meter.min_updates = args.energy_updates
         stack.enter_context(RestoreGuard(list(govs.values())))
@@ -258,7 +276,7 @@ def run(args: argparse.Namespace) -> int:
             say(f"warning: {w}")
         matrix = measure_transfer_matrix(
             sliced, board, letters, reps=args.frames, warmup=args.warmup, boundaries=bounds,
-            power=meter, seed=args.seed, model_name=model.name,
+            power=meter, activity=sim_model, seed=args.seed, model_name=model.name,
             progress=(lambda d, n: bar("hand-overs", d, n)) if bar else None)
     df = matrix.table()
     sim = " (simulated board)" if board.simulated else ""
@@ -273,7 +291,6 @@ def run(args: argparse.Namespace) -> int:
             "layers": len(sliced.layers), "freq": plan.describe() if plan else "left alone",
             "freq_khz": {d: khz for d, (_, khz) in plan.setup.items()} if plan else {},
             **environment()}
-    csv_path = args.csv or Path("coupprof-out") / f"transfers-{model.stem}.csv"
     csv_p, json_p = write_transfer_csv(matrix, csv_path, args.json, info)
     print(f"wrote {csv_p} ({len(df)} rows) and {json_p}")
     return 0
