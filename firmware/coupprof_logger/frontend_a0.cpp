@@ -41,10 +41,11 @@
 #include "sampler.h"
 
 // Timer1 ticks from a conversion's end to the ISR's TCNT1 read when nothing
-// delays it (interrupt response, prologue, the read itself; measured in
-// simavr). Snapping keeps every E at least this far before its read.
+// delays it (interrupt response, the prologue, the path to the read: ~80
+// cycles; calibrated in the simavr rig against its sample-and-hold log).
+// Snapping keeps every grid point at least this far before its read.
 #ifndef A0_ISR_MIN_LATENCY_TICKS
-#define A0_ISR_MIN_LATENCY_TICKS 3
+#define A0_ISR_MIN_LATENCY_TICKS 10
 #endif
 
 static cp_a0_setting setting;
@@ -189,7 +190,9 @@ int fe_pop_sample(cp_sample *s)
         late = 0; // force the snap below
         grid_valid = 1;
     }
-    while (late >= (int16_t)step_ticks) { // samples were dropped in between
+    // samples dropped in between: whole steps, rounded (an ISR delayed by
+    // less than a step and a half is not a drop)
+    while (late >= (int16_t)(step_ticks + step_ticks / 2u)) {
         uint16_t g2 = (uint16_t)(g + step_ticks);
         if (g2 < g) {
             grid_ovf++;

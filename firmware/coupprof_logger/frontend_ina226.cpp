@@ -375,12 +375,14 @@ static void start_sequence(uint8_t with_sample)
 // Interrupts enabled; twi_busy already set by the caller.
 static void process_alert(uint16_t c, uint32_t o)
 {
-    uint32_t t_ticks, p, back;
-    start_sequence(1); // every microsecond here delays the reads
-    t_ticks = clock_ticks_of(o, c);
-    collect(); // the previous cycle's sample: its results are in *done
-    cycle_markers = mk_valid ? mk_value : markers_read();
+    uint32_t t_ticks = clock_ticks_of(o, c);
+    uint32_t p, back;
+    // this sample's markers (read by the compare at its instant, if it came)
+    uint8_t markers = mk_valid ? mk_value : markers_read();
     arm_marker_read(t_ticks + mk_offset); // the next sample's instant, ~P/4 away
+    start_sequence(1);
+    collect(); // the previous cycle's sample: its results are in *done
+    cycle_markers = markers;
     p = nominal_ticks;
     if (have_prev) {
         p = t_ticks - prev_ticks;
