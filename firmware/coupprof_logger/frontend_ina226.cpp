@@ -30,7 +30,8 @@
 // than returning for it, so a register read (S, SLA+W, ptr, Sr, SLA+R, 2
 // bytes = 47 SCL periods) costs 5 interrupts, ~70 us in all. Mask/Enable
 // and shunt are read every cycle (~140 us of the 280 us cycle); the bus
-// voltage every INA226_BUS_EVERY-th cycle (default 2; ~210 us with it).
+// voltage every INA226_BUS_EVERY-th cycle (default 4, i.e. every 1.12 ms;
+// ~210 us of reads in those cycles).
 // Reading the bus less often does not raise the current rate, which the
 // conversion times fix; it keeps most cycles' reads well inside the period
 // while edges and UART traffic interrupt them. A cycle whose reads overrun
@@ -70,7 +71,7 @@
 #define USE_HS (INA226_TWI_HZ > 400000UL)
 
 #ifndef INA226_BUS_EVERY
-#define INA226_BUS_EVERY 2
+#define INA226_BUS_EVERY 4
 #endif
 
 // One register read: S, SLA+W, ptr, Sr, SLA+R, 2 bytes = 47 SCL periods, plus
@@ -307,15 +308,14 @@ static void arm_marker_read(uint32_t target_ticks)
 ISR(TIMER1_COMPA_vect, ISR_NOBLOCK)
 {
     uint8_t m = markers_read();
-    uint16_t o;
-    cli();
-    o = (uint16_t)clock_ovf_for_past(OCR1A); // the match happened at OCR1A
-    sei();
-    if (o == (uint16_t)(mk_target >> 16)) { // this wrap, not an earlier one
+    cli(); // TIMSK1 is shared with the TWI handler (OCIE1B)
+    if ((uint16_t)clock_ovf_for_past(OCR1A) == (uint16_t)(mk_target >> 16)) {
+        // the match of this wrap, not of an earlier one
         mk_value = m;
         mk_valid = 1;
         TIMSK1 &= (uint8_t)~_BV(OCIE1A);
     }
+    sei();
 }
 
 // Queue what the last sequence produced (capture ISR, or fe_stop).
