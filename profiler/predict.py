@@ -17,12 +17,15 @@ Costs (all per frame, ms unless named otherwise), for layer ``i`` on processor `
 throughput = 1000 / max_k S_k (the slowest stage sets the pace); latency without
 queueing = sum_k S_k.
 
-**Energy per frame**: Switch: sum_i e_i + transfer energies at processor changes, where
-e_i is the layer table's energy_mj (board energy during the layer). Pipeline: stages
-overlap, so summing board energies would count the idle power once per stage;
-with dynamic energies and the idle baseline known, E = sum_i dyn_i + sum dyn(transfers)
-+ P_idle * (1000 / throughput); otherwise the Switch sum is given and flagged as an
-upper bound.
+**Energy per frame**: Switch: sum_i e_i + sum_i E(h_i), where e_i is the layer table's
+energy_mj (board energy during the layer) and E(h_i) the board energy of the hand-over
+into layer i: the transfer table's energy_mj where it has the row (every boundary a
+`coupprof transfer-matrix` or `coupprof run` measured, same-processor ones included),
+else the idle baseline times h_i when a baseline is known (0 otherwise; at a processor
+change this is noted). Pipeline: stages overlap, so summing board energies would count
+the idle power once per stage; with dynamic energies and the idle baseline known,
+E = sum_i dyn_i + sum_i (E(h_i) - P_idle * h_i) + P_idle * (1000 / throughput);
+otherwise the Switch sum is given and flagged as an upper bound.
 
 A missing transfer at a processor change counts as 0 and is listed in ``missing``.
 """
@@ -185,17 +188,20 @@ def _energy(mode: str, order: str, e: list[float | None], dyn: list[float | None
     if any(v is None for v in e):
         return None, "no energy in the layer tables"
     changes = [i for i in range(1, len(order)) if order[i] != order[i - 1]]
-    transfer_e = sum(te[i] or 0.0 for i in changes)
     no_te = [i for i in changes if te[i] is None]
     note = "" if not no_te else f"transfer energy unknown at {len(no_te)} processor change(s)"
-    total = sum(v for v in e if v is not None) + transfer_e
+    base = [layers.baseline_power_w.get(p) for p in dict.fromkeys(order)]
+    p_idle = None if any(b is None for b in base) else \
+        float(np.mean([b for b in base if b is not None]))
+    # Board energy of each hand-over: measured, else the idle baseline over its time.
+    handover_e = [v if v is not None else (p_idle * h if p_idle is not None else 0.0)
+                  for v, h in zip(te, h_ms, strict=True)]
+    total = sum(v for v in e if v is not None) + sum(handover_e)
     if mode == "switch":
         return total, note
-    base = [layers.baseline_power_w.get(p) for p in dict.fromkeys(order)]
-    if any(v is None for v in dyn) or any(b is None for b in base):
+    if any(v is None for v in dyn) or p_idle is None:
         return total, "upper bound: sum of layer energies (no idle baseline to overlap stages)"
-    p_idle = float(np.mean([b for b in base if b is not None]))
-    dyn_transfer = sum((te[i] or 0.0) - p_idle * h_ms[i] for i in changes)
+    dyn_transfer = sum(v - p_idle * h for v, h in zip(handover_e, h_ms, strict=True))
     period_ms = 1000.0 / fps
     return sum(v for v in dyn if v is not None) + dyn_transfer + p_idle * period_ms, note
 
