@@ -50,7 +50,8 @@ CSV_NAME = "sweep.csv"
 JSON_NAME = "sweep.json"
 
 # Settings that must match for --resume to add rows to an existing sweep.
-RESUME_KEYS = ("board", "model_sha256", "granularity", "cuts", "frames", "warmup", "threads", "seed")
+RESUME_KEYS = ("board", "model_sha256", "granularity", "cuts", "frames", "warmup", "threads", "seed",
+               "power_source")
 
 
 @dataclass(frozen=True, order=True)
@@ -315,7 +316,11 @@ ExecutorFactory = Callable[[ProcessorSpec, "int | None"], Any]
 class Sweep:
     """Measures `pairs` on `board` into `out_dir`/sweep.csv (see the module docstring).
 
-    `hooks` are passed to every runner (markers; tests watch the frequency in force);
+    `power` (a `PowerSession`, opened and closed here) adds the energy columns: per pair
+    the stream is started, the idle baseline measured, the frames run with its marker
+    hooks and the energy attributed; `sim_power` (the simulated board's `SimPowerModel`)
+    is told which processor is busy at which frequency. `hooks` are passed to every
+    runner too (tests watch the frequency in force);
     `executor_factory(proc, threads)` returns an executor context manager (default:
     `profiler.executors.factory.make_executor`: CPU sets, accelerators, delegates, and the
     simulated board's stretched processors); `sliced` skips slicing when given.
@@ -335,6 +340,8 @@ class Sweep:
         executor_factory: ExecutorFactory | None = None,
         sliced: Any = None,
         argv: list[str] | None = None,
+        power: Any = None,
+        sim_power: Any = None,
     ) -> None:
         if not pairs:
             raise BadInputError("the sweep has no (processor, level) pairs",
@@ -350,6 +357,8 @@ class Sweep:
         self.executor_factory = executor_factory
         self.sliced = sliced
         self.argv = argv
+        self.power = power  # a profiler.power.session.PowerSession (opened here) or None
+        self.sim_power = sim_power  # the simulated board's SimPowerModel, told who is busy
         self.csv_path = self.out_dir / CSV_NAME
         self.json_path = self.out_dir / JSON_NAME
 
@@ -363,6 +372,7 @@ class Sweep:
             "granularity": s.granularity, "cuts": s.cuts, "frames": s.frames,
             "warmup": s.warmup, "threads": s.threads, "seed": s.seed,
             "layers": len(sliced.layers), "slice_cuts": list(sliced.cuts),
+            "power_source": self.power.source.spec if self.power is not None else "none",
         }
 
     def _open_output(self, settings: dict[str, Any]) -> tuple[SweepCSV, dict[str, Any], set]:
@@ -481,7 +491,9 @@ class Sweep:
         # one costs tens of ms per pair with pandas and LiteRT loaded).
         gc.collect()
         gc.freeze()
-        with RestoreGuard(list(govs.values())), _unfreeze_after():
+        with RestoreGuard(list(govs.values())), _unfreeze_after(), ExitStack() as power_stack:
+            if self.power is not None:
+                power_stack.enter_context(self.power)
             for letter in dict.fromkeys(p.processor for p in todo):
                 proc = self.board.processor(letter)
                 gov = govs.get(letter)
@@ -489,7 +501,7 @@ class Sweep:
                 with ExitStack() as stack:
                     executor = stack.enter_context(self._executor(proc))
                     runner = LayerRunner(sliced, executor, hooks=self.hooks, seed=s.seed,
-                                         model_name=self.model_path.name)
+                                         model_name=self.model_path.name)  # hooks: per pair
                     for pair in (p for p in todo if p.processor == letter):
                         prog.pair_started(index, pair)
                         t0 = time.perf_counter_ns()
@@ -504,20 +516,51 @@ class Sweep:
                                 told = True
                             if warning:
                                 prog.note(f"warning: {warning}")
-                        timings = runner.run(s.frames, s.warmup, progress=prog.frame)
+                        timings, energy = self._measure(runner, proc, pair, prog)
                         info = self._info(pair, proc, executor, sliced, sha, env)
-                        run = LayerRun(info, layer_infos, timings)
+                        run = LayerRun(info, layer_infos, timings,
+                                       dict(energy.columns) if energy is not None else {},
+                                       dict(energy.totals) if energy is not None else {})
                         rows = layer_table(run)
                         csv.append(rows)
                         pr = PairResult(pair, effective, warning, totals(run), len(rows),
                                         frame_time_ns(timings), time.perf_counter_ns() - t0)
-                        meta["pairs"][f"{pair.processor}@{pair.level or 'current'}"] = pr.to_dict()
+                        entry = pr.to_dict()
+                        if energy is not None:
+                            entry["power"] = energy.info
+                        meta["pairs"][f"{pair.processor}@{pair.level or 'current'}"] = entry
                         write_json_atomic(self.json_path, meta)
                         result.done.append(pr)
                         prog.pair_done(index, pr)
                         index += 1
         result.wall_ns = time.perf_counter_ns() - t_start
         return result
+
+    def _measure(self, runner: Any, proc: ProcessorSpec, pair: Pair,
+                 prog: SweepProgress) -> tuple[LayerTimings, Any]:
+        """Run the pair's frames; with a power session, also its per-layer energy.
+
+        A power failure raises before the pair's rows are written, so --resume measures
+        it again; the pairs before it are on disk."""
+        s = self.settings
+        if self.sim_power is not None:  # the NPU has no DVFS: its nominal operating point
+            self.sim_power.set_busy(proc.letter, pair.freq_khz if proc.has_dvfs else None)
+        if self.power is None:
+            runner.hooks = self.hooks
+            return runner.run(s.frames, s.warmup, progress=prog.frame), None
+        marker = self.power.hooks(s.frames, len(runner.layers))
+        runner.hooks = _Chain(self.hooks, marker) if self.hooks and marker else self.hooks or marker
+        self.power.begin()
+        try:
+            timings = runner.run(s.frames, s.warmup, progress=prog.frame)
+        except BaseException:
+            self.power.abort()
+            raise
+        energy = self.power.finish(timings, [runner.layer_call(i) for i in range(len(runner.layers))])
+        if energy.error is not None:
+            prog.note(f"power failed during {pair.label()}; its rows are not written")
+            raise energy.error
+        return timings, energy
 
     def _info(self, pair: Pair, proc: ProcessorSpec, executor: Any, sliced: Any, sha: str,
               env: dict[str, str]) -> RunInfo:
@@ -529,8 +572,32 @@ class Sweep:
             threads=int(getattr(executor, "threads", self.settings.threads or len(proc.cores))),
             frames=self.settings.frames, warmup=self.settings.warmup,
             granularity=sliced.granularity, cuts=tuple(sliced.cuts),
-            freq_level=pair.level, freq_khz=pair.freq_khz, power_source="none", **env,
+            freq_level=pair.level, freq_khz=pair.freq_khz,
+            power_source=self.power.source.spec if self.power is not None else "none", **env,
         )
+
+
+class _Chain(LayerHooks):
+    """Two sets of hooks, the first one's calls first (the marker's nearest the invoke)."""
+
+    def __init__(self, first: LayerHooks, second: LayerHooks) -> None:
+        self.first, self.second = first, second
+
+    def before_frame(self, frame: int, warmup: bool) -> None:
+        self.first.before_frame(frame, warmup)
+        self.second.before_frame(frame, warmup)
+
+    def after_frame(self, frame: int, warmup: bool) -> None:
+        self.second.after_frame(frame, warmup)
+        self.first.after_frame(frame, warmup)
+
+    def before_layer(self, layer: int) -> None:
+        self.first.before_layer(layer)
+        self.second.before_layer(layer)
+
+    def after_layer(self, layer: int) -> None:
+        self.second.after_layer(layer)
+        self.first.after_layer(layer)
 
 
 def _wait_in_effect(gov: Any, freq_khz: int, timeout_s: float) -> None:

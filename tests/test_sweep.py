@@ -18,6 +18,7 @@ from fake_sysfs import snapshot
 from test_sweep_fakehost import B_FREQS_KHZ, L_FREQS_KHZ, build_fake_host
 
 import profiler.slicing.slicer as slicer_mod
+from governors import sim_model
 from profiler.boards.host import host_board
 from profiler.boards.profiles import load_board
 from profiler.errors import BadInputError, BoardError
@@ -301,7 +302,7 @@ def test_unwritable_governor_files_stop_the_sweep_before_it_starts(tmp_path: Pat
 
 def test_sweep_on_the_simulated_board_covers_l_b_g_at_every_level(tmp_path: Path) -> None:
     r = coupprof("--board", "sim", "--processors", "L,B,G", "--freqs", "all", "--frames", "4",
-                 "--warmup", "1", "-o", "sim", cwd=tmp_path)
+                 "--warmup", "1", "--baseline-s", "0.05", "-o", "sim", cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     sim = load_board("sim")
     df = pd.read_csv(tmp_path / "sim" / "sweep.csv")
@@ -314,6 +315,7 @@ def test_sweep_on_the_simulated_board_covers_l_b_g_at_every_level(tmp_path: Path
         assert khz.tolist() == list(sim.processor(p).freqs_khz)
     meta = json.loads((tmp_path / "sim" / "sweep.json").read_text())
     assert all(v["effective_khz"] == v["freq_khz"] for v in meta["pairs"].values())
+    assert meta["settings"]["power_source"] == "sim"
     # The simulated processors are stretched to the modelled speed at the level in force:
     # the model makes the lowest level >3x slower than the top one on each of L, B, G
     # (CPU-time based, so host load barely moves it); half of that must show.
@@ -321,6 +323,17 @@ def test_sweep_on_the_simulated_board_covers_l_b_g_at_every_level(tmp_path: Path
     for p in "LBG":
         top = len(sim.processor(p).freqs_khz)
         assert frame[(p, 1)] > 1.5 * frame[(p, top)], frame[p]
+    # Energy on every row (the simulated logger by default), and the power attributed to
+    # each layer is the board's modelled power with that processor busy at that level:
+    # idle + every static + C_eff V^2 f of the busy one (data/boards/sim.toml).
+    assert df["energy_mj"].gt(0).all() and df["fps_per_w"].gt(0).all()
+    assert df["lost_frames"].eq(0).all()
+    idle_w = sim.extra["sim"]["idle_power_mw"] / 1000
+    static_w = sum(sim_model.constants(p).p_static_mw for p in sim.processors.values()) / 1000
+    for (p, khz), sub in df.groupby(["processor", "freq_khz"]):
+        proc = sim.processor(p)
+        busy_w = (sim_model.power_mw(proc, khz) - sim_model.constants(proc).p_static_mw) / 1000
+        assert sub["power_w"].median() == pytest.approx(idle_w + static_w + busy_w, rel=0.01)
 
 
 class EffectiveWatch(LayerHooks):
@@ -347,3 +360,47 @@ def test_no_recorded_frame_runs_before_the_new_level_is_in_effect(tmp_path: Path
     Sweep(sim, MODEL, pairs, tmp_path / "o", SweepSettings(frames=2, warmup=0),
           hooks=watch).run()
     assert watch.seen == [p.freq_khz for p in pairs for _ in range(2)]
+
+
+class PullCable(LayerHooks):
+    """Pulls the simulated logger's cable in the middle of the second pair."""
+
+    def __init__(self, frames_per_pair: int) -> None:
+        self.after = frames_per_pair + 1
+        self.seen = 0
+        self.power = None
+
+    def after_frame(self, frame: int, warmup: bool) -> None:
+        self.seen += 1
+        if self.seen == self.after:
+            self.power.source.virtual.close_port()
+
+
+def test_a_logger_lost_mid_sweep_keeps_the_finished_pairs_and_resumes(tmp_path: Path) -> None:
+    import argparse
+
+    from profiler.cli.sweep import open_power
+    from profiler.errors import PowerSourceError
+
+    sim = load_board("sim")
+    g = sim.processor("G")
+    pairs = [Pair("G", 1, g.freqs_khz[0]), Pair("G", 5, g.freqs_khz[4])]
+    settings = SweepSettings(frames=3, warmup=0)
+    opts = argparse.Namespace(power=None, marker=None, baseline_s=0.02, rate=None)
+    power, model = open_power(opts, sim)
+    cable = PullCable(settings.frames)
+    cable.power = power
+    with pytest.raises(PowerSourceError):
+        Sweep(sim, MODEL, pairs, tmp_path / "o", settings, power=power, sim_power=model,
+              hooks=cable).run()
+    df = pd.read_csv(tmp_path / "o" / "sweep.csv")
+    assert len(df) == N_LAYERS and set(df["freq_level"]) == {1}  # pair 2 not written
+    assert df["energy_mj"].gt(0).all()
+    # A new logger session finishes the sweep; pair 1 is not measured again.
+    power, model = open_power(opts, sim)
+    res = Sweep(sim, MODEL, pairs, tmp_path / "o", settings, power=power, sim_power=model,
+                resume=True).run()
+    assert [p.level for p in res.skipped] == [1] and [r.pair.level for r in res.done] == [5]
+    df = pd.read_csv(tmp_path / "o" / "sweep.csv")
+    assert sorted(set(df["freq_level"])) == [1, 5] and len(df) == 2 * N_LAYERS
+    assert df["energy_mj"].notna().all()
