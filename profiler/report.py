@@ -6,7 +6,8 @@
 What it recognises, by each CSV's JSON sidecar (same stem) and columns:
 
 - layer runs (`coupprof layers`, sidecar format coupprof-layers/1): metadata, the
-  layer table and totals; all layer runs together in one `layers` figure;
+  layer table and totals, a `timeline` figure when the run kept raw rows and a power
+  trace; all layer runs together in one `layers` figure;
 - sweeps (`coupprof sweep`, DIR/sweep.csv + sweep.json): the pairs and their totals,
   the `efficiency` figure (when the sweep has power columns) and `layers` at the top level;
 - transfer matrices (`coupprof transfer-matrix`): the src x dst summary and the
@@ -205,7 +206,20 @@ def _layer_section(report: Report, f: Found) -> pd.DataFrame:
         total += f", {tot['fps_per_w']:.2f} FPS/W"
     if "lost_frames" in tot:
         total += f"; logger frames lost: {int(tot['lost_frames'])}"
-    report.add(TableBlock(table, total + ".", digits={"KiB in": 1, "KiB out": 1, "MMAC": 2}))
+    report.add(TableBlock(table, total + ".", digits={"KiB in": 1, "KiB out": 1, "MMAC": 2,
+                                                         "FPS/W": 1}))
+    if t.frames is not None:
+        from profiler.plots import timeline_figure
+        from profiler.plots.timeline import run_trace
+
+        found = run_trace(f.csv)  # the power trace the run kept, with its clock fit
+        if found is not None:
+            trace_path, trace = found
+            layers = pd.concat([t.layers.assign(kind="layer"), t.frames.assign(kind="frame")],
+                               ignore_index=True)
+            _figure(report, f"{f.csv.stem}-timeline", lambda: timeline_figure(
+                trace, layers, trace_src=trace_path, layers_src=rel),
+                "one frame's power trace with the layer windows shaded")
     return t.layers.assign(run=f.csv.stem)
 
 
@@ -242,7 +256,7 @@ def _sweep_section(report: Report, f: Found) -> None:
             row["warning"] = p["warning"]
         rows.append(row)
     report.add(TableBlock(pd.DataFrame(rows), "compute ms and energy mJ: sums of the layers' "
-                          "means per frame; latency adds the hand-overs."))
+                          "means per frame; latency adds the hand-overs.", digits={"FPS/W": 1}))
     stem = f.csv.parent.name if f.csv.name == "sweep.csv" else f.csv.stem
     _figure(report, f"{stem}-efficiency", lambda: efficiency_figure(df, rel),
             "FPS/W per layer against frequency, one panel per processor")
