@@ -4,6 +4,7 @@ real images, and a CSV without the needed columns is a one-line exit 2."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -24,10 +25,11 @@ from profiler.plots import (
     efficiency_figure,
     layers_figure,
     read_csv,
-    save,
     timeline_figure,
     transfers_figure,
 )
+from profiler.power.clockmap import ClockMap
+from profiler.power.trace import Trace
 
 COUPPROF = str(Path(sys.executable).with_name("coupprof"))
 
@@ -61,25 +63,14 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
         "--csv", "raw.csv", cwd=d)
     out, err = collect.communicate(timeout=60)
     assert collect.returncode == 0, err
+    # The simulated board: energy from its virtual logger (the default power source there).
+    cli("sweep", "--board", "sim", "--processors", "L,B,G", "--freqs", "1,3", "--frames", "3",
+        "--warmup", "1", "--baseline-s", "0.05", "-o", "simsweep", cwd=d)
+    cli("layers", "--board", "sim", "--processor", "G", "--freq", "4", "--frames", "10",
+        "--warmup", "1", "--raw", "--baseline-s", "0.05", "--csv", "simG.csv", cwd=d)
     return {"dir": d, "sweep": d / "sweep" / "sweep.csv", "tm": d / "tm.csv",
-            "trace": d / "trace.csv", "raw": d / "raw.csv"}
-
-
-def with_sim_power(sweep_csv: Path, out: Path) -> Path:
-    """The host sweep's rows with energy from the simulated board's power model
-    (P = P_static + C V^2 f, data/boards/sim.toml) at each row's level.
-
-    Stand-in until `coupprof sweep --board sim` writes power columns itself."""
-    df = pd.read_csv(sweep_csv)
-    sim = load_board("sim")
-    p_w = [sim_model.power_mw(sim.processor(r.processor),
-                              sim.processor(r.processor).freqs_khz[int(r.freq_level) - 1]) / 1000
-           for r in df.itertuples()]
-    df["power_w"] = p_w
-    df["energy_mj"] = df["time_ms_mean"] * df["power_w"]
-    df["fps_per_w"] = 1000.0 / df["energy_mj"]
-    df.to_csv(out, index=False)
-    return out
+            "trace": d / "trace.csv", "raw": d / "raw.csv",
+            "simsweep": d / "simsweep" / "sweep.csv", "simG": d / "simG.csv"}
 
 
 def visible_axes(fig) -> list:
@@ -100,23 +91,27 @@ def assert_png(path: Path, min_w: int = 600) -> None:
 
 
 def test_efficiency_one_panel_per_processor_lines_per_layer(runs: dict[str, Path]) -> None:
-    csv = with_sim_power(runs["sweep"], runs["dir"] / "sweep-power.csv")
+    csv = runs["simsweep"]
     df = read_csv(csv)
     fig = efficiency_figure(df, csv)
     axes = visible_axes(fig)
-    assert [a.get_title() for a in axes] == ["L (little CPU)", "B (big CPU)"]
+    assert [a.get_title() for a in axes] == ["L (little CPU)", "B (big CPU)", "G (GPU)"]
+    sim = load_board("sim")
     n_layers = df["layer"].nunique()
-    for ax, letter, freqs in zip(axes, "LB", (L_FREQS_KHZ, B_FREQS_KHZ), strict=True):
+    for ax, letter in zip(axes, "LBG", strict=True):
+        freqs = sim.processor(letter).freqs_khz
         lines = ax.get_lines()
         assert len(lines) == n_layers
         for line in lines:
             layer = int(line.get_label().split()[-1])
             want = df[(df.processor == letter) & (df.layer == layer)].sort_values("freq_khz")
-            np.testing.assert_allclose(line.get_xdata(), np.array(freqs) / 1000)
+            np.testing.assert_allclose(line.get_xdata(), [freqs[0] / 1000, freqs[2] / 1000])
             np.testing.assert_allclose(line.get_ydata(), want["fps_per_w"])
         assert "MHz" in ax.get_xlabel() and "FPS/W" in ax.get_ylabel()
-    out = save(fig, runs["dir"] / "eff.png")
-    assert_png(out)
+    assert "[SIMULATED]" in fig.get_suptitle()
+    r = cli("plot", "efficiency", str(csv.parent), cwd=runs["dir"])  # the sweep's directory
+    assert f"wrote {csv.parent / 'efficiency.png'}" in r.stdout
+    assert_png(csv.parent / "efficiency.png")
 
 
 def test_efficiency_without_power_columns_is_bad_input(runs: dict[str, Path]) -> None:
@@ -151,15 +146,18 @@ def test_layers_bars_match_the_csv_at_the_chosen_level(runs: dict[str, Path]) ->
 
 
 def test_layers_with_power_has_three_panels(runs: dict[str, Path]) -> None:
-    csv = with_sim_power(runs["sweep"], runs["dir"] / "sweep-power2.csv")
+    csv = runs["simsweep"]
     df = read_csv(csv)
-    fig = layers_figure(df, csv)
+    fig = layers_figure(df, csv)  # each processor at its highest measured level (3)
     axes = visible_axes(fig)
     assert [a.get_ylabel().split("\n")[0] for a in axes] == [
         "time per frame (ms)", "energy per frame (mJ)", "FPS/W (J⁻¹)"]
-    want = df[(df.processor == "B") & (df.freq_level == len(B_FREQS_KHZ))].sort_values("layer")
-    np.testing.assert_allclose([p.get_height() for p in bars(axes[1])[1].patches],
-                               want["energy_mj"])
+    for j, letter in enumerate("LBG"):
+        want = df[(df.processor == letter) & (df.freq_level == 3)].sort_values("layer")
+        np.testing.assert_allclose([p.get_height() for p in bars(axes[1])[j].patches],
+                                   want["energy_mj"])
+        np.testing.assert_allclose([p.get_height() for p in bars(axes[2])[j].patches],
+                                   want["fps_per_w"])
     r = cli("plot", "layers", str(csv), "-o", "layers.png", cwd=runs["dir"])
     assert "wrote layers.png" in r.stdout
     assert_png(runs["dir"] / "layers.png")
@@ -227,6 +225,40 @@ def test_timeline_shades_each_layer_of_the_frame_over_the_trace(runs: dict[str, 
     assert_png(runs["dir"] / "tl.png")
 
 
+def test_timeline_of_a_simulated_run_uses_its_own_trace_and_clock_fit(runs: dict[str, Path]) -> None:
+    csv = runs["simG"]
+    meta = json.loads(csv.with_suffix(".json").read_text())
+    # Ground truth, read independently: the run's trace directory on the logger's clock
+    # and the clock fit its sidecar recorded.
+    trace = Trace.load(runs["dir"] / Path(meta["extra"]["trace_dir"]).name)
+    cmap = ClockMap.from_dict(meta["extra"]["clock_map"])
+    host = cmap.to_host_ns(trace.t_us)
+    r = cli("plot", "timeline", str(csv), "-o", "simG.png", cwd=runs["dir"])
+    assert "wrote simG.png" in r.stdout
+    assert_png(runs["dir"] / "simG.png")
+    from profiler.plots.timeline import run_trace
+
+    found = run_trace(csv)
+    assert found is not None
+    fig = timeline_figure(found[1], read_csv(csv))
+    line = visible_axes(fig)[0].get_lines()[0]
+    raw = read_csv(csv)
+    k = int(fig.axes[-1].get_xlabel().split("frame ")[1].split(",")[0])
+    t0 = int(raw[(raw.kind == "frame") & (raw.frame == k)]["transfer_start_ns"].min())
+    x_ns = np.round(np.asarray(line.get_xdata()) * 1e6 + t0).astype(np.int64)
+    idx = np.searchsorted(host, x_ns)
+    np.testing.assert_array_equal(host[idx], x_ns)
+    np.testing.assert_allclose(line.get_ydata(), trace.power_w[idx])
+    # While the marker is high the simulated board draws idle + statics + G's dynamic
+    # power at 600 MHz; the shown samples reach exactly that.
+    sim = load_board("sim")
+    g = sim.processor("G")
+    busy = (sim.extra["sim"]["idle_power_mw"]
+            + sum(sim_model.constants(p).p_static_mw for p in sim.processors.values())
+            + sim_model.power_mw(g, 600_000) - sim_model.constants(g).p_static_mw) / 1000
+    assert float(np.max(line.get_ydata())) == pytest.approx(busy, rel=1e-3)
+
+
 def test_timeline_bad_inputs(runs: dict[str, Path]) -> None:
     d = runs["dir"]
     trace, raw = read_csv(runs["trace"]), read_csv(runs["raw"])
@@ -242,7 +274,7 @@ def test_timeline_bad_inputs(runs: dict[str, Path]) -> None:
     # A sweep CSV has no frame rows (no --raw).
     with pytest.raises(BadInputError, match="coupprof layers --raw"):
         timeline_figure(trace, read_csv(runs["sweep"]))
-    r = cli("plot", "timeline", str(runs["trace"]), cwd=d, check=False)
-    assert r.returncode == 2 and "timeline takes two CSVs" in r.stderr
+    r = cli("plot", "timeline", str(runs["raw"]), cwd=d, check=False)  # no trace in its sidecar
+    assert r.returncode == 2 and "names no power trace" in r.stderr
     r = cli("plot", "layers", "missing.csv", cwd=d, check=False)
     assert r.returncode == 2 and "CSV not found: missing.csv" in r.stderr

@@ -26,8 +26,9 @@ KIND_HELP = {
               "or a sweep CSV (one level per processor, --level)",
     "transfers": "src->dst hand-over time per layer boundary (Fig. 18); input: the "
                  "transfer-matrix CSV",
-    "timeline": "one frame's power trace with layer windows shaded; input: a trace CSV "
-                "(coupprof collect) or trace directory, and a layers CSV written with --raw",
+    "timeline": "one frame's power trace with layer windows shaded; input: a layers CSV "
+                "written with --raw by a run with a power source (its trace is found through the "
+                "sidecar), or a trace CSV (coupprof collect) or directory plus that layers CSV",
 }
 
 
@@ -48,7 +49,7 @@ def register(subparsers: Any) -> None:
     p.add_argument("--level", default="max", metavar="K|min|max",
                    help="layers: the level of each processor to show from a sweep (default: max)")
     p.add_argument("--frame", type=int, default=None,
-                   help="timeline: the frame to show (default: the middle one the trace covers)")
+                   help="timeline: the frame to show (default: a typical one, of median duration, among those the trace covers)")
     p.add_argument("--cross-only", action="store_true",
                    help="transfers: leave out the same-processor baseline (src = dst)")
     p.set_defaults(func=run)
@@ -63,22 +64,13 @@ def _concat(paths: list[Path]) -> pd.DataFrame:
 
 def figure(args: argparse.Namespace) -> Any:
     from profiler import plots
-    from profiler.plots.common import read_csv
 
     # A sweep's output directory stands for its sweep.csv.
     paths: list[Path] = [p / "sweep.csv" if p.is_dir() and (p / "sweep.csv").is_file() else p
                          for p in args.csv]
     source = ", ".join(str(p) for p in paths)
     if args.kind == "timeline":
-        if len(paths) != 2:
-            raise BadInputError(f"timeline takes two CSVs (a power trace and a layer CSV), got {len(paths)}",
-                                "e.g. `coupprof plot timeline trace.csv layers.csv -o t.png`")
-        from profiler.plots.timeline import read_trace_dir
-
-        a, b = (read_trace_dir(p) if p.is_dir() else read_csv(p) for p in paths)
-        if plots.timeline.is_trace(b) and not plots.timeline.is_trace(a):
-            (a, b), paths = (b, a), paths[::-1]
-        return plots.timeline_figure(a, b, frame=args.frame, trace_src=paths[0], layers_src=paths[1])
+        return timeline(paths, args.frame)
     df = _concat(paths)
     if args.kind == "efficiency":
         return plots.efficiency_figure(df, source)
@@ -92,6 +84,41 @@ def figure(args: argparse.Namespace) -> Any:
                                     "e.g. --level 4") from None
         return plots.layers_figure(df, source, level=level)
     return plots.transfers_figure(df, source, include_same=not args.cross_only)
+
+
+def timeline(paths: list[Path], frame: int | None) -> Any:
+    """One layer CSV (its run kept a trace), or a trace (CSV or directory) and a layer CSV."""
+    from profiler import plots
+    from profiler.plots.common import read_csv
+    from profiler.plots.timeline import read_trace_dir, run_trace
+
+    usage = ("e.g. `coupprof plot timeline layers.csv` (a run with --raw and a power source) or "
+             "`coupprof plot timeline trace.csv layers.csv`")
+    if len(paths) == 1:
+        found = run_trace(paths[0])
+        if found is None:
+            raise BadInputError(f"{paths[0]} names no power trace with a clock fit in its sidecar",
+                                "pass the trace too: " + usage)
+        trace_path, trace = found
+        return plots.timeline_figure(trace, read_csv(paths[0]), frame=frame,
+                                     trace_src=trace_path, layers_src=paths[0])
+    if len(paths) != 2:
+        raise BadInputError(f"timeline takes a layer CSV and optionally its trace, got {len(paths)} "
+                            "files", usage)
+    if paths[0].is_dir() or (not paths[1].is_dir() and plots.timeline.is_trace(read_csv(paths[0]))):
+        trace_path, layers_path = paths
+    else:
+        layers_path, trace_path = paths
+    layers = read_csv(layers_path)
+    if trace_path.is_dir():
+        from profiler.plots.common import sidecar
+
+        clock = (sidecar(layers_path).get("extra", {}) or {}).get("clock_map")
+        trace = read_trace_dir(trace_path, clock)
+    else:
+        trace = read_csv(trace_path)
+    return plots.timeline_figure(trace, layers, frame=frame, trace_src=trace_path,
+                                 layers_src=layers_path)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -3,19 +3,22 @@
 Inputs, both on the host clock (`time.perf_counter_ns`, CLOCK_MONOTONIC on Linux,
 shared by every process of the machine):
 
-- a power trace CSV as `coupprof collect` writes it (`Trace.to_csv`): t_us,
-  host_ns, current_a, bus_v, power_w, markers. host_ns is filled in only when the
-  logger clock was mapped onto the host's (matched marker edges);
+- a power trace: the CSV `coupprof collect` writes (`Trace.to_csv`: t_us,
+  host_ns, current_a, bus_v, power_w, markers; host_ns is filled in only when the
+  logger clock was mapped onto the host's), or a binary trace directory — such as
+  the one a `coupprof layers` run with a streaming power source keeps beside its
+  CSV, whose sidecar holds the clock fit (`run_trace` finds both);
 - a layer CSV written with `--raw`: its frame rows carry transfer_start_ns,
   transfer_end_ns, start_ns, end_ns per layer and frame.
 
-The frame shown is `frame` if given, else the middle one of the frames the trace
-covers. The lower panel shows marker line 0 as the logger saw it.
+The frame shown is `frame` if given, else a typical one: of the frames the trace
+covers, the one whose duration is closest to their median. The lower panel shows marker line 0 as the logger saw it.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -36,18 +39,40 @@ def is_trace(df: pd.DataFrame) -> bool:
     return "power_w" in df.columns and "t_us" in df.columns
 
 
-def read_trace_dir(path: str | Path) -> pd.DataFrame:
-    """A binary trace directory (`Trace.save`, the collector's --trace-dir, a run's
-    .trace) as the same columns as the trace CSV; host_ns needs its clock map."""
+def read_trace_dir(path: str | Path, clock: dict[str, Any] | None = None) -> pd.DataFrame:
+    """A binary trace directory (`Trace.save`: the collector's --trace-dir, the .trace a
+    `coupprof layers` run with a streaming power source keeps) as the trace CSV's columns.
+
+    host_ns needs the logger-to-host clock map: the trace's own, else `clock` (a
+    `ClockMap.to_dict()`, e.g. the layer run's sidecar `extra.clock_map`)."""
+    from profiler.power.clockmap import ClockMap
     from profiler.power.trace import Trace
 
     trace = Trace.load(path)
-    if trace.clock is None:
+    cmap = trace.clock or (ClockMap.from_dict(clock) if clock else None)
+    if cmap is None:
         raise BadInputError(f"the trace {path} has no clock map (logger clock -> host clock)",
-                            "pass the trace CSV of `coupprof collect`, or a trace saved after "
-                            "its clock was fitted")
-    return pd.DataFrame({"t_us": np.asarray(trace.t_us), "host_ns": trace.host_ns,
+                            "pass the layer CSV of the run that recorded it (its sidecar has the "
+                            "clock map), or the trace CSV of `coupprof collect`")
+    return pd.DataFrame({"t_us": np.asarray(trace.t_us), "host_ns": cmap.to_host_ns(trace.t_us),
                          "power_w": trace.power_w, "markers": np.asarray(trace.markers)})
+
+
+def run_trace(layers_csv: str | Path) -> tuple[Path, pd.DataFrame] | None:
+    """The power trace a `coupprof layers` run kept (sidecar `extra.trace_dir`), mapped onto
+    the host clock with the run's own clock fit (`extra.clock_map`); None if it kept none."""
+    from profiler.plots.common import sidecar
+
+    csv = Path(layers_csv)
+    extra = sidecar(csv).get("extra", {}) or {}
+    name, clock = extra.get("trace_dir"), extra.get("clock_map")
+    if not name or not clock:
+        return None
+    # Recorded relative to where the run was started; it sits beside the CSV.
+    for cand in (Path(name), csv.parent / Path(name).name):
+        if (cand / "meta.json").is_file():
+            return cand, read_trace_dir(cand, clock)
+    return None
 
 
 def frame_rows(df: pd.DataFrame) -> pd.DataFrame:
@@ -81,7 +106,9 @@ def choose_frame(frames: pd.DataFrame, trace: pd.DataFrame, frame: int | None,
             f"the trace {trace_src} (host time {lo / 1e9:.3f}..{hi / 1e9:.3f} s) covers no frame of "
             f"{layers_src} ({int(win['t0_ns'].min()) / 1e9:.3f}..{int(win['t1_ns'].max()) / 1e9:.3f} s)",
             "record the trace while the layers run (same machine, same boot)")
-    return int(covered.index[len(covered) // 2])
+    # A typical frame: the one whose duration is closest to the median of those covered.
+    dur = covered["t1_ns"] - covered["t0_ns"]
+    return int((dur - dur.median()).abs().idxmin())
 
 
 def window_energy_mj(host_ns: np.ndarray, power_w: np.ndarray, t0_ns: int, t1_ns: int) -> float:
@@ -127,8 +154,10 @@ def timeline_figure(trace: pd.DataFrame, layers: pd.DataFrame, frame: int | None
         if n_layers <= 40:
             ax.text((a + b) / 2, 1.0, str(int(r.layer)), transform=ax.get_xaxis_transform(),
                     ha="center", va="bottom", fontsize=7 if n_layers > 20 else 8)
+    # Steps centred on the samples: power changes in steps at layer boundaries, and a
+    # sloped line between two samples would suggest a ramp nobody measured.
     ax.plot(x_ms, power, color="black", lw=1.0, marker="." if len(x_ms) < 200 else None, ms=3,
-            label="power", zorder=3)
+            drawstyle="steps-mid", label="power (samples)", zorder=3)
     energy_mj = window_energy_mj(win["host_ns"].to_numpy(dtype=np.int64), power, t0, t1)
     ax.set_ylabel("power (W)")
     ax.set_xlim((lo - t0) / 1e6, (hi - t0) / 1e6)
