@@ -95,6 +95,10 @@ def register(subparsers: Any) -> None:
                     "(default: sim with --power sim, else none)")
     pw.add_argument("--baseline-s", type=float, default=0.5, metavar="S",
                     help="idle baseline measured before the run, seconds (default: 0.5)")
+    pw.add_argument("--counter-updates", type=positive_int, default=20, metavar="N",
+                    help="counter sources: repeat each layer until its window spans N counter "
+                    "updates (error <= 1/N; NVML updates every ~100 ms, so N=20 is ~2 s per "
+                    "layer; default: 20)")
     pw.add_argument("--rate", type=int, default=None, metavar="HZ",
                     help="ask the logger for this sample rate (default: the firmware's)")
     p.set_defaults(func=run)
@@ -183,7 +187,8 @@ def open_power(args: argparse.Namespace, board: Board, csv_path: Path) -> tuple[
     marker = None
     if source.mode == "stream":
         marker = open_marker(marker_spec, sim_sink=source if source.kind == "sim" else None)
-    return PowerSession(source, marker, baseline_s=args.baseline_s), model
+    return PowerSession(source, marker, baseline_s=args.baseline_s,
+                        counter_updates=args.counter_updates), model
 
 
 def default_csv_path(model: Path, letter: str) -> Path:

@@ -101,13 +101,15 @@ class PowerSession:
     """Use as a context manager around the runner; see the module docstring."""
 
     def __init__(self, source: PowerSource, marker: Marker | None, *, baseline_s: float = 0.5,
-                 clock: Clock = perf_clock) -> None:
+                 counter_updates: int = 20, clock: Clock = perf_clock) -> None:
         self.source = source
+        self.counter_updates = counter_updates
         self.marker = marker
         self.baseline_s = baseline_s
         self.clock = clock
         self._hooks: MarkerHooks | None = None
         self._baseline_window: tuple[int, int] | None = None
+        self._counter_baseline_w = 0.0
         self._started = False
 
     @property
@@ -139,10 +141,20 @@ class PowerSession:
         return self._hooks
 
     def begin(self) -> None:
-        """Start the stream and measure the idle baseline (marker low, nothing running)."""
-        if isinstance(self.source, StreamSource):
-            self.source.start()
+        """Start the stream and measure the idle baseline (marker low, nothing running).
+
+        Before the run, not after it: a GPU stays clocked up for seconds after work."""
+        src = self.source
+        if isinstance(src, StreamSource):
+            src.start()
             self._started = True
+        if isinstance(src, CounterSource):
+            # The counter window must span many updates to resolve the idle power.
+            t0, e0 = src.wait_for_tick()
+            time.sleep(max(self.baseline_s, 20 * src.update_interval_ns / 1e9))
+            self._counter_baseline_w = (src.read_energy_mj() - e0) * 1e6 / max(self.clock() - t0, 1)
+            self._baseline_window = (t0, self.clock())
+            return
         t0 = self.clock()
         time.sleep(self.baseline_s)
         self._baseline_window = (t0, self.clock())
@@ -193,9 +205,14 @@ class PowerSession:
             if not covered.any():
                 return PowerResult(info=info, error=error)
         frames = ts.shape[0]
-        att = attribute(ts[:, :, 2], ts[:, :, 3], trace, baseline_power_w=baseline,
-                        levels=(1, 0), start_lo_ns=self._hooks.rise[:frames, :, 0],
-                        end_hi_ns=self._hooks.fall[:frames, :, 1])
+        start, end = ts[:, :, 2], ts[:, :, 3]
+        start_lo, end_hi = self._hooks.rise[:frames, :, 0], self._hooks.fall[:frames, :, 1]
+        local = local_offset(getattr(src, "fit", None), host_t)
+        if local is not None:
+            # Look for each boundary's edge where the clock map's neighbours say it is.
+            start, end, start_lo, end_hi = (v - local(v) for v in (start, end, start_lo, end_hi))
+        att = attribute(start, end, trace, baseline_power_w=baseline, levels=(1, 0),
+                        start_lo_ns=start_lo, end_hi_ns=end_hi)
         info.update({
             "baseline_power_w": baseline,
             "baseline_s": self.baseline_s,
@@ -213,16 +230,13 @@ class PowerSession:
                         progress: Callable[[int, int], None] | None) -> PowerResult:
         src = self.source
         assert isinstance(src, CounterSource)
-        b0, b1 = self._baseline_window or (0, 0)
         info: dict[str, Any] = {"power_source": src.info().to_dict()}
+        baseline = self._counter_baseline_w
         try:
-            e0 = src.read_energy_mj()
-            t0 = self.clock()
-            time.sleep(max(self.baseline_s, 20 * src.update_interval_ns / 1e9))
-            baseline = (src.read_energy_mj() - e0) * 1e6 / max(self.clock() - t0, 1)
             reps = []
             for i, call in enumerate(calls):
-                reps.append(measure_repeated(call, src, baseline_power_w=baseline))
+                reps.append(measure_repeated(call, src, baseline_power_w=baseline,
+                                             min_updates=self.counter_updates))
                 if progress:
                     progress(i + 1, len(calls))
         except PowerSourceError as err:
@@ -256,6 +270,37 @@ class PowerSession:
             with contextlib.suppress(ProfilerError):
                 self.source.stop_capture()  # type: ignore[attr-defined]
             self._started = False
+
+
+def local_offset(fit: Any, host_ns: np.ndarray, neighbours: int = 7,
+                 ) -> Callable[[np.ndarray], np.ndarray] | None:
+    """Where the logger's edges lie around host time t, relative to the fitted line.
+
+    The clock map is one line (offset and drift), which is what integration needs. But
+    the logger's clock can wander off a line by more than the edge-matching tolerance
+    over a run: a ceramic resonator's rate follows its temperature, and the simavr rig,
+    paced to the wall clock, falls behind and catches up with the host's load. Each
+    matched edge's residual (host time - mapped edge time) says how far off the line
+    it is; a running median over ``neighbours`` matched edges follows the wander
+    without following one late marker call. Returns ``t -> residual`` (int64 ns) for
+    shifting host boundaries onto the trace's time axis before matching, or None
+    without a fit."""
+    if fit is None or getattr(fit, "host_index", np.zeros(0)).size < 3:
+        return None
+    order = np.argsort(fit.host_index, kind="stable")
+    at = np.asarray(host_ns, dtype=np.int64)[fit.host_index[order]]
+    r = np.asarray(fit.residual_ns, dtype=np.float64)[order]
+    k = min(neighbours, r.size) | 1  # odd: a centred window
+    windows = np.lib.stride_tricks.sliding_window_view(np.pad(r, k // 2, mode="edge"), k)
+    smooth = np.median(windows, axis=1)
+    t0 = int(at[0])
+    x = (at - t0).astype(np.float64)
+
+    def residual_at(t: np.ndarray) -> np.ndarray:
+        tt = (np.asarray(t, dtype=np.int64) - t0).astype(np.float64)
+        return np.rint(np.interp(tt, x, smooth)).astype(np.int64)
+
+    return residual_at
 
 
 def _capture_info(trace: Any, src: Any) -> dict[str, Any]:

@@ -21,10 +21,9 @@ from profiler.power.sources.base import SourceInfo, StreamSource
 from profiler.power.trace import Trace
 
 #: How long one reading averages over, per front end (IDENT does not say): an INA226
-#: conversion at the firmware's 140 us setting; the A0 ADC's sample-and-hold (~13.5
-#: ADC clocks at 250 kHz); the virtual logger samples instants.
-SAMPLE_WINDOW_NS = {P.FrontEnd.INA226: 140_000, P.FrontEnd.SHUNT_AMP: 52_000,
-                    P.FrontEnd.SYNTHETIC: 0}
+#: conversion at the firmware's 140 us setting; the virtual logger samples instants.
+#: The A0 front end is not fixed: see `sample_window_ns`.
+SAMPLE_WINDOW_NS = {P.FrontEnd.INA226: 140_000, P.FrontEnd.SYNTHETIC: 0}
 
 
 class ArduinoSource(StreamSource):
@@ -74,10 +73,17 @@ class ArduinoSource(StreamSource):
 
     @property
     def sample_window_ns(self) -> int:
-        if self.logger is None:
+        """How long one sample averages the current over (for attribution's guard)."""
+        lg = self.logger
+        if lg is None:
             return 0
-        return SAMPLE_WINDOW_NS.get(P.FrontEnd(self.logger.front_end), 0) \
-            if self.logger.front_end in P.FrontEnd._value2member_map_ else 0
+        if lg.front_end == P.FrontEnd.SHUNT_AMP:
+            # Each A0 sample is the mean of k back-to-back conversions filling its sample
+            # period (firmware/coupprof_logger/frontend_a0.cpp); k is not in IDENT, so take
+            # the whole period: a sample counts as inside a layer only if all of it is.
+            return int(1e9 / lg.rate_hz) if lg.rate_hz > 0 else 0
+        return SAMPLE_WINDOW_NS.get(P.FrontEnd(lg.front_end), 0) \
+            if lg.front_end in P.FrontEnd._value2member_map_ else 0
 
     # -- StreamSource -----------------------------------------------------------------
     def start(self) -> None:
