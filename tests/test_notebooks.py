@@ -49,18 +49,23 @@ def kernel_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """Short runs on the simulated board (energy from its virtual logger), plus a sweep on
+    a fake host without a power source for the notebooks' no-energy branches."""
     d = tmp_path_factory.mktemp("nb-runs")
-    fake = build_fake_host(d / "fake")
-    board = ["--board", "host", "--sysfs-root", str(fake.sys)]
-    cli("layers", *board, "--processor", "L", "--frames", "5", "--warmup", "1",
+    sim = ["--board", "sim", "--baseline-s", "0.05"]
+    cli("layers", *sim, "--processor", "L", "--freq", "max", "--frames", "5", "--warmup", "1",
         "--csv", "layers-L.csv", cwd=d)
-    cli("layers", *board, "--processor", "B", "--frames", "20", "--warmup", "1", "--raw",
-        "--csv", "layers-B.csv", cwd=d)
-    cli("sweep", *board, "--frames", "2", "--warmup", "0", "-o", "sweep", cwd=d)
-    cli("transfer-matrix", *board, "--processors", "L,B", "--frames", "3", "--warmup", "0",
-        "--csv", "transfers.csv", cwd=d)
-    return {"dir": d, "L": d / "layers-L.csv", "B": d / "layers-B.csv", "sweep": d / "sweep",
-            "tm": d / "transfers.csv"}
+    cli("layers", *sim, "--processor", "G", "--freq", "4", "--frames", "20", "--warmup", "1",
+        "--raw", "--csv", "layers-G.csv", cwd=d)
+    cli("sweep", *sim, "--processors", "L,B,G", "--freqs", "1,2,3", "--frames", "3",
+        "--warmup", "1", "-o", "sweep", cwd=d)
+    cli("transfer-matrix", "--board", "sim", "--processors", "B,G", "--frames", "3",
+        "--warmup", "0", "--csv", "transfers.csv", cwd=d)
+    fake = build_fake_host(d / "fake")
+    cli("sweep", "--board", "host", "--sysfs-root", str(fake.sys), "--processors", "B",
+        "--freqs", "1,2", "--frames", "2", "--warmup", "0", "-o", "host-sweep", cwd=d)
+    return {"dir": d, "L": d / "layers-L.csv", "G": d / "layers-G.csv", "sweep": d / "sweep",
+            "tm": d / "transfers.csv", "host-sweep": d / "host-sweep"}
 
 
 def execute(name: str, params: str, kernel_path: Path, monkeypatch: pytest.MonkeyPatch,
@@ -105,22 +110,31 @@ def test_notebooks_have_a_parameters_cell_and_no_stored_outputs() -> None:
 
 def test_01_layer_profiles(runs: dict[str, Path], kernel_path: Path,
                            monkeypatch: pytest.MonkeyPatch) -> None:
-    nb = execute("01_layer_profiles.ipynb", f"LAYER_CSVS = [{str(runs['L'])!r}, {str(runs['B'])!r}]",
+    nb = execute("01_layer_profiles.ipynb", f"LAYER_CSVS = [{str(runs['L'])!r}, {str(runs['G'])!r}]",
                  kernel_path, monkeypatch, runs["dir"])
     images, text = outputs(nb)
-    assert images >= 3  # Fig. 17, GMAC/s, latency histogram
-    assert "on board host, processor L" in text and "processor B" in text
-    assert "layers-B" in text and "50%" in text  # the --raw run's latency percentiles
+    assert images >= 3  # Fig. 17 (with energy), GMAC/s, latency histogram
+    assert "on board sim, processor L" in text and "processor G" in text and "[SIMULAT" in text
+    assert "layers-G" in text and "50%" in text  # the --raw run's latency percentiles
 
 
-def test_02_dvfs_sweep(runs: dict[str, Path], kernel_path: Path,
-                       monkeypatch: pytest.MonkeyPatch) -> None:
+def test_02_dvfs_sweep_with_energy(runs: dict[str, Path], kernel_path: Path,
+                                   monkeypatch: pytest.MonkeyPatch) -> None:
     nb = execute("02_dvfs_sweep.ipynb", f"SWEEP_DIR = {str(runs['sweep'])!r}", kernel_path,
                  monkeypatch, runs["dir"])
     images, text = outputs(nb)
-    assert images >= 1
-    assert "board host" in text and "7 pairs" in text
-    # A host sweep has no power columns: the efficiency sections say what to run instead.
+    assert images >= 2  # frame time / speed-up, and the efficiency figure (Fig. 16)
+    assert "board sim" in text and "9 pairs" in text
+    assert "no power columns" not in text and "gain_vs_top_pct" in text
+
+
+def test_02_dvfs_sweep_without_energy(runs: dict[str, Path], kernel_path: Path,
+                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    nb = execute("02_dvfs_sweep.ipynb", f"SWEEP_DIR = {str(runs['host-sweep'])!r}", kernel_path,
+                 monkeypatch, runs["dir"])
+    images, text = outputs(nb)
+    assert images >= 1 and "board host" in text and "2 pairs" in text
+    # No power source: the efficiency sections say what to run instead.
     assert "no power columns" in text and "coupprof sweep --board sim" in text
 
 
@@ -130,4 +144,4 @@ def test_03_transfer_matrix(runs: dict[str, Path], kernel_path: Path,
                  monkeypatch, runs["dir"])
     images, text = outputs(nb)
     assert images >= 2  # Fig. 18 and time vs bytes
-    assert "14 boundaries" in text and "L->B" in text and "bandwidth_MB_per_s" in text
+    assert "14 boundaries" in text and "B->G" in text and "bandwidth_MB_per_s" in text
