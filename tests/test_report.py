@@ -55,6 +55,11 @@ def run_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
         "--csv", "layers-B.csv", cwd=d)
     _, err = collect.communicate(timeout=60)
     assert collect.returncode == 0, err
+    # Simulated board, with energy: a raw layer run (its trace kept) and a small sweep.
+    cli("layers", "--board", "sim", "--processor", "G", "--freq", "4", "--frames", "10",
+        "--warmup", "1", "--raw", "--baseline-s", "0.05", "--csv", "sim-G.csv", cwd=d)
+    cli("sweep", "--board", "sim", "--processors", "G", "--freqs", "1,5", "--frames", "3",
+        "--warmup", "1", "--baseline-s", "0.05", "-o", "simsweep", cwd=d)
     return d
 
 
@@ -73,7 +78,7 @@ def md_table_after(text: str, marker: str) -> list[list[str]]:
 
 def test_markdown_report_has_the_runs_tables_and_figures(run_dir: Path) -> None:
     r = cli("report", str(run_dir), cwd=run_dir.parent)
-    assert f"wrote {run_dir / 'report.md'}" in r.stdout and "5 result files" in r.stdout
+    assert f"wrote {run_dir / 'report.md'}" in r.stdout and "7 result files" in r.stdout
     text = (run_dir / "report.md").read_text()
     for heading in ("## Layer runs", "## Sweeps", "## Transfer matrices", "## Power traces"):
         assert heading in text
@@ -87,7 +92,7 @@ def test_markdown_report_has_the_runs_tables_and_figures(run_dir: Path) -> None:
         assert row[0] == str(want.layer) and row[2] == f"{want.time_ms_mean:.3f}"
 
     # One sweep row per (processor, level), in L, B order, with the table's frequencies.
-    sweep = md_table_after(text, "### Sweep:")
+    sweep = md_table_after(text, "From `sweep/sweep.csv`")
     assert sweep[0][:4] == ["processor", "level", "MHz", "read back MHz"]
     want = [("L", f / 1000) for f in L_FREQS_KHZ] + [("B", f / 1000) for f in B_FREQS_KHZ]
     assert [(r[0], float(r[2])) for r in sweep[1:]] == want
@@ -106,8 +111,16 @@ def test_markdown_report_has_the_runs_tables_and_figures(run_dir: Path) -> None:
 
     # Every linked figure exists and is a real image; the timeline was drawn from the trace.
     links = re.findall(r"!\[[^\]]*\]\(([^)]+)\)", text)
-    assert {Path(x).name for x in links} == {"layers.png", "sweep-layers.png",
-                                             "transfers-transfers.png", "trace-timeline.png"}
+    assert {Path(x).name for x in links} == {
+        "layers.png", "sweep-layers.png", "transfers-transfers.png", "trace-timeline.png",
+        "sim-G-timeline.png", "simsweep-efficiency.png", "simsweep-layers.png"}
+    # The simulated sweep has energy: its pairs table carries the CSV's sums per pair.
+    sim = pd.read_csv(run_dir / "simsweep" / "sweep.csv")
+    table = md_table_after(text, "From `simsweep/sweep.csv`")
+    assert table[0][-2:] == ["energy mJ", "FPS/W"]
+    for row in table[1:]:
+        want = sim[sim.freq_level == int(row[1])]["energy_mj"].sum()
+        assert row[-2] == f"{want:.3f}" and row[-1] == f"{1000 / want:.1f}"
     for link in links:
         img = mpimg.imread(run_dir / link)
         assert img.shape[0] > 300 and img[..., :3].std() > 0.05
@@ -120,7 +133,7 @@ def test_html_report_written_elsewhere_links_back_to_the_figures(run_dir: Path, 
     html = out.read_text()
     assert html.startswith("<!DOCTYPE html>") and html.count("<table>") >= 6
     srcs = re.findall(r'<img src="([^"]+)"', html)
-    assert len(srcs) == 4
+    assert len(srcs) == 7
     for src in srcs:
         assert (out.parent / src).resolve().is_file()
 
