@@ -32,7 +32,8 @@ connection cut in the middle) is forwarded through the stages in between.
   over (one frame: from its first hand-over to its completion). Per frame, the
   energy between consecutive completions is kept too, and the idle baseline
   measured before. In switch mode each stage also gets the board energy of its own
-  window (its first hand-over in .. its read-out done); in pipeline mode stages
+  window (its first hand-over in .. its read-out done; mean over the same frames);
+  in pipeline mode stages
   overlap, so per-stage board energy has no meaning and is not reported.
 * counter sources (NVML, RAPL, hwmon): the measured batch is repeated until the
   counter window spans enough updates; energy per frame = energy / frames.
@@ -472,9 +473,13 @@ def _stream_energy(run: MappedRun, cap: StreamCapture, stage_busy: np.ndarray) -
         run.energy_window_ns = (int(first_in[0]), int(done[0]))
         samples, lost = int(att.window_samples.sum()), int(att.window_lost_frames.sum())
     if run.mode == "switch":
-        starts = np.stack([run.ts_ns[:, st.first, TRANSFER_START]
+        # The frames inside the span energy_mj covers (all but the first, when there
+        # are several), so the stages' energies add up to at most a frame's (plus the
+        # read-out, during which the next stage may already have started).
+        rows = slice(1, None) if run.frames >= 2 else slice(None)
+        starts = np.stack([run.ts_ns[rows, st.first, TRANSFER_START]
                            for st in run.mapping.stages], axis=1)
-        st_att = cap.windows_on_host(starts, starts + stage_busy)
+        st_att = cap.windows_on_host(starts, starts + stage_busy[rows])
         run.stage_energy_mj = np.array([le.energy_mj for le in st_att.layers])
     run.power_info = {"baseline_power_w": cap.meter.baseline_w,
                       "energy_method": "board energy first..last completion / (frames - 1)"

@@ -25,9 +25,10 @@ Energy (only with a power source; the board's energy during one hand-over):
 
 * **streaming sources** (the logger, and ``sim``): the marker goes high right before
   ``t0`` (on src's thread) and low right after ``t1`` (on dst's thread) in every
-  measured hand-over; one capture spans the whole matrix, and each hand-over's energy
-  is integrated over its window between the logger's edges, exactly as `coupprof
-  layers` does for layers. ``energy_mj`` is the mean over the windows.
+  measured hand-over; one capture spans the whole matrix, the logger's clock is fitted
+  to those edges, and the trace is integrated over each timed window ``[t0, t1]``.
+  ``energy_mj`` = the mean power over the windows x the mean time (see
+  `_energy_from_windows` for why not the mean of the window energies).
 * **counter sources** (NVML, RAPL, hwmon) cannot resolve tens of microseconds: the
   energy of "run layer b on src, then hand over" minus that of "run layer b on src"
   alone, each per call from a window long enough for the counter.
@@ -285,13 +286,22 @@ def measure_transfer_matrix(
 
 def _energy_from_windows(cap: StreamCapture, samples: list[TransferSample],
                          windows: list[np.ndarray]) -> None:
-    """Each sample's energy: the mean over its hand-over windows, on the logger's edges."""
+    """Each sample's energy per hand-over: the board's mean power over its windows
+    times its mean time.
+
+    The windows are the timed [t0, t1] themselves, put on the logger's clock by the fit
+    over the marker edges (integrating between the edges would add the marker calls'
+    own microseconds, a large share of a 20-us hand-over). Windows shorter than the
+    sample period often hold no sample and are left out of the mean power; taking the
+    mean *energy* of the others instead would favour the longer windows."""
     if not samples:
         return
     w = np.stack(windows, axis=1)  # (reps, samples, 4)
-    att = cap.windows_on_edges(w[..., 1], w[..., 2], w[..., 0], w[..., 3])
+    att = cap.windows_on_host(w[..., 1], w[..., 2])
     for s, le in zip(samples, att.layers, strict=True):
-        s.energy_mj = float(le.energy_mj)
+        mean_ms = float(s.time_ns.mean()) / 1e6
+        s.energy_mj = float(le.power_w) * mean_ms if np.isfinite(le.power_w) \
+            else float(le.energy_mj)
 
 
 def _readout(loaded: _Loaded, b: int) -> list[np.ndarray]:

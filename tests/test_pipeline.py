@@ -183,6 +183,11 @@ def test_cli_runs_a_mapping_on_the_simulated_board(tmp_path: Path) -> None:
     assert meta["order"] == "LLLBBBBGGGGNNNN" and meta["simulated"] is True
     assert meta["prediction"]["mode"] == "pipeline"
     assert "predicted" in r.stdout and "simulated" in r.stdout
+    # sim is the default power source on the simulated board: energy measured and
+    # predicted (with the idle baseline, so not flagged as an upper bound).
+    assert summ.loc["energy_mj", "measured"] > 0 and summ.loc["energy_mj", "predicted"] > 0
+    assert meta["power_source"] == "sim" and meta["power"]["baseline_power_w"] > 0
+    assert "upper bound" not in meta["prediction"]["energy_note"]
 
 
 def test_cli_order_length_mismatch_states_the_count(tmp_path: Path) -> None:

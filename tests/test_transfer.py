@@ -199,10 +199,13 @@ def test_cli_on_the_simulated_board(tmp_path: Path) -> None:
     assert r.returncode == 0, r.stderr
     df = pd.read_csv(tmp_path / "t.csv")
     assert len(df) == 2 * 16 and (df["time_ms_mean"] > 0).all()
+    # The simulated board's virtual logger is the default power source there.
+    assert (df["energy_mj"] > 0).all() and "energy per hand-over" in r.stdout
     assert "src \\ dst" in r.stdout and "per boundary" in r.stdout
     assert "simulated" in r.stdout
     meta = json.loads((tmp_path / "t.json").read_text())
     assert meta["simulated"] is True and meta["layers"] > 2
+    assert meta["power_source"] == "sim" and meta["baseline_power_w"] > 0
 
 
 def test_cli_on_host_with_frequencies_held(tmp_path: Path) -> None:

@@ -97,22 +97,42 @@ def open_meter(args: argparse.Namespace, board: Board, stack: ExitStack,
                csv_path: Path) -> tuple[Any, Any]:
     """(EnergyMeter or None, the sim board's power model or None) for --power/--marker,
     opened and closed with `stack`. As `coupprof layers`: --power defaults to sim on the
-    simulated board, and a streaming source needs a marker (sim's is its own)."""
-    from types import SimpleNamespace
-
-    from profiler.cli.layers import open_power
+    simulated board, and a streaming source needs a marker wired to the logger (sim's
+    is the virtual logger's own input). A streaming capture keeps its raw trace beside
+    the results (the CSV path with .trace)."""
+    from profiler.markers import open_marker
     from profiler.meter import EnergyMeter
+    from profiler.power.sources import NoneSource, SourceHardware, open_power_source
 
     if args.baseline_s < 0:
         raise BadInputError(f"--baseline-s {args.baseline_s} is negative", "give seconds >= 0")
-    ns = SimpleNamespace(power=args.power, marker=args.marker, baseline_s=args.baseline_s,
-                         rate=getattr(args, "rate", None))
-    # A streaming capture keeps its raw trace beside the results (CSV path with .trace).
-    session, model = open_power(ns, board, Path(csv_path))
-    if session is None:
+    spec = args.power or ("sim" if board.simulated else "none")
+    model = None
+    extra: dict[str, Any] = {"trace_dir": Path(csv_path).with_suffix(".trace")}
+    if spec.split(":")[0].lower() == "sim":
+        if not board.simulated:
+            raise BoardError(f"--power sim needs the simulated board, not '{board.name}'",
+                             "use --board sim, or a real source such as arduino:PORT")
+        from profiler.simboard import SimPowerModel
+
+        model = SimPowerModel(board)
+        extra["sim_power_model"] = model
+    source = open_power_source(spec, SourceHardware(extra=extra))
+    if isinstance(source, NoneSource):
         return None, None
-    stack.enter_context(session)  # opens (and later closes) the source and the marker
-    return EnergyMeter(session.source, marker=session.marker, baseline_s=args.baseline_s), model
+    marker = None
+    if source.mode == "stream":
+        marker_spec = args.marker or ("sim" if source.kind == "sim" else "none")
+        if marker_spec.split(":")[0].lower() == "none":
+            raise BadInputError(
+                f"--power {spec} attributes energy by marker edges, but no --marker was given",
+                "wire a GPIO line to the logger's D2 input and pass --marker gpiod:CHIP:LINE "
+                "(or sysfs:NUMBER)")
+        marker = open_marker(marker_spec, sim_sink=source if source.kind == "sim" else None)
+    stack.enter_context(source)
+    if marker is not None:
+        stack.enter_context(marker)  # closed (driven low) before the source
+    return EnergyMeter(source, marker=marker, baseline_s=args.baseline_s), model
 
 
 def governors_for(board: Board, letters: Sequence[str], root: Path) -> dict[str, Any]:

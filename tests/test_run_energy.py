@@ -1,0 +1,269 @@
+"""Energy from a streaming power source in `coupprof run` and `coupprof transfer-matrix`,
+on the simulated board: the real virtual logger, collector, clock fit and attribution
+measure the modelled board power, and every figure is checked against the power
+model's own ground truth (`SimPowerModel.true_energy_mj`, computed from the recorded
+busy intervals, never through the logger) or against hand-computed model power."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from profiler.boards.profiles import load_board
+from profiler.clock import StepClock
+from profiler.mapping import parse_order
+from profiler.markers import open_marker
+from profiler.meter import EnergyMeter
+from profiler.pipeline import run_mapping
+from profiler.power.sources import SourceHardware, open_power_source
+from profiler.predict import measure_costs, predict
+from profiler.results import TRANSFER_START
+from profiler.simboard import SimPowerModel
+from profiler.slicing.slicer import slice_model
+from profiler.transfer import measure_transfer_matrix
+from profiler.zoo import default_model_path
+
+COUPPROF = str(Path(sys.executable).with_name("coupprof"))
+SIM = load_board("sim")
+
+
+def dyn_w(letter: str, khz: int | None = None) -> float:
+    """C_eff V^2 f of a simulated processor, from the profile's numbers (top level, or
+    the nominal point without DVFS)."""
+    proc = SIM.processor(letter)
+    c = proc.extra["sim"]
+    if proc.freqs_khz:
+        k = proc.freqs_khz.index(khz) if khz is not None else len(proc.freqs_khz) - 1
+        mhz, mv = proc.freqs_khz[k] / 1000, proc.volts_mv[k]
+    else:
+        mhz, mv = c["nominal_khz"] / 1000, c["nominal_mv"]
+    return c["c_eff_nf"] * 1e-9 * (mv / 1000) ** 2 * mhz * 1e6
+
+
+# --------------------------------------------------------------------------------
+# The power model on its own
+# --------------------------------------------------------------------------------
+
+def test_busy_processors_add_up_and_the_truth_integrates_them() -> None:
+    clock = StepClock(0, 1_000_000)  # every read 1 ms later
+    model = SimPowerModel(SIM, clock=clock)
+    khz = {p: model.freq_khz(p) for p in "LBGN"}
+    d = {p: dyn_w(p, khz[p]) for p in "LBGN"}
+    base = (1500 + 60 + 100 + 120 + 150) / 1000  # idle + every processor's static power
+    assert model.baseline_w == pytest.approx(base)
+
+    model.busy("B", key=0)  # t = 0 ms
+    model.busy("G", key=1)  # 1 ms
+    model.busy("B", key=2)  # 2 ms: a second stage on B keeps it busy, not twice
+    model.idle("B", key=0)  # 3 ms
+    model.idle("G", key=1)  # 4 ms
+    model.idle("B", key=2)  # 5 ms
+    model.busy("N")  # 6 ms, still busy at the end
+    t_us = np.array([500, 1500, 2500, 3500, 4500, 5500, 6500])  # the logger's samples
+    expect = [d["B"], d["B"] + d["G"], d["B"] + d["G"], d["B"] + d["G"], d["B"], 0, d["N"]]
+    markers = np.zeros(t_us.size, dtype=np.int64)
+    model.to_host_ns = lambda dev_us: dev_us * 1000  # the logger's clock = the host's
+    got = model.power_w(t_us / 1e6, markers)
+    assert got == pytest.approx(base + np.array(expect))
+    # The logger only asks for later times; the timeline it no longer needs is dropped
+    # without changing the answer.
+    assert model.activity_w_at(np.array([6_500_000]))[0] == pytest.approx(d["N"])
+
+    # Ground truth over [0.5, 5.5] ms: B busy 0..5 ms, G 1..4 ms (W x ms = mJ).
+    truth = model.true_energy_mj(500_000, 5_500_000)
+    assert truth == pytest.approx(base * 5 + d["B"] * 4.5 + d["G"] * 3)
+    ivs = model.intervals
+    assert {(iv.letter, iv.start_ns) for iv in ivs} == {("B", 0), ("G", 1_000_000),
+                                                        ("N", 6_000_000)}
+
+
+def test_power_follows_the_frequency_in_effect_not_the_one_requested() -> None:
+    """Power follows the sim governor's effective frequency, which lags a write by
+    ARM-CO-UP's transition delay; busy() again while busy picks up the new level and
+    starts a new interval."""
+    import time
+
+    from governors import RestoreGuard, make_governor
+
+    model = SimPowerModel(SIM)
+    gov = make_governor(SIM, SIM.processor("G"))
+    lo, hi = SIM.processor("G").freqs_khz[0], SIM.processor("G").freqs_khz[-1]
+    with RestoreGuard([gov]):
+        gov.set_khz(lo)
+        time.sleep(0.01)  # past the modelled transition delay (at most 4.5 ms)
+        model.busy("G")
+        gov.set_khz(hi)
+        model.busy("G")  # the write is not in effect yet: same power, same interval
+        time.sleep(0.01)
+        model.busy("G")
+        model.idle("G")
+    a, b = model.intervals
+    assert (a.power_w, b.power_w) == pytest.approx((dyn_w("G", lo), dyn_w("G", hi)))
+    assert a.end_ns == b.start_ns and b.end_ns > b.start_ns
+
+
+# --------------------------------------------------------------------------------
+# Through the virtual logger, collector, clock fit and attribution
+# --------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def rig():
+    sliced = slice_model(default_model_path())
+    model = SimPowerModel(SIM)
+    src = open_power_source("sim", SourceHardware(extra={"sim_power_model": model}))
+    marker = open_marker("sim", sim_sink=src)
+    with src, marker:
+        yield sliced, model, EnergyMeter(src, marker=marker, baseline_s=0.2)
+
+
+ORDER = "L3B4G4N4"
+
+
+def test_switch_energy_per_frame_matches_the_model_and_the_layer_tables(rig) -> None:
+    sliced, model, meter = rig
+    mapping = parse_order(ORDER, len(sliced.layers), SIM)
+    costs, transfers = measure_costs(sliced, SIM, mapping, frames=8, warmup=1, power=meter,
+                                     activity=model)
+    run = run_mapping(sliced, SIM, mapping, "switch", frames=20, warmup=2, power=meter,
+                      activity=model)
+    assert meter.baseline_w == pytest.approx(model.baseline_w, rel=0.01)
+    assert run.power_error is None and run.energy_window_ns is not None
+    d0, d1 = run.energy_window_ns
+    period_ns = (d1 - d0) / (run.frames - 1)
+
+    # 1. The model's truth over the same span. Sampling at 20 kS/s a power that steps
+    # at every layer boundary gives each step an error under one sample period x the
+    # step; over ~40 steps a frame these average out to well under 1 %.
+    truth = model.true_energy_mj(d0, d1) / (run.frames - 1)
+    assert run.energy_mj == pytest.approx(truth, rel=0.02)
+    assert run.frame_energy_mj is not None and run.frame_energy_mj.size == run.frames - 1
+
+    # Per stage (switch mode): each stage's window against the truth over it.
+    stage_truth = []
+    for st in mapping.stages:  # over the frames inside the energy span: all but the first
+        starts = run.ts_ns[1:, st.first, TRANSFER_START]
+        ends = starts + run.stage_busy_ns[1:, st.index]
+        stage_truth.append(np.mean([model.true_energy_mj(a, b) for a, b in zip(starts, ends, strict=True)]))
+    assert run.stage_energy_mj == pytest.approx(np.array(stage_truth), rel=0.03)
+
+    # 2. Against the layer tables measured first (attributed layer energy, hand-over
+    # energy), as `coupprof run` predicts. Layer times differ between the profile and
+    # the run (the host is shared), but the power each layer runs at does not, so
+    # each table energy is scaled to the run's time: E_i / t_i(table) x t_i(run). The
+    # frame also holds time no table window covers (same-processor hand-overs in the
+    # run, read-outs, the admission of the next frame): there the board draws at
+    # least the baseline and at most the baseline + the largest dynamic power.
+    tab = costs.table.set_index("layer")
+    # (the run's times over the frames inside the energy span: all but the first)
+    t_run_ms = run.layer_time_ns[1:].mean(axis=0) / 1e6
+    e_layers = float((tab["energy_mj"] / tab["time_ms"] * t_run_ms).sum())
+    tr = transfers.set_index(["boundary", "src", "dst"])
+    x_run_ms = run.transfer_ns[1:].mean(axis=0) / 1e6
+    changes = [i for i in range(1, len(ORDER)) if mapping.order[i] != mapping.order[i - 1]]
+    e_tr = 0.0
+    for i in changes:
+        row = tr.loc[(i - 1, mapping.order[i - 1], mapping.order[i])]
+        e_tr += row["energy_mj"] / row["time_ms_mean"] * x_run_ms[i]
+    gap_ms = period_ns / 1e6 - t_run_ms.sum() - sum(x_run_ms[i] for i in changes)
+    assert gap_ms > 0
+    lo = e_layers + e_tr + model.baseline_w * gap_ms
+    hi = e_layers + e_tr + (model.baseline_w + max(dyn_w(p) for p in "LBGN")) * gap_ms
+    assert lo * 0.97 <= run.energy_mj <= hi * 1.03
+
+    # The prediction `coupprof run` prints is that sum at the table's times (its mean
+    # power moves with the mix of layer times, which the shared host shifts by up to
+    # ~20 % per layer between the profile and the run: not compared here).
+    pred = predict(mapping, "switch", costs, transfers)
+    assert pred.energy_mj is not None and pred.energy_note == ""
+
+
+def test_pipeline_energy_per_frame_counts_every_concurrent_stage(rig) -> None:
+    sliced, model, meter = rig
+    mapping = parse_order(ORDER, len(sliced.layers), SIM)
+    run = run_mapping(sliced, SIM, mapping, "pipeline", frames=40, warmup=2, power=meter,
+                      activity=model)
+    assert run.power_error is None and run.energy_window_ns is not None
+    d0, d1 = run.energy_window_ns
+    frames = run.frames - 1
+    truth = model.true_energy_mj(d0, d1) / frames
+    assert run.energy_mj == pytest.approx(truth, rel=0.02)
+    assert run.stage_energy_mj is None  # overlapping stages: no per-stage board energy
+
+    # The stages did overlap: busy time summed over processors exceeds the span, and
+    # the dynamic energy measured is the sum over all of them (a model or attribution
+    # that counted one processor at a time would fall short by the overlap).
+    ivs = [iv for iv in model.intervals if iv.end_ns > d0 and iv.start_ns < d1]
+    busy_ns = sum(min(iv.end_ns, d1) - max(iv.start_ns, d0) for iv in ivs)
+    assert busy_ns > 1.3 * (d1 - d0)
+    dyn_measured = run.energy_mj * frames - model.baseline_w * (d1 - d0) / 1e6
+    dyn_truth = sum(iv.energy_mj(d0, d1) for iv in ivs)
+    assert dyn_measured == pytest.approx(dyn_truth, rel=0.1)
+    slowest_alone = max(dyn_w(p) for p in "LBGN") * (d1 - d0) / 1e6
+    assert dyn_truth > 0.3 * slowest_alone  # the dynamic part is not negligible here
+
+
+def test_transfer_matrix_energy_per_hand_over(rig) -> None:
+    sliced, model, meter = rig
+    m = measure_transfer_matrix(sliced, SIM, ["B", "G"], reps=30, warmup=2,
+                                boundaries=[0, 6], power=meter, activity=model)
+    df = m.table()
+    assert len(df) == 2 * 4 and (df["energy_mj"] > 0).all()
+    # Board power during a hand-over: the baseline plus at most one copying processor
+    # (src copies out, then dst copies in; never both; neither while dst's thread wakes
+    # up). A same-processor hand-over is copying nearly all the time. Windows of tens
+    # of us hold one or two 50-us samples each, hence the margins.
+    dyn = {p: dyn_w(p, model.freq_khz(p)) for p in "BG"}
+    power_w = df["energy_mj"] / df["time_ms_mean"]
+    top = model.baseline_w + np.maximum(df["src"].map(dyn), df["dst"].map(dyn))
+    assert (power_w > 0.95 * model.baseline_w).all()
+    assert (power_w < 1.05 * top).all()
+    same = df["src"] == df["dst"]
+    assert (power_w[same] > model.baseline_w + 0.25 * df["src"][same].map(dyn)).all()
+    assert m.info["energy_method"] == "marker window per hand-over"
+    assert m.info["baseline_power_w"] == pytest.approx(model.baseline_w, rel=0.01)
+
+
+# --------------------------------------------------------------------------------
+# The CLI: sim is the default power source on the simulated board
+# --------------------------------------------------------------------------------
+
+def cli(cmd: str, *args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([COUPPROF, cmd, *args], cwd=cwd, capture_output=True, text=True,
+                          timeout=300, env={**os.environ, "COUPPROF_CACHE": str(cwd / "cache"),
+                                            "COLUMNS": "120"})
+
+
+def test_cli_run_reports_energy_with_the_default_sim_power(tmp_path: Path) -> None:
+    r = cli("run", "--board", "sim", "--order", ORDER, "--mode", "switch", "--frames", "8",
+            "--warmup", "1", "--profile-frames", "4", "--baseline-s", "0.2",
+            "--csv", str(tmp_path / "r.csv"), cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    df = pd.read_csv(tmp_path / "r.csv")
+    summ = df[df["kind"] == "summary"].set_index("metric")
+    assert summ.loc["energy_mj", "measured"] > 0 and summ.loc["energy_mj", "predicted"] > 0
+    assert summ.loc["baseline_power_w", "measured"] == pytest.approx(1.93, rel=0.01)
+    stages = df[df["kind"] == "stage"]
+    assert (stages["energy_mj"] > 0).all()
+    # Stage windows lie inside the frames' (they overlap only by a read-out, ~1 % of a
+    # frame here): together they cannot exceed a frame's energy by more.
+    assert stages["energy_mj"].sum() <= summ.loc["energy_mj", "measured"] * 1.03
+    meta = json.loads((tmp_path / "r.json").read_text())
+    assert meta["power_source"] == "sim"
+    assert len(meta["power"]["frame_energy_mj"]) == 7
+    assert meta["power"]["clock_map"]
+    assert "energy_mj" in r.stdout
+
+
+def test_cli_streaming_power_without_a_marker_is_bad_input(tmp_path: Path) -> None:
+    r = cli("run", "--board", "sim", "--order", ORDER, "--mode", "switch",
+            "--power", "arduino:/dev/null", cwd=tmp_path)
+    assert r.returncode == 2, r.stderr
+    last = r.stderr.strip().splitlines()[-1]
+    assert "no --marker was given" in last and "Traceback" not in r.stderr
