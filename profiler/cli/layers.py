@@ -268,13 +268,16 @@ def run(args: argparse.Namespace) -> int:
             gov_result = gov.set_khz(level[1], level=level[0])
             if gov_result.warning:
                 print(f"warning: {gov_result.warning}", file=sys.stderr)
-        executor = stack.enter_context(make_executor(board, proc.letter, threads=args.threads))
-        runner = LayerRunner(sliced, executor, seed=args.seed, model_name=model.name)
         if sim_model is not None:
             sim_model.set_busy(proc.letter, level[1] if level and proc.has_dvfs else None)
         if session is not None:
-            runner.hooks = session.hooks(args.frames, len(sliced.layers))
+            # The idle baseline comes first: compiling layers for an accelerator is work
+            # too, and a GPU stays clocked up for seconds after it.
             session.begin()
+        executor = stack.enter_context(make_executor(board, proc.letter, threads=args.threads))
+        runner = LayerRunner(sliced, executor, seed=args.seed, model_name=model.name)
+        if session is not None:
+            runner.hooks = session.hooks(args.frames, len(sliced.layers))
         try:
             timings = runner.run(
                 frames=args.frames, warmup=args.warmup,
