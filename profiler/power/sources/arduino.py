@@ -13,7 +13,7 @@ import numpy as np
 
 from profiler.attribution import PowerTrace
 from profiler.clock import Clock, perf_clock
-from profiler.errors import MarkerError, PowerSourceError
+from profiler.errors import HardwareError, LoggerTimeoutError, MarkerError, PowerSourceError
 from profiler.power import protocol as P
 from profiler.power.clockmap import ClockFit, fit_clock_map
 from profiler.power.collector import Collector
@@ -24,6 +24,15 @@ from profiler.power.trace import Trace
 #: conversion at the firmware's 140 us setting; the virtual logger samples instants.
 #: The A0 front end is not fixed: see `sample_window_ns`.
 SAMPLE_WINDOW_NS = {P.FrontEnd.INA226: 140_000, P.FrontEnd.SYNTHETIC: 0}
+
+#: What to check when the port cannot be opened, or the logger on it does not answer.
+_OPEN_FIX: dict[type, str] = {
+    HardwareError: "check the port in --power {spec} (list ports with "
+                   "`ls /dev/ttyACM* /dev/ttyUSB*`, or `coupprof doctor`)",
+    LoggerTimeoutError: "check that the logger in --power {spec} is plugged in, runs the "
+                        "coupprof firmware (`make -C firmware upload`) and that no other "
+                        "program holds its port",
+}
 
 
 class ArduinoSource(StreamSource):
@@ -52,10 +61,15 @@ class ArduinoSource(StreamSource):
             self.logger = self.collector.open()
             if self.rate_hz:
                 self.logger = self.collector.set_rate(self.rate_hz)
-        except BaseException:
+        except BaseException as err:
             self.collector.close()
             self.collector = None
-            raise
+            fix = _OPEN_FIX.get(type(err))
+            if fix is None:
+                raise
+            # The collector's hints name `coupprof collect --port`; here the port is
+            # the one in the power spec.
+            raise type(err)(err.message, fix=fix.format(spec=self.spec)) from None  # type: ignore[attr-defined]
 
     def _close_device(self) -> None:
         if self.collector is not None:
