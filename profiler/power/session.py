@@ -185,8 +185,10 @@ class PowerSession:
                     error, capture = err, getattr(err, "trace", None)
                     if capture is None or capture.samples.size == 0:
                         return PowerResult(info=info, error=err)
-                trace = src.map_clock(capture)  # type: ignore[attr-defined]
-                info.update(_capture_info(capture, src))
+                try:
+                    trace = src.map_clock(capture)  # type: ignore[attr-defined]
+                finally:  # what was captured goes to the sidecar even if it cannot be mapped
+                    info.update(_capture_info(capture, src))
             else:
                 trace = src.stop()
         except ProfilerError as err:
