@@ -125,13 +125,14 @@ def layers_setup():
             yield sliced, LayerRunner(sliced, executor)
 
 
-def run_with(layers_setup, faults: dict[tuple[int, int], Fault] | None = None) -> Run:
+def run_with(layers_setup, faults: dict[tuple[int, int], Fault] | None = None,
+             timeout_s: float = 3.0) -> Run:
     sliced, runner = layers_setup
     logger = VirtualLogger(power_w, rate_hz=20_000, drift_ppm=250.0, start_us=7_000_000,
                            tick_s=0.001).start()
     try:
         sink = Sink(logger)
-        source = ArduinoSource(f"arduino:{logger.port}", logger.port)
+        source = ArduinoSource(f"arduino:{logger.port}", logger.port, timeout_s=timeout_s)
         with PowerSession(source, SimMarker(sink), baseline_s=0.2) as session:
             hooks = session.hooks(FRAMES, len(sliced.layers))
             assert isinstance(hooks, MarkerHooks)
@@ -249,6 +250,20 @@ def test_port_vanishing_mid_run_keeps_what_was_measured(layers_setup) -> None:
     assert 1 <= done <= 5 and abs(done - covered) <= 1  # the cable goes as frame 5 starts
     assert res.attribution is not None and res.attribution.window_energy_mj.shape[0] == done
     assert res.columns and res.columns["energy_mj"].shape == (run.truth_mj.shape[1],)
+    assert_clean_windows_exact(run)
+
+
+def test_logger_hanging_mid_run_keeps_what_was_measured(layers_setup) -> None:
+    """The sketch hangs at frame 5 (port still open, nothing sent, STOP unanswered):
+    the error names the port (exit 4) and the frames before it are attributed."""
+    run = run_with(layers_setup, {(5, 0): lambda logger: logger.freeze()}, timeout_s=0.5)
+    res = run.result
+    assert isinstance(res.error, LoggerTimeoutError) and res.error.exit_code == 4
+    assert run.logger.port in str(res.error) and "STOP" in str(res.error)
+    done = res.info["frames_attributed"]
+    last_us = float(run.trace.samples["t_us"][-1])
+    covered = int((run.window_us[:, -1, 1] <= last_us).sum())
+    assert 1 <= done <= 5 and abs(done - covered) <= 1
     assert_clean_windows_exact(run)
 
 
