@@ -59,6 +59,7 @@ import queue
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from time import thread_time_ns
 from typing import Any
 
 import numpy as np
@@ -103,6 +104,7 @@ class MappedRun:
     max_in_flight: int
     queue_depth: int
     energy_mj: float | None = None  # per frame, when a power source measured the run
+    stage_cpu_ns: np.ndarray | None = None  # (frames, stages): stage threads' host CPU time
     outputs: dict[int, dict[int, np.ndarray]] = field(default_factory=dict)  # frame -> outputs
     # Streaming sources only:
     frame_energy_mj: np.ndarray | None = None  # (frames - 1,): between completions
@@ -126,6 +128,15 @@ class MappedRun:
         if self.frames >= 2 and self.done_ns[-1] > self.done_ns[0]:
             return (self.frames - 1) * 1e9 / float(self.done_ns[-1] - self.done_ns[0])
         return 1e9 / float(self.latency_ns.mean())
+
+    @property
+    def host_cores_used(self) -> float:
+        """Host cores the stage threads kept busy over the measured frames (their CPU
+        time / the span): on the simulated board, what the simulation needs free."""
+        span = float(self.done_ns[-1] - self.ts_ns[0, 0, TRANSFER_START])
+        if self.stage_cpu_ns is None or span <= 0:
+            return float("nan")
+        return float(self.stage_cpu_ns.sum()) / span
 
     @property
     def layer_time_ns(self) -> np.ndarray:
@@ -182,6 +193,7 @@ class _StageThread(threading.Thread):
                          daemon=True)
         self.plan, self.make, self.q_in, self.q_out = plan, make, q_in, q_out
         self.ts, self.busy = ts, busy
+        self.cpu: dict[int, int] = {}  # frame -> this thread's CPU time on it (ns)
         self.freq, self.governors, self.clock = freq, governors, clock
         self.model_name = model_name
         self.activity = activity
@@ -261,6 +273,7 @@ class _StageThread(threading.Thread):
                 self.q_out.put(_STOP)
                 return
             busy(letter, key)
+            cpu0 = thread_time_ns()
             got_ns = clock()
             self.seen.append(msg.frame)
             tensors = msg.tensors
@@ -295,6 +308,7 @@ class _StageThread(threading.Thread):
             idle(letter, key)
             self.ts[msg.frame] = np.array(rows, dtype=np.int64)
             self.busy[msg.frame] = (start, t_out0, t_out1)
+            self.cpu[msg.frame] = thread_time_ns() - cpu0
             self.q_out.put(_Msg(msg.frame, out, rows[-1][3], t_out1))
             free_ns = clock()
 
@@ -429,18 +443,20 @@ def run_mapping(
     all_ts = np.empty((frames, n_layers, 4), dtype=np.int64)
     stage_busy = np.empty((frames, n_st), dtype=np.int64)
     stage_read = np.empty((frames, n_st), dtype=np.int64)
+    stage_cpu = np.empty((frames, n_st), dtype=np.int64)
     for k, p in enumerate(plans):
         for row, f in enumerate(measured):
             all_ts[row, list(p.stage.layers)] = ts[k][f]
             s, r0, r1 = busy[k][f]
             stage_busy[row, k] = r1 - s
             stage_read[row, k] = r1 - r0
+            stage_cpu[row, k] = threads[k].cpu[f]
     fallback: list[bool | None] = []
     for t in threads:
         fallback += [s.fallback for s in t.subs]
     run = MappedRun(
         mode=mode, mapping=mapping, ts_ns=all_ts, stage_busy_ns=stage_busy,
-        stage_readout_ns=stage_read,
+        stage_readout_ns=stage_read, stage_cpu_ns=stage_cpu,
         done_ns=np.array([state.done[f] for f in measured], dtype=np.int64),
         fallback=fallback,
         executors={t.plan.stage.index: t.executor.describe() for t in threads

@@ -259,6 +259,9 @@ def test_cli_run_reports_energy_with_the_default_sim_power(tmp_path: Path) -> No
     assert len(meta["power"]["frame_energy_mj"]) == 7
     assert meta["power"]["clock_map"]
     assert "energy_mj" in r.stdout
+    # The stage threads' own CPU time: more than nothing, less than every core.
+    assert 0 < meta["host_cores_used"] <= meta["host_cores"]
+    assert "simulated: the stage threads kept" in " ".join(r.stdout.split())
 
 
 def test_cli_streaming_power_without_a_marker_is_bad_input(tmp_path: Path) -> None:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import sys
 from contextlib import ExitStack
 from pathlib import Path
@@ -234,6 +235,8 @@ def run(args: argparse.Namespace) -> int:
         notes.append(f"CPU fallback in layer(s) {', '.join(fb)}")
     if args.mode == "pipeline":
         notes.append("* slowest stage; predicted latency assumes no queueing")
+    if board.simulated:
+        notes.append(_host_note(result))
     if pred is not None and plan.mode == "per-layer":
         levels: dict[str, set[int]] = {}
         for dom, khz in zip(plan.domain, plan.khz, strict=True):
@@ -260,6 +263,8 @@ def run(args: argparse.Namespace) -> int:
         "mode": args.mode, "freq": plan.text, "freq_plan": plan.describe(),
         "freq_khz": [k for k in plan.khz], "frames": args.frames, "warmup": args.warmup,
         "queue_depth": args.queue_depth, "max_in_flight": result.max_in_flight,
+        "host_cores_used": result.host_cores_used, "host_cores": len(os.sched_getaffinity(0)),
+        "host_loadavg": list(os.getloadavg()),
         "power_source": meter.name if meter is not None else "none",
         "power": _power_meta(result, meter), "executors": result.executors,
         "prediction": pred.to_dict() if pred else None,
@@ -284,6 +289,16 @@ def run(args: argparse.Namespace) -> int:
               file=sys.stderr)
         return result.power_error.exit_code
     return 0
+
+
+def _host_note(run: Any) -> str:
+    """On the simulated board the stages really run on this machine: say how much of it
+    they needed, and how busy it was (a short host stretches modelled times)."""
+    cores = len(os.sched_getaffinity(0))
+    load = os.getloadavg()[0]
+    return (f"simulated: the stage threads kept {run.host_cores_used:.2f} of this machine's "
+            f"{cores} cores busy (1-min load average {load:.2f}); with little to spare, "
+            "layers and hand-overs run late and measured times exceed the model's")
 
 
 def _power_meta(run: Any, meter: Any) -> dict[str, Any] | None:
