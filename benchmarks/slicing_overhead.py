@@ -26,7 +26,7 @@ from typing import Any
 
 from profiler import zoo
 from profiler.boards.model import ProcessorSpec
-from profiler.processors import CpuExecutor
+from profiler.executors.cpu import CpuExecutor
 from profiler.runner import LayerRunner
 from profiler.slicing.slicer import slice_model
 from profiler.tflite.model_io import serialize_model

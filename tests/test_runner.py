@@ -12,7 +12,7 @@ import pytest
 from profiler.boards.model import ProcessorSpec
 from profiler.clock import StepClock
 from profiler.errors import ModelError
-from profiler.processors import CpuExecutor
+from profiler.executors.cpu import CpuExecutor
 from profiler.runner import LayerHooks, LayerRunner
 from profiler.slicing.specs import Layer, TensorSpec
 from profiler.zoo.emit import draw_constants, to_bytes, to_model
@@ -187,7 +187,7 @@ def test_cores_this_process_cannot_use_are_a_hardware_error() -> None:
     from profiler.errors import HardwareError
 
     original = os.sched_getaffinity(0)
-    with pytest.raises(HardwareError, match="cannot pin to cores 1000"):
+    with pytest.raises(HardwareError, match="cannot pin processor B to cores 1000"):
         CpuExecutor(big_proc((1000,))).open()
     assert os.sched_getaffinity(0) == original
 

@@ -22,7 +22,7 @@ from governors import sim_model
 from profiler.boards.host import host_board
 from profiler.boards.profiles import load_board
 from profiler.errors import BadInputError, BoardError
-from profiler.processors import CpuExecutor
+from profiler.executors.cpu import CpuExecutor
 from profiler.runner import LayerHooks
 from profiler.slicing.slicer import slice_model
 from profiler.sweep import (

@@ -1,6 +1,6 @@
 """CPU core sets: LiteRT's interpreter (XNNPACK) with its threads on the processor's cores.
 
-This is the runner helper's `profiler.processors.CpuExecutor` behind the `Executor`
+The CPU executor behind the `Executor`
 interface: the same pinning rule (pin first, then build the interpreter so its
 worker threads inherit the cores) and `make_interpreter` for the runtime.
 """
