@@ -122,7 +122,7 @@ def test_sweep_slices_once_builds_once_per_processor_and_sets_each_level(
     frames = 4
     sweep = Sweep(board, MODEL, pairs, tmp_path / "out", SweepSettings(frames=frames, warmup=1),
                   sysfs_root=fake.sys, hooks=watch,
-                  executor_factory=lambda proc, threads: CountingExecutor(proc, threads))
+                  executor_factory=lambda proc, threads: CountingExecutor(proc, threads=threads))
     result = sweep.run()
 
     assert len(slices) == 1
