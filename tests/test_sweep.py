@@ -386,7 +386,8 @@ def test_a_logger_lost_mid_sweep_keeps_the_finished_pairs_and_resumes(tmp_path: 
     g = sim.processor("G")
     pairs = [Pair("G", 1, g.freqs_khz[0]), Pair("G", 5, g.freqs_khz[4])]
     settings = SweepSettings(frames=3, warmup=0)
-    opts = argparse.Namespace(power=None, marker=None, baseline_s=0.02, rate=None)
+    opts = argparse.Namespace(power=None, marker=None, baseline_s=0.02, rate=None,
+                              counter_updates=20)
     power, model = open_power(opts, sim)
     cable = PullCable(settings.frames)
     cable.power = power

@@ -14,7 +14,6 @@ still written and the command exits 4.
 from __future__ import annotations
 
 import argparse
-import math
 import sys
 import threading
 from collections.abc import Iterator
@@ -22,32 +21,13 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from profiler.cli.options import positive_float, positive_int
 from profiler.clock import perf_clock
 from profiler.errors import BadInputError, PowerSourceError
 from profiler.power.collector import Collector, ProgressFn
 from profiler.power.trace import CaptureCounters, Trace
 
 VIRTUAL_PORT = "virtual"
-
-
-def positive_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not math.isfinite(value) or value <= 0:
-        raise argparse.ArgumentTypeError(f"{text} must be a positive number")
-    return value
-
-
-def positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{value} must be 1 or more")
-    return value
 
 
 def register(subparsers: Any) -> None:

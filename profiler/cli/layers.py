@@ -17,29 +17,10 @@ from typing import Any
 
 from profiler.boards.host import format_cpu_list
 from profiler.boards.model import Board, ProcessorSpec, resolve_level
-from profiler.errors import BadInputError, BoardError, ProfilerError
+from profiler.cli.options import add_power_options, nonneg_int, open_power, positive_int
+from profiler.errors import BoardError, ProfilerError
 from profiler.results import LayerInfo, LayerRun, RunInfo, environment
 from profiler.tflite.model_io import read_model_bytes, sha256_bytes
-
-
-def positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{value} must be 1 or more")
-    return value
-
-
-def nonneg_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"{value} must be 0 or more")
-    return value
 
 
 def register(subparsers: Any) -> None:
@@ -80,27 +61,7 @@ def register(subparsers: Any) -> None:
     p.add_argument("--raw", action="store_true",
                    help="also write one CSV row per layer and frame with raw timestamps")
     p.add_argument("--seed", type=int, default=0, help="seed of the random input (default: 0)")
-    pw = p.add_argument_group(
-        "power",
-        "Per-layer energy. --power arduino:PORT reads this project's logger firmware over serial "
-        "(e.g. arduino:/dev/ttyACM0) and needs a --marker wired to its D2 input; "
-        "--power sim is the simulated board's virtual logger (the default there); counter "
-        "sources (nvml[:INDEX], rapl[:ZONE], hwmon[:DEVICE[:CH]]) repeat each layer until "
-        "the counter resolves it; none skips power.")
-    pw.add_argument("--power", default=None, metavar="SPEC",
-                    help="arduino:PORT | sim | nvml[:I] | rapl[:ZONE] | hwmon[:DEV[:CH]] | auto | "
-                    "none (default: sim on the simulated board, else none)")
-    pw.add_argument("--marker", default=None, metavar="SPEC",
-                    help="gpiod:CHIP:LINE (e.g. gpiod:/dev/gpiochip0:17) | sysfs:NUMBER | sim | none "
-                    "(default: sim with --power sim, else none)")
-    pw.add_argument("--baseline-s", type=float, default=0.5, metavar="S",
-                    help="idle baseline measured before the run, seconds (default: 0.5)")
-    pw.add_argument("--counter-updates", type=positive_int, default=20, metavar="N",
-                    help="counter sources: repeat each layer until its window spans N counter "
-                    "updates (error <= 1/N; NVML updates every ~100 ms, so N=20 is ~2 s per "
-                    "layer; default: 20)")
-    pw.add_argument("--rate", type=int, default=None, metavar="HZ",
-                    help="ask the logger for this sample rate (default: the firmware's)")
+    add_power_options(p)
     p.set_defaults(func=run)
 
 
@@ -158,39 +119,6 @@ def open_governor(board: Board, proc: ProcessorSpec, sysfs_root: str | None) -> 
     return gov
 
 
-def open_power(args: argparse.Namespace, board: Board, csv_path: Path) -> tuple[Any, Any]:
-    """(PowerSession or None, SimPowerModel or None) for --power/--marker."""
-    from profiler.markers import open_marker
-    from profiler.power.session import PowerSession
-    from profiler.power.sources import NoneSource, SourceHardware, open_power_source
-
-    spec = args.power or ("sim" if board.simulated else "none")
-    model = None
-    extra: dict[str, Any] = {"trace_dir": csv_path.with_suffix(".trace"), "rate_hz": args.rate}
-    if spec.split(":")[0].lower() == "sim":
-        if not board.simulated:
-            raise BoardError(f"--power sim needs the simulated board, not '{board.name}'",
-                             "use --board sim, or a real source such as arduino:PORT")
-        from profiler.simboard import SimPowerModel
-
-        model = SimPowerModel(board)
-        extra["sim_power_model"] = model
-    source = open_power_source(spec, SourceHardware(extra=extra))
-    if isinstance(source, NoneSource):
-        return None, None
-    marker_spec = args.marker or ("sim" if source.kind == "sim" else "none")
-    if source.mode == "stream" and marker_spec.split(":")[0].lower() == "none":
-        raise BadInputError(
-            f"--power {spec} attributes energy by marker edges, but no --marker was given",
-            "wire a GPIO line to the logger's D2 input and pass --marker gpiod:CHIP:LINE "
-            "(or sysfs:NUMBER)")
-    marker = None
-    if source.mode == "stream":
-        marker = open_marker(marker_spec, sim_sink=source if source.kind == "sim" else None)
-    return PowerSession(source, marker, baseline_s=args.baseline_s,
-                        counter_updates=args.counter_updates), model
-
-
 def default_csv_path(model: Path, letter: str) -> Path:
     return Path("coupprof-out") / f"layers-{model.stem}-{letter}.csv"
 
@@ -242,8 +170,6 @@ def run(args: argparse.Namespace) -> int:
         args.model = default_model_path()
     model: Path = args.model
     data = read_model_bytes(model)
-    if args.baseline_s < 0:
-        raise BadInputError(f"--baseline-s {args.baseline_s} is negative", "give seconds >= 0")
 
     board = load_board(args.board, args.sysfs_root)
     proc = board.processor(args.processor)
@@ -261,7 +187,7 @@ def run(args: argparse.Namespace) -> int:
         gov = open_governor(board, proc, args.sysfs_root) if level else None
         # Frequencies are restored on success, errors, Ctrl-C and SIGTERM.
         stack.enter_context(RestoreGuard([gov] if gov else []))
-        session, sim_model = open_power(args, board, csv_path)
+        session, sim_model = open_power(args, board, csv_path.with_suffix(".trace"))
         if session is not None:
             stack.enter_context(session)
         if gov is not None and level is not None:

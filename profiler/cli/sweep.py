@@ -21,7 +21,7 @@ from rich import box
 from rich.console import Console
 from rich.table import Table
 
-from profiler.cli.layers import nonneg_int, positive_int
+from profiler.cli.options import add_power_options, nonneg_int, open_power, positive_int
 from profiler.cli.pin import add_board_args, say, sysfs_root
 from profiler.sweep import Pair, PairResult, SweepProgress, SweepResult
 
@@ -59,58 +59,8 @@ def register(subparsers: Any) -> None:
     p.add_argument("--resume", action="store_true",
                    help="add only the pairs missing from DIR/sweep.csv")
     p.add_argument("--seed", type=int, default=0, help="seed of the random input (default: 0)")
-    pw = p.add_argument_group(
-        "power",
-        "Per-layer energy for every pair, as `coupprof layers` measures it: --power sim (the "
-        "default on the simulated board), arduino:PORT with a --marker wired to the logger, or a "
-        "counter source (nvml, rapl, hwmon); none leaves the energy columns out.")
-    pw.add_argument("--power", default=None, metavar="SPEC",
-                    help="arduino:PORT | sim | nvml[:I] | rapl[:ZONE] | hwmon[:DEV[:CH]] | auto | "
-                    "none (default: sim on the simulated board, else none)")
-    pw.add_argument("--marker", default=None, metavar="SPEC",
-                    help="gpiod:CHIP:LINE | sysfs:NUMBER | sim | none (default: sim with --power "
-                    "sim, else none)")
-    pw.add_argument("--baseline-s", type=float, default=0.25, metavar="S",
-                    help="idle baseline measured before each pair, seconds (default: 0.25)")
-    pw.add_argument("--rate", type=int, default=None, metavar="HZ",
-                    help="ask the logger for this sample rate (default: the firmware's)")
+    add_power_options(p, baseline_s=0.25, baseline_what="before each pair")
     p.set_defaults(func=run)
-
-
-def open_power(args: argparse.Namespace, board: Any) -> tuple[Any, Any]:
-    """(PowerSession or None, SimPowerModel or None), as `coupprof layers --power` opens
-    them, but keeping no trace directory: each pair's capture stays in memory."""
-    from profiler.errors import BadInputError, BoardError
-    from profiler.markers import open_marker
-    from profiler.power.session import PowerSession
-    from profiler.power.sources import NoneSource, SourceHardware, open_power_source
-
-    if args.baseline_s < 0:
-        raise BadInputError(f"--baseline-s {args.baseline_s} is negative", "give seconds >= 0")
-    spec = args.power or ("sim" if board.simulated else "none")
-    model = None
-    extra: dict[str, Any] = {"rate_hz": args.rate}
-    if spec.split(":")[0].lower() == "sim":
-        if not board.simulated:
-            raise BoardError(f"--power sim needs the simulated board, not '{board.name}'",
-                             "use --board sim, or a real source such as arduino:PORT")
-        from profiler.simboard import SimPowerModel
-
-        model = SimPowerModel(board)
-        extra["sim_power_model"] = model
-    source = open_power_source(spec, SourceHardware(extra=extra))
-    if isinstance(source, NoneSource):
-        return None, None
-    marker_spec = args.marker or ("sim" if source.kind == "sim" else "none")
-    if source.mode == "stream" and marker_spec.split(":")[0].lower() == "none":
-        raise BadInputError(
-            f"--power {spec} attributes energy by marker edges, but no --marker was given",
-            "wire a GPIO line to the logger's D2 input and pass --marker gpiod:CHIP:LINE "
-            "(or sysfs:NUMBER)")
-    marker = None
-    if source.mode == "stream":
-        marker = open_marker(marker_spec, sim_sink=source if source.kind == "sim" else None)
-    return PowerSession(source, marker, baseline_s=args.baseline_s), model
 
 
 def _mhz(khz: int | None) -> str:

@@ -1,0 +1,106 @@
+"""Argument types and option groups shared by several subcommands."""
+
+from __future__ import annotations
+
+import argparse
+import math
+from pathlib import Path
+from typing import Any
+
+from profiler.boards.model import Board
+from profiler.errors import BadInputError, BoardError
+
+
+def positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value} must be 1 or more")
+    return value
+
+
+def nonneg_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{value} must be 0 or more")
+    return value
+
+
+def positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f"{text} must be a positive number")
+    return value
+
+
+POWER_HELP = (
+    "Per-layer energy. --power arduino:PORT reads this project's logger firmware over serial "
+    "(e.g. arduino:/dev/ttyACM0) and needs a --marker wired to its D2 input; --power sim is "
+    "the simulated board's virtual logger (the default there); counter sources "
+    "(nvml[:INDEX], rapl[:ZONE], hwmon[:DEVICE[:CH]]) repeat each layer until the counter "
+    "resolves it; none leaves the energy columns out.")
+
+
+def add_power_options(p: argparse.ArgumentParser, *, baseline_s: float = 0.5,
+                      baseline_what: str = "before the run") -> None:
+    pw = p.add_argument_group("power", POWER_HELP)
+    pw.add_argument("--power", default=None, metavar="SPEC",
+                    help="arduino:PORT | sim | nvml[:I] | rapl[:ZONE] | hwmon[:DEV[:CH]] | auto | "
+                    "none (default: sim on the simulated board, else none)")
+    pw.add_argument("--marker", default=None, metavar="SPEC",
+                    help="gpiod:CHIP:LINE (e.g. gpiod:/dev/gpiochip0:17) | sysfs:NUMBER | sim | none "
+                    "(default: sim with --power sim, else none)")
+    pw.add_argument("--baseline-s", type=float, default=baseline_s, metavar="S",
+                    help=f"idle baseline measured {baseline_what}, seconds (default: {baseline_s:g})")
+    pw.add_argument("--counter-updates", type=positive_int, default=20, metavar="N",
+                    help="counter sources: repeat each layer until its window spans N counter "
+                    "updates (error <= 1/N; NVML updates every ~100 ms, so N=20 is ~2 s per "
+                    "layer; default: 20)")
+    pw.add_argument("--rate", type=int, default=None, metavar="HZ",
+                    help="ask the logger for this sample rate (default: the firmware's)")
+
+
+def open_power(args: argparse.Namespace, board: Board,
+               trace_dir: Path | None = None) -> tuple[Any, Any]:
+    """(PowerSession or None, SimPowerModel or None) for --power/--marker.
+
+    ``trace_dir``: where a streaming source keeps its capture on disk (None: memory)."""
+    from profiler.markers import open_marker
+    from profiler.power.session import PowerSession
+    from profiler.power.sources import NoneSource, SourceHardware, open_power_source
+
+    if args.baseline_s < 0:
+        raise BadInputError(f"--baseline-s {args.baseline_s} is negative", "give seconds >= 0")
+    spec = args.power or ("sim" if board.simulated else "none")
+    model = None
+    extra: dict[str, Any] = {"trace_dir": trace_dir, "rate_hz": args.rate}
+    if spec.split(":")[0].lower() == "sim":
+        if not board.simulated:
+            raise BoardError(f"--power sim needs the simulated board, not '{board.name}'",
+                             "use --board sim, or a real source such as arduino:PORT")
+        from profiler.simboard import SimPowerModel
+
+        model = SimPowerModel(board)
+        extra["sim_power_model"] = model
+    source = open_power_source(spec, SourceHardware(extra=extra))
+    if isinstance(source, NoneSource):
+        return None, None
+    marker_spec = args.marker or ("sim" if source.kind == "sim" else "none")
+    if source.mode == "stream" and marker_spec.split(":")[0].lower() == "none":
+        raise BadInputError(
+            f"--power {spec} attributes energy by marker edges, but no --marker was given",
+            "wire a GPIO line to the logger's D2 input and pass --marker gpiod:CHIP:LINE "
+            "(or sysfs:NUMBER)")
+    marker = None
+    if source.mode == "stream":
+        marker = open_marker(marker_spec, sim_sink=source if source.kind == "sim" else None)
+    return PowerSession(source, marker, baseline_s=args.baseline_s,
+                        counter_updates=args.counter_updates), model
