@@ -17,20 +17,20 @@ from profiler.errors import ProfilerError
 
 # Subcommand modules, in the order `coupprof --help` lists them.
 COMMANDS: list[str] = [
-    "zoo",
     "layers",
-    "pin",
-    "boards",
-    "dvfs_latency",
-    "doctor",
-    "slice",
-    "collect",
-    "sweep",
-    "plot",
-    "report",
     "transfer_matrix",
     "run",
     "predict",
+    "sweep",
+    "plot",
+    "report",
+    "slice",
+    "zoo",
+    "collect",
+    "boards",
+    "pin",
+    "dvfs_latency",
+    "doctor",
 ]
 
 EPILOG = """\
