@@ -161,7 +161,7 @@ def need(front_end: str) -> None:
 #: the call means the paced rig fell behind the wall clock (a starved process), and the
 #: run is not the real-time experiment the logger's edges assume.
 PACING_LIMIT_US = 150.0
-ATTEMPTS = 3
+ATTEMPTS = 5
 
 
 @pytest.fixture(scope="module", params=sorted(ELFS))
