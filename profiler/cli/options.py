@@ -50,7 +50,9 @@ POWER_HELP = (
 
 
 def add_power_options(p: argparse.ArgumentParser, *, baseline_s: float = 0.5,
-                      baseline_what: str = "before the run") -> None:
+                      baseline_what: str = "before the run", counter: bool = True) -> None:
+    """--power, --marker, --baseline-s, --rate (and --counter-updates unless the command
+    sizes counter windows its own way)."""
     pw = p.add_argument_group("power", POWER_HELP)
     pw.add_argument("--power", default=None, metavar="SPEC",
                     help="arduino:PORT | sim | nvml[:I] | rapl[:ZONE] | hwmon[:DEV[:CH]] | auto | "
@@ -60,28 +62,30 @@ def add_power_options(p: argparse.ArgumentParser, *, baseline_s: float = 0.5,
                     "(default: sim with --power sim, else none)")
     pw.add_argument("--baseline-s", type=float, default=baseline_s, metavar="S",
                     help=f"idle baseline measured {baseline_what}, seconds (default: {baseline_s:g})")
-    pw.add_argument("--counter-updates", type=positive_int, default=20, metavar="N",
-                    help="counter sources: repeat each layer until its window spans N counter "
-                    "updates (error <= 1/N; NVML updates every ~100 ms, so N=20 is ~2 s per "
-                    "layer; default: 20)")
+    if counter:
+        pw.add_argument("--counter-updates", type=positive_int, default=20, metavar="N",
+                        help="counter sources: repeat each layer until its window spans N "
+                        "counter updates (error <= 1/N; NVML updates every ~100 ms, so N=20 is "
+                        "~2 s per layer; default: 20)")
     pw.add_argument("--rate", type=int, default=None, metavar="HZ",
                     help="ask the logger for this sample rate (default: the firmware's)")
 
 
-def open_power(args: argparse.Namespace, board: Board,
-               trace_dir: Path | None = None) -> tuple[Any, Any]:
-    """(PowerSession or None, SimPowerModel or None) for --power/--marker.
+def open_source(args: argparse.Namespace, board: Board,
+                trace_dir: Path | None = None) -> tuple[Any, Any, Any]:
+    """(PowerSource or None, Marker or None, SimPowerModel or None) for --power/--marker,
+    not opened yet. ``trace_dir``: where a streaming source keeps its capture (None: memory).
 
-    ``trace_dir``: where a streaming source keeps its capture on disk (None: memory)."""
+    --power defaults to sim on the simulated board, else none; a streaming source needs a
+    marker wired to the logger (sim's is the virtual logger's own input)."""
     from profiler.markers import open_marker
-    from profiler.power.session import PowerSession
     from profiler.power.sources import NoneSource, SourceHardware, open_power_source
 
     if args.baseline_s < 0:
         raise BadInputError(f"--baseline-s {args.baseline_s} is negative", "give seconds >= 0")
     spec = args.power or ("sim" if board.simulated else "none")
     model = None
-    extra: dict[str, Any] = {"trace_dir": trace_dir, "rate_hz": args.rate}
+    extra: dict[str, Any] = {"trace_dir": trace_dir, "rate_hz": getattr(args, "rate", None)}
     if spec.split(":")[0].lower() == "sim":
         if not board.simulated:
             raise BoardError(f"--power sim needs the simulated board, not '{board.name}'",
@@ -92,7 +96,7 @@ def open_power(args: argparse.Namespace, board: Board,
         extra["sim_power_model"] = model
     source = open_power_source(spec, SourceHardware(extra=extra))
     if isinstance(source, NoneSource):
-        return None, None
+        return None, None, None
     marker_spec = args.marker or ("sim" if source.kind == "sim" else "none")
     if source.mode == "stream" and marker_spec.split(":")[0].lower() == "none":
         raise BadInputError(
@@ -102,5 +106,16 @@ def open_power(args: argparse.Namespace, board: Board,
     marker = None
     if source.mode == "stream":
         marker = open_marker(marker_spec, sim_sink=source if source.kind == "sim" else None)
+    return source, marker, model
+
+
+def open_power(args: argparse.Namespace, board: Board,
+               trace_dir: Path | None = None) -> tuple[Any, Any]:
+    """(PowerSession or None, SimPowerModel or None) for --power/--marker (see open_source)."""
+    from profiler.power.session import PowerSession
+
+    source, marker, model = open_source(args, board, trace_dir)
+    if source is None:
+        return None, None
     return PowerSession(source, marker, baseline_s=args.baseline_s,
-                        counter_updates=args.counter_updates), model
+                        counter_updates=getattr(args, "counter_updates", 20)), model

@@ -27,7 +27,8 @@ from rich import box
 from rich.console import Console
 from rich.table import Table
 
-from profiler.cli.layers import nonneg_int, positive_int, progress_bar
+from profiler.cli.layers import progress_bar
+from profiler.cli.options import nonneg_int, positive_int
 from profiler.cli.pin import say, sysfs_root
 from profiler.cli.transfer_matrix import (
     add_model_args,

@@ -27,7 +27,8 @@ from rich.console import Console
 from rich.table import Table
 
 from profiler.boards.model import Board
-from profiler.cli.layers import nonneg_int, positive_int, progress_bar
+from profiler.cli.layers import progress_bar
+from profiler.cli.options import add_power_options, nonneg_int, open_source, positive_int
 from profiler.cli.pin import add_board_args, say, sysfs_root
 from profiler.errors import BadInputError, BoardError, PermissionDeniedError
 
@@ -40,16 +41,7 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--cuts", default=None, metavar="I,J,K",
                    help="explicit cut points: op indices where a new layer starts")
     add_board_args(p)
-    p.add_argument("--power", default=None, metavar="SPEC",
-                   help="power source for energy columns: arduino:PORT (needs --marker), "
-                   "sim, nvml[:INDEX], rapl, hwmon[:DEV], auto, none (default: sim on the "
-                   "simulated board, else none; without one the energy columns are absent)")
-    p.add_argument("--marker", default=None, metavar="SPEC",
-                   help="marker line wired to the logger, for streaming sources: "
-                   "gpiod:CHIP:LINE | sysfs:NUMBER | sim (default: sim with --power sim)")
-    p.add_argument("--baseline-s", type=float, default=0.5, metavar="S",
-                   help="idle baseline measured before a streaming capture, seconds "
-                   "(default: 0.5)")
+    add_power_options(p, counter=False)
     p.add_argument("--seed", type=int, default=0, help="seed of the random input (default: 0)")
 
 
@@ -100,35 +92,11 @@ def open_meter(args: argparse.Namespace, board: Board, stack: ExitStack,
     simulated board, and a streaming source needs a marker wired to the logger (sim's
     is the virtual logger's own input). A streaming capture keeps its raw trace beside
     the results (the CSV path with .trace)."""
-    from profiler.markers import open_marker
     from profiler.meter import EnergyMeter
-    from profiler.power.sources import NoneSource, SourceHardware, open_power_source
 
-    if args.baseline_s < 0:
-        raise BadInputError(f"--baseline-s {args.baseline_s} is negative", "give seconds >= 0")
-    spec = args.power or ("sim" if board.simulated else "none")
-    model = None
-    extra: dict[str, Any] = {"trace_dir": Path(csv_path).with_suffix(".trace")}
-    if spec.split(":")[0].lower() == "sim":
-        if not board.simulated:
-            raise BoardError(f"--power sim needs the simulated board, not '{board.name}'",
-                             "use --board sim, or a real source such as arduino:PORT")
-        from profiler.simboard import SimPowerModel
-
-        model = SimPowerModel(board)
-        extra["sim_power_model"] = model
-    source = open_power_source(spec, SourceHardware(extra=extra))
-    if isinstance(source, NoneSource):
+    source, marker, model = open_source(args, board, Path(csv_path).with_suffix(".trace"))
+    if source is None:
         return None, None
-    marker = None
-    if source.mode == "stream":
-        marker_spec = args.marker or ("sim" if source.kind == "sim" else "none")
-        if marker_spec.split(":")[0].lower() == "none":
-            raise BadInputError(
-                f"--power {spec} attributes energy by marker edges, but no --marker was given",
-                "wire a GPIO line to the logger's D2 input and pass --marker gpiod:CHIP:LINE "
-                "(or sysfs:NUMBER)")
-        marker = open_marker(marker_spec, sim_sink=source if source.kind == "sim" else None)
     stack.enter_context(source)
     if marker is not None:
         stack.enter_context(marker)  # closed (driven low) before the source
