@@ -306,15 +306,14 @@ def holes_report(run: RigRun) -> str:
     g0, g1, period = device_gaps(run)
     changes = np.array([p.t_us for prev, p in zip(run.truth.pins, run.truth.pins[1:],
                                                    strict=False) if p.state != prev.state])
-    after = np.array([g - changes[changes <= g].max() if (changes <= g).any() else np.inf
-                      for g in g0])
+    near_edge = np.array([((changes > a - 2 * period) & (changes < b + 2 * period)).any()
+                          for a, b in zip(g0, g1, strict=True)], dtype=bool)
     lengths = np.round((g1 - g0) / period).astype(int) - 1
     dropped = run.result.info.get("device_samples_dropped", 0)
     return (f"{run.front_end} firmware: {g0.size} sample holes in {FRAMES} frames "
             f"({int(lengths.sum())} samples missing, holes of "
-            f"{sorted(set(lengths.tolist()))} samples), {int((after < 2 * period).sum())} of "
-            f"them within 2 sample periods after a marker edge; STATUS reports {dropped} "
-            f"dropped")
+            f"{sorted(set(lengths.tolist()))} samples), {int(near_edge.sum())} of them within "
+            f"2 sample periods of a marker edge; STATUS reports {dropped} dropped")
 
 
 def test_firmware_keeps_every_sample_around_edges(rig_run: RigRun) -> None:
