@@ -84,9 +84,6 @@ def fake_gpio(root: Path, number: int) -> Path:
     return line / "value"
 
 
-@pytest.mark.xfail(strict=True, reason="coupprof layers does not pass a sysfs root to the "
-                   "sysfs marker (profiler/cli/options.py open_power calls open_marker without "
-                   "sysfs_root), so a fake GPIO tree cannot stand in for /sys/class/gpio")
 def test_port_vanishing_mid_run_exits_4_and_keeps_the_timings(tmp_path: Path) -> None:
     """The pty closes while frames run: exit 4, the CSV with every frame's timings and a
     sidecar recording the power error are still written."""

@@ -105,7 +105,12 @@ def open_source(args: argparse.Namespace, board: Board,
             "(or sysfs:NUMBER)")
     marker = None
     if source.mode == "stream":
-        marker = open_marker(marker_spec, sim_sink=source if source.kind == "sim" else None)
+        from governors import sysfs_root_from_env
+
+        # --sysfs-root / COUPPROF_SYSFS_ROOT move /sys/class/gpio too (containers, tests).
+        root = Path(getattr(args, "sysfs_root", None) or sysfs_root_from_env())
+        marker = open_marker(marker_spec, sim_sink=source if source.kind == "sim" else None,
+                             sysfs_root=root / "class" / "gpio")
     return source, marker, model
 
 
