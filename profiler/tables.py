@@ -353,6 +353,15 @@ def render(tables: RunTables) -> Table:
               "fps_per_w": "FPS/W", "samples": "samples"}
     for c in power:
         table.add_column(labels[c], justify="right", no_wrap=True)
+    # Shown only when something happened: an accelerator ran ops on the CPU, or a
+    # layer's windows lost logger frames (its numbers come from its clean windows).
+    fallback = _flags(df, "fallback", lambda v: str(v).lower() in ("yes", "true", "1"))
+    lost = _flags(df, "lost_frames", lambda v: not pd.isna(v) and int(v) > 0) or \
+        _flags(df, "flagged_windows", lambda v: not pd.isna(v) and int(v) > 0)
+    if fallback:
+        table.add_column("fallback", no_wrap=True)
+    if lost:
+        table.add_column("flag", no_wrap=True)
     for r in df.itertuples(index=False):
         row = r._asdict()
         cells = [str(row["layer"]), short_ops(row["op_types"]),
@@ -360,6 +369,10 @@ def render(tables: RunTables) -> Table:
                  _f(row["transfer_ms_mean"]), _kib(row["bytes_in"]), _kib(row["bytes_out"]),
                  _f(row["macs"] / 1e6, 2)]
         cells += [_i(row[c]) if c == "samples" else _f(row[c]) for c in power]
+        if fallback:
+            cells.append("CPU" if fallback[int(row["layer"])] else "")
+        if lost:
+            cells.append(_lost_text(row) if lost[int(row["layer"])] else "")
         table.add_row(*cells)
     table.add_section()
     cells = ["total", f"{len(df)} layers",
@@ -367,8 +380,28 @@ def render(tables: RunTables) -> Table:
              _f(tot.get("time_ms_p95")), _f(tot.get("transfer_ms_mean")), "", "",
              _f(tot.get("macs", 0) / 1e6, 2)]
     cells += [_i(tot.get(c)) if c == "samples" else _f(tot.get(c)) for c in power]
+    cells += [f"{sum(fallback.values())} layers"] if fallback else []
+    cells += [f"{sum(lost.values())} layers"] if lost else []
     table.add_row(*cells, style="bold")
     return table
+
+
+def _flags(df: pd.DataFrame, column: str, test: Any) -> dict[int, bool]:
+    """{layer: flagged} when any layer is flagged in `column`, else {} (column not shown)."""
+    if column not in df.columns:
+        return {}
+    flags = {int(layer): bool(test(v)) for layer, v in zip(df["layer"], df[column], strict=True)}
+    return flags if any(flags.values()) else {}
+
+
+def _lost_text(row: dict[str, Any]) -> str:
+    parts = []
+    if "lost_frames" in row and not pd.isna(row["lost_frames"]) and int(row["lost_frames"]):
+        parts.append(f"lost {int(row['lost_frames'])}")
+    if "flagged_windows" in row and not pd.isna(row["flagged_windows"]) \
+            and int(row["flagged_windows"]):
+        parts.append(f"{int(row['flagged_windows'])} windows")
+    return ", ".join(parts) or "flagged"
 
 
 def _caption(tables: RunTables) -> str:

@@ -148,6 +148,23 @@ def test_power_columns_appear_only_when_given(tmp_path: Path) -> None:
     assert " W " in text and " mJ " in text and "logger frames lost: 0" in text
 
 
+def test_fallback_and_lost_frames_are_shown_only_when_they_happened(tmp_path: Path) -> None:
+    clean = make_run(extras={"energy_mj": np.array([21.0, 4.5]), "lost_frames": np.array([0, 0]),
+                             "fallback": ["no", "no"]})
+    text = flat(render_text(run_tables(clean)))
+    assert "fallback" not in text and "flag" not in text
+    bad = make_run(extras={"energy_mj": np.array([21.0, 4.5]), "lost_frames": np.array([0, 3]),
+                           "flagged_windows": np.array([0, 2]), "fallback": ["yes", "no"]})
+    t = run_tables(bad)
+    lines = render_text(t).splitlines()
+    row0 = next(line for line in lines if line.strip().startswith("0 "))
+    row1 = next(line for line in lines if line.strip().startswith("1 "))
+    assert "CPU" in row0 and "lost" not in row0
+    assert "lost 3, 2 windows" in row1 and "CPU" not in row1
+    csv, _ = write_tables(t, tmp_path / "f.csv")
+    assert render_text(read_tables(csv)) == render_text(t)
+
+
 def test_simulated_runs_say_so() -> None:
     run = make_run()
     run.info = info(simulated=True, board="sim", freq_level=4, freq_khz=600_000)
