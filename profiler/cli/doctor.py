@@ -133,18 +133,26 @@ def _litert_dir() -> Path | None:
 
 def check_accelerators(r: Report, board: Board | None) -> None:
     base = _litert_dir()
-    # GPU: LiteRT's GPU accelerator needs an OpenCL ICD (or WebGPU over a render node).
+    # GPU: this LiteRT ships a WebGPU accelerator, which runs over Vulkan (a loader
+    # plus a driver's ICD manifest); builds with an OpenCL accelerator need an OpenCL ICD.
+    from profiler.executors.accelerator import vulkan_icds
+
+    webgpu = bool(base and (base / "libLiteRtWebGpuAccelerator.so").exists())
+    vulkan = ctypes.util.find_library("vulkan")
+    vk_icds = vulkan_icds()
+    vk_env = os.environ.get("VK_DRIVER_FILES") or os.environ.get("VK_ICD_FILENAMES")
     opencl = ctypes.util.find_library("OpenCL")
-    icds = glob.glob("/etc/OpenCL/vendors/*.icd")
-    render = glob.glob("/dev/dri/renderD*")
-    gpu_ok = bool(opencl and icds) or bool(render and base and
-                                           (base / "libLiteRtWebGpuAccelerator.so").exists())
-    detail = (f"OpenCL loader: {opencl or 'none'}; ICDs: {len(icds)}; render nodes: {len(render)}"
+    cl_icds = glob.glob("/etc/OpenCL/vendors/*.icd")
+    gpu_ok = bool(webgpu and vulkan and (vk_icds or vk_env)) or bool(opencl and cl_icds)
+    detail = (f"WebGPU accelerator: {'yes' if webgpu else 'no'}; Vulkan loader: "
+              f"{vulkan or 'none'}; Vulkan ICDs: {len(vk_icds)}"
+              f"{f' (VK_DRIVER_FILES={vk_env})' if vk_env else ''}; OpenCL ICDs: {len(cl_icds)}"
               " (library check only; `coupprof layers -p G` tries it)")
     wants_gpu = board is not None and any(p.accelerator == "gpu" and not board.simulated
                                           for p in board.processors.values())
     r.add("accelerators", "LiteRT GPU", gpu_ok if wants_gpu else None, detail,
-          "install the GPU vendor's OpenCL driver (an ICD in /etc/OpenCL/vendors)")
+          "install the Vulkan loader (libvulkan1) and the GPU driver's Vulkan ICD, or point "
+          "VK_DRIVER_FILES at the driver's ICD json")
     dispatch = sorted(Path(p).parts[-3] for p in glob.glob(
         str(base / "vendors/*/dispatch/libLiteRtDispatch_*.so"))) if base else []
     npu_nodes = [p for pat in ("accel/accel*", "fastrpc-*", "galcore", "rknpu*", "vipcore")
