@@ -117,11 +117,10 @@ uint16_t cp_frame_ack(uint8_t *out, uint16_t seq, uint32_t t_us, uint8_t cmd, ui
     return finish(out, CP_T_ACK, seq, t_us, CP_ACK_LEN);
 }
 
-uint16_t cp_frame_status(uint8_t *out, uint16_t seq, uint32_t t_us, uint32_t samples_total,
-                         uint32_t samples_dropped, uint32_t edges_total)
+uint16_t cp_frame_status(uint8_t *out, uint16_t seq, uint32_t t_us, const uint32_t counts[3])
 {
-    cp_put_u32(out + 10, samples_total);
-    cp_put_u32(out + 14, samples_dropped);
-    cp_put_u32(out + 18, edges_total);
+    cp_put_u32(out + 10, counts[0]);
+    cp_put_u32(out + 14, counts[1]);
+    cp_put_u32(out + 18, counts[2]);
     return finish(out, CP_T_STATUS, seq, t_us, CP_STATUS_LEN);
 }

@@ -45,8 +45,10 @@ uint16_t cp_frame_edge(uint8_t *out, uint16_t seq, uint32_t t_us, uint8_t marker
                        uint8_t changed);
 uint16_t cp_frame_ident(uint8_t *out, uint16_t seq, uint32_t t_us, const cp_ident *id);
 uint16_t cp_frame_ack(uint8_t *out, uint16_t seq, uint32_t t_us, uint8_t cmd, uint8_t status);
-uint16_t cp_frame_status(uint8_t *out, uint16_t seq, uint32_t t_us, uint32_t samples_total,
-                         uint32_t samples_dropped, uint32_t edges_total);
+/* counts: samples_total, samples_dropped, edges_total (PROTOCOL.md, STATUS).
+ * Passed by address: on the AVR, arguments beyond 14 bytes would go through
+ * r8..r11, which the firmware reserves for interrupt handlers. */
+uint16_t cp_frame_status(uint8_t *out, uint16_t seq, uint32_t t_us, const uint32_t counts[3]);
 
 /* Incremental SAMPLES building (what the logger uses, to avoid copies):
  * write sample i's 7 bytes with cp_frame_put_sample(out + 11 + 7 * i, ...),

@@ -27,9 +27,12 @@ static void send_ident(cp_logger *lg)
 static void send_status(cp_logger *lg, uint32_t now)
 {
     cp_counters c;
+    uint32_t counts[3];
     lg->ops->read_counters(lg->ctx, &c);
-    send_frame(lg, cp_frame_status(lg->frame, lg->seq, now, c.samples_total, c.samples_dropped,
-                                   c.edges_total));
+    counts[0] = c.samples_total;
+    counts[1] = c.samples_dropped;
+    counts[2] = c.edges_total;
+    send_frame(lg, cp_frame_status(lg->frame, lg->seq, now, counts));
     lg->last_status_us = now;
 }
 
@@ -65,6 +68,46 @@ static void add_sample(cp_logger *lg, const cp_sample *s)
     }
 }
 
+/* Up to `max` queued samples into the frame being filled (room for one
+ * SAMPLES frame guaranteed by the caller); returns 1 if any was taken. */
+static int take_samples(cp_logger *lg, uint8_t max)
+{
+    cp_sample s;
+    int took = 0;
+    if (lg->ops->pop_samples) {
+        while (max) {
+            uint8_t want = (uint8_t)(CP_SAMPLES_MAX - lg->npending);
+            uint8_t r, n;
+            if (want > max) {
+                want = max;
+            }
+            r = lg->ops->pop_samples(lg->ctx, lg->sframe + 11 + CP_SAMPLE_BYTES * lg->npending,
+                                     want, &lg->pending_t0, (uint8_t)(lg->npending == 0));
+            n = (uint8_t)(r & ~CP_POP_FAR);
+            lg->npending = (uint8_t)(lg->npending + n);
+            max = (uint8_t)(max - n);
+            if (n) {
+                took = 1;
+            }
+            if (lg->npending == CP_SAMPLES_MAX || ((r & CP_POP_FAR) && lg->npending)) {
+                flush_samples(lg);
+                continue;
+            }
+            if (n < want) {
+                break; /* the queue is empty */
+            }
+        }
+        lg->sp = lg->sframe + 11 + CP_SAMPLE_BYTES * lg->npending;
+        return took;
+    }
+    while (max && lg->ops->pop_sample(lg->ctx, &s)) {
+        add_sample(lg, &s);
+        max--;
+        took = 1;
+    }
+    return took;
+}
+
 static void send_edge(cp_logger *lg, const cp_edge *e)
 {
     send_frame(lg, cp_frame_edge(lg->frame, lg->seq, e->t_us, e->markers, e->changed));
@@ -74,12 +117,10 @@ static void send_edge(cp_logger *lg, const cp_edge *e)
 static void drain(cp_logger *lg)
 {
     cp_edge e;
-    cp_sample s;
     while (lg->ops->pop_edge(lg->ctx, &e)) {
         send_edge(lg, &e);
     }
-    while (lg->ops->pop_sample(lg->ctx, &s)) {
-        add_sample(lg, &s);
+    while (take_samples(lg, CP_SAMPLES_MAX)) {
     }
     flush_samples(lg);
 }
@@ -245,7 +286,6 @@ void cp_logger_rx_timeout(cp_logger *lg)
 void cp_logger_poll(cp_logger *lg)
 {
     cp_edge e;
-    cp_sample s;
     uint32_t now;
     uint16_t room;
     uint8_t n;
@@ -261,10 +301,15 @@ void cp_logger_poll(cp_logger *lg)
      * the sampler outpaces the main loop; room for the frame a 4th sample
      * would complete plus a STATUS, so the STATUS below is never starved */
     if (room >= CP_SAMPLES_FRAME_MAX + STATUS_FRAME_BYTES) {
-        uint8_t k = (uint8_t)(CP_SAMPLES_MAX - lg->npending);
-        while (k && lg->ops->pop_sample(lg->ctx, &s)) {
-            add_sample(lg, &s);
-            k--;
+        uint8_t r = CP_SENT_SLOW;
+        if (lg->ops->send_samples && lg->npending == 0) {
+            r = lg->ops->send_samples(lg->ctx, lg->seq);
+            if (r == CP_SENT_FRAME) {
+                lg->seq++;
+            }
+        }
+        if (r == CP_SENT_SLOW) {
+            take_samples(lg, (uint8_t)(CP_SAMPLES_MAX - lg->npending));
         }
     }
     /* the clock is read every 16th call only: the main loop calls this

@@ -46,7 +46,31 @@ typedef struct {
     void (*stop)(void *ctx);
     /* program the nearest achievable rate; returns it (samples/s) */
     uint32_t (*set_rate)(void *ctx, uint32_t req_hz);
+    /* Optional (0 = use pop_sample): write up to `max` queued samples straight
+     * into a SAMPLES payload, 7 bytes each from `out` (the layout of
+     * cp_frame_put_sample), with dt_us relative to *t0_us; if `first` is set
+     * the first sample's time is stored in *t0_us instead (its dt is 0).
+     * Returns the count written, ORed with CP_POP_FAR when it stopped at a
+     * sample more than 65535 us after *t0_us (left queued: the frame must be
+     * sent first). The fast path of a high-rate front end: no cp_sample copies,
+     * no call per sample. */
+    uint8_t (*pop_samples)(void *ctx, uint8_t *out, uint8_t max, uint32_t *t0_us,
+                           uint8_t first);
+    /* Optional (0 = none; needs pop_samples): build and queue one whole
+     * SAMPLES frame of CP_SAMPLES_MAX samples numbered `seq`, straight into
+     * the transmit buffer (the engine has checked the room). Returns
+     * CP_SENT_FRAME if it did, CP_SENT_WAIT if fewer samples are queued
+     * (nothing is taken: the engine waits for more rather than starting a
+     * partial frame), CP_SENT_SLOW if the next sample needs pop_samples (the
+     * engine then fills one frame through it). */
+    uint8_t (*send_samples)(void *ctx, uint16_t seq);
 } cp_logger_ops;
+
+#define CP_SENT_WAIT 0u
+#define CP_SENT_FRAME 1u
+#define CP_SENT_SLOW 2u
+
+#define CP_POP_FAR 0x80u
 
 typedef struct {
     const cp_logger_ops *ops;

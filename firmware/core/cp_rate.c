@@ -19,17 +19,20 @@ static uint32_t mhz_of(uint32_t f_cpu_hz, uint32_t cycles)
 
 uint32_t cp_a0_pick(uint32_t f_cpu_hz, uint32_t req_hz, uint32_t max_hz, cp_a0_setting *out)
 {
-    /* slowest ADC clock first; F_CPU/32 (38 k conversions/s) is left out:
-     * its conversion (26 us) is shorter than the firmware's worst-case
-     * interrupt latency under full UART load */
-    static const uint8_t adps_list[2] = {7, 6};
+    /* slowest ADC clock first (F_CPU/128 = 125 kHz is the datasheet's full
+     * resolution clock; F_CPU/32 = 500 kHz, a 26 us conversion, is the
+     * fastest the firmware's conversion interrupt is built for) */
+    static const uint8_t adps_list[3] = {7, 6, 5};
     uint32_t best_err = 0xFFFFFFFFu;
     uint8_t i;
     int found = 0;
+    if (req_hz > max_hz) { /* the fastest allowed is the nearest */
+        req_hz = max_hz;
+    }
     if (req_hz > 1000000u) {
         req_hz = 1000000u;
     }
-    for (i = 0; i < 2; i++) {
+    for (i = 0; i < 3; i++) {
         uint8_t adps = adps_list[i];
         uint32_t conv_cycles = 13u << adps;
         uint32_t conv_mhz = mhz_of(f_cpu_hz, conv_cycles);
@@ -62,6 +65,30 @@ uint32_t cp_a0_pick(uint32_t f_cpu_hz, uint32_t req_hz, uint32_t max_hz, cp_a0_s
         out->rate_hz = (mhz_of(f_cpu_hz, (13u << 7) * CP_A0_MAX_K) + 500u) / 1000u;
     }
     return out->rate_hz;
+}
+
+uint16_t cp_a0_recip(uint8_t k)
+{
+    return k > 1u ? (uint16_t)(65536UL / k) : 0u;
+}
+
+uint16_t cp_a0_mean(uint16_t sum, uint8_t k, uint16_t recip)
+{
+    uint16_t q, r;
+    if (k <= 1u) {
+        return sum;
+    }
+    /* recip = floor(2^16 / k) makes q floor(sum / k) or one less */
+    q = (uint16_t)(((uint32_t)sum * recip) >> 16);
+    r = (uint16_t)(sum - (uint16_t)(q * k));
+    if (r >= k) {
+        q++;
+        r = (uint16_t)(r - k);
+    }
+    if (2u * r >= k) { /* half up */
+        q++;
+    }
+    return q;
 }
 
 static CP_FLASH uint16_t ina_ct_us[8] = {140, 204, 332, 588, 1100, 2116, 4156, 8244};

@@ -15,7 +15,7 @@ extern "C" {
 #define CP_A0_MAX_K 64u
 
 typedef struct {
-    uint8_t adps;        /* ADCSRA prescaler bits: 6 = /64, 7 = /128 */
+    uint8_t adps;        /* ADCSRA prescaler bits: 5 = /32, 6 = /64, 7 = /128 */
     uint8_t k;           /* conversions averaged into one sample, 1..CP_A0_MAX_K */
     uint16_t conv_ticks; /* one conversion in Timer1 ticks (F_CPU / 8) */
     uint32_t rate_hz;    /* achieved samples/s, rounded */
@@ -24,6 +24,13 @@ typedef struct {
 /* Nearest rate to req_hz not above max_hz; equal rates prefer the slower ADC
  * clock (better resolution). Returns the achieved rate (also in *out). */
 uint32_t cp_a0_pick(uint32_t f_cpu_hz, uint32_t req_hz, uint32_t max_hz, cp_a0_setting *out);
+
+/* The mean of k conversions, sum / k rounded half up, with one 16 x 16 bit
+ * multiply instead of a division (the AVR has no divider): recip is
+ * cp_a0_recip(k), computed once per rate. Exact for every sum <= 1023 * k,
+ * k <= CP_A0_MAX_K (the host tests check all of them). */
+uint16_t cp_a0_recip(uint8_t k);
+uint16_t cp_a0_mean(uint16_t sum, uint8_t k, uint16_t recip);
 
 /* ---- INA226: continuous shunt + bus, same conversion time for both ----
  * One sample per (shunt + bus) cycle, times the averaging count. */

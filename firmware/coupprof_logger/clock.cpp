@@ -5,9 +5,32 @@
 
 volatile uint32_t clk_ovf;
 
-ISR(TIMER1_OVF_vect)
+// clk_ovf++ by hand: 41 cycles instead of the compiler's 58 (interrupts are
+// off throughout, which delays a marker edge's timestamp by at most that).
+ISR(TIMER1_OVF_vect, ISR_NAKED)
 {
-    clk_ovf++;
+    __asm__ __volatile__(
+        "push r24\n\t"
+        "in r24, __SREG__\n\t"
+        "push r24\n\t"
+        "lds r24, %[o]\n\t"
+        "subi r24, 0xff\n\t" /* + 1, the carry rippling through sbci */
+        "sts %[o], r24\n\t"
+        "lds r24, %[o]+1\n\t"
+        "sbci r24, 0xff\n\t"
+        "sts %[o]+1, r24\n\t"
+        "lds r24, %[o]+2\n\t"
+        "sbci r24, 0xff\n\t"
+        "sts %[o]+2, r24\n\t"
+        "lds r24, %[o]+3\n\t"
+        "sbci r24, 0xff\n\t"
+        "sts %[o]+3, r24\n\t"
+        "pop r24\n\t"
+        "out __SREG__, r24\n\t"
+        "pop r24\n\t"
+        "reti\n\t"
+        :
+        : [o] "i"(&clk_ovf));
 }
 
 void clock_init(void)

@@ -19,5 +19,9 @@ void fe_poll(void);
 // Main loop: the oldest queued sample, finished (the ISR may queue a raw
 // form to stay short); 1 if there was one.
 int fe_pop_sample(cp_sample *s);
+// Main loop, front ends with a fast path (A0): cp_logger_ops.pop_samples.
+uint8_t fe_pop_samples(uint8_t *out, uint8_t max, uint32_t *t0_us, uint8_t first);
+// Main loop, A0: cp_logger_ops.send_samples.
+uint8_t fe_send_samples(uint16_t seq);
 
 #endif

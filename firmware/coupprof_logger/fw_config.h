@@ -59,15 +59,21 @@
 #ifndef A0_GAIN
 #define A0_GAIN 50ULL
 #endif
-// 6410 S/s = ADC clock F_CPU/64, each sample the mean of 3 conversions: the
-// fastest rate measured free of drops in the simavr rig (README: budget).
+// 12,821 S/s = ADC clock F_CPU/32 (500 kHz, a conversion every 26 us), each
+// sample the mean of 3 conversions (README: cycle budget).
 #ifndef A0_DEFAULT_RATE_HZ
-#define A0_DEFAULT_RATE_HZ 6410UL
+#define A0_DEFAULT_RATE_HZ 12820UL
 #endif
-// Highest rate SET_RATE offers: 9615 S/s (one conversion per sample at the
-// full-resolution ADC clock) drops ~3 % of samples (counted in STATUS).
+// Highest rate SET_RATE offers (the next faster setting, 19,231 S/s, would
+// need 99 % of the line).
 #ifndef A0_MAX_RATE_HZ
-#define A0_MAX_RATE_HZ 9700UL
+#define A0_MAX_RATE_HZ 13000UL
+#endif
+// Test builds only: 1 = the bus field of each A0 sample carries the
+// conversion handler's raw TCNT1 note, 2 = how often the grid moved by whole
+// conversions (firmware/README.md: calibrating A0_NOTE_TICKS_*).
+#ifndef A0_DEBUG_BUS
+#define A0_DEBUG_BUS 0
 #endif
 // nA per ADC count = (Vref / 1024) / (gain * R)
 #define A0_CURRENT_LSB_NA \

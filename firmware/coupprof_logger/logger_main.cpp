@@ -40,7 +40,7 @@ static int op_pop_sample(void *, cp_sample *s)
 
 static int op_pop_edge(void *, cp_edge *e)
 {
-    return cp_ring_get(&edge_ring, e, (uint8_t)sizeof *e);
+    return markers_pop_edge(e);
 }
 
 static void op_read_counters(void *, cp_counters *c)
@@ -74,9 +74,25 @@ static uint32_t op_set_rate(void *, uint32_t req_hz)
     return fe_set_rate(req_hz);
 }
 
+#if CP_FRONT_END == CP_FE_ID_A0
+static uint8_t op_pop_samples(void *, uint8_t *out, uint8_t max, uint32_t *t0_us, uint8_t first)
+{
+    return fe_pop_samples(out, max, t0_us, first);
+}
+static uint8_t op_send_samples(void *, uint16_t seq)
+{
+    return fe_send_samples(seq);
+}
+#define OP_POP_SAMPLES op_pop_samples
+#define OP_SEND_SAMPLES op_send_samples
+#else
+#define OP_POP_SAMPLES 0
+#define OP_SEND_SAMPLES 0
+#endif
+
 static const cp_logger_ops ops = {
     op_send, op_tx_free, op_now_us, op_pop_sample, op_pop_edge,
-    op_read_counters, op_start, op_stop, op_set_rate,
+    op_read_counters, op_start, op_stop, op_set_rate, OP_POP_SAMPLES, OP_SEND_SAMPLES,
 };
 
 void logger_setup(void)

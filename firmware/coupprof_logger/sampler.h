@@ -1,6 +1,6 @@
-// Hand-off from the sampling ISRs to the main loop: a ring of samples, a
-// ring of marker edges, and the STATUS counters. The front end's ISR is the
-// only producer of samples, the pin-change ISR the only producer of edges.
+// Hand-off from the sampling ISRs to the main loop: the samples (INA226: a
+// ring of cp_sample; A0: its own raw ring, frontend_a0.cpp), the marker
+// edges, and the STATUS counters.
 #ifndef SAMPLER_H
 #define SAMPLER_H
 
@@ -12,11 +12,12 @@
 #include "cp_ring.h"
 #include "fw_config.h"
 
+#if CP_FRONT_END == CP_FE_ID_INA226
 extern cp_ring sample_ring;
-extern cp_ring edge_ring;
+#endif
 extern volatile uint32_t samples_total;
 extern volatile uint32_t samples_dropped;
-extern volatile uint32_t edges_total;
+extern uint32_t edges_total; // main loop only
 
 void sampler_init(void);
 void sampler_reset(void); // empty the rings, zero the counters (sampling stopped)
@@ -26,6 +27,7 @@ static inline uint8_t markers_read(void)
     return (uint8_t)((PIND >> MARKER_SHIFT) & MARKER_MASK);
 }
 
+#if CP_FRONT_END == CP_FE_ID_INA226
 // From the sampling ISR: queue one sample, or count it dropped; never waits.
 static inline void sampler_push(const cp_sample *s)
 {
@@ -41,9 +43,12 @@ static inline void sampler_missed(void)
     samples_total++;
     samples_dropped++;
 }
+#endif
 
 void markers_init(void);
 void markers_start(void);
 void markers_stop(void);
+// Main loop: the oldest marker edge, timestamped; 1 if there was one.
+int markers_pop_edge(cp_edge *e);
 
 #endif

@@ -1,23 +1,29 @@
 // UART0 at 2,000,000 baud (U2X, UBRR = 0), 8N1. Interrupt-driven both ways
-// through SPSC rings: RX ISR -> main loop, main loop -> UDRE ISR.
+// through rings: RX ISR -> main loop, main loop -> UDRE ISR. The transmit
+// ring is 256 bytes at a 256-byte boundary and its tail lives in r2
+// (fixed_regs.h), so the transmit handler is 26 cycles a byte.
 #ifndef UART_H
 #define UART_H
 
 #include <avr/io.h>
 #include <stdint.h>
 
-#include "cp_ring.h"
+#include "fixed_regs.h"
 
 void uart_init(void);
 // Queue bytes, waiting for room when the ring is full (main loop only).
 void uart_send(const uint8_t *p, uint16_t n);
 uint16_t uart_tx_free(void);
+// Queue frame[0 .. len-1] followed by the CRC-16 of frame[2 .. len-1] (low
+// byte first): a device frame whose CRC is computed while it is copied.
+// The caller makes sure len + 2 bytes fit (uart_tx_free).
+void uart_send_crc(const uint8_t *frame, uint8_t len);
 // 1 and the byte if one was received.
 int uart_rx(uint8_t *b);
 // Bytes lost because the RX ring was full.
 extern volatile uint16_t uart_rx_overruns;
 
-extern cp_ring uart_tx_ring;
+extern volatile uint8_t uart_tx_head;
 extern volatile uint8_t uart_tx_held;
 
 // Hold the transmit interrupt off while a time-critical interrupt-driven
@@ -33,7 +39,7 @@ static inline __attribute__((always_inline)) void uart_tx_hold(void)
 static inline __attribute__((always_inline)) void uart_tx_release(void)
 {
     uart_tx_held = 0;
-    if (cp_ring_used(&uart_tx_ring)) {
+    if (uart_tx_head != fixed_tx_tail()) {
         UCSR0B |= _BV(UDRIE0);
     }
 }

@@ -116,7 +116,10 @@ static void test_ack_status_layout(void)
     CHECK_EQ(f.seq, 65535);
     CHECK_EQ(f.payload[0], 0x84);
     CHECK_EQ(f.payload[1], 4);
-    n = cp_frame_status(out, 9, 77, 123456789u, 42u, 7u);
+    {
+        const uint32_t counts[3] = {123456789u, 42u, 7u};
+        n = cp_frame_status(out, 9, 77, counts);
+    }
     CHECK_EQ(ref_decode(out, n, &f), 24);
     CHECK_EQ(f.type, 5);
     CHECK_EQ(le32(f.payload), 123456789u);

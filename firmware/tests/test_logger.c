@@ -20,6 +20,7 @@ typedef struct {
     cp_counters counters;
     int started, stopped, start_ok;
     uint32_t last_req;
+    int fast_frames;
 } plat_t;
 
 static void p_send(void *c, const uint8_t *f, uint16_t n)
@@ -62,8 +63,61 @@ static uint32_t p_rate(void *c, uint32_t req)
     return req / 2u * 2u + 1u; /* "nearest achievable": an odd number */
 }
 
+/* The fast path (cp_logger_ops.pop_samples) over the same queue: what the
+ * A0 front end does with its raw ring. */
+static uint8_t p_pop_samples(void *c, uint8_t *out, uint8_t max, uint32_t *t0, uint8_t first)
+{
+    plat_t *p = (plat_t *)c;
+    uint8_t n = 0;
+    while (n < max && p->s_tail != p->s_head) {
+        const cp_sample *s = &p->samples[p->s_tail];
+        uint32_t dt;
+        if (first && n == 0) {
+            *t0 = s->t_us;
+        } else if ((uint32_t)(s->t_us - *t0) > 0xFFFFu) {
+            return (uint8_t)(n | CP_POP_FAR);
+        }
+        dt = s->t_us - *t0;
+        cp_frame_put_sample(out, (uint16_t)dt, s);
+        out += 7;
+        p->s_tail++;
+        n++;
+    }
+    return n;
+}
+
+/* Whole frames straight to the line (cp_logger_ops.send_samples), as the A0
+ * front end does: 4 queued samples within 65535 us make a frame; a sample
+ * flagged `slow` (current == 0x7777) must go through pop_samples. */
+static uint8_t p_send_samples(void *c, uint16_t seq)
+{
+    plat_t *p = (plat_t *)c;
+    uint8_t f[41];
+    int i;
+    if (p->s_head - p->s_tail < 4) {
+        return CP_SENT_WAIT;
+    }
+    for (i = 0; i < 4; i++) {
+        const cp_sample *s = &p->samples[p->s_tail + i];
+        if (s->current == 0x7777 || (uint32_t)(s->t_us - p->samples[p->s_tail].t_us) > 0xFFFFu) {
+            return CP_SENT_SLOW;
+        }
+    }
+    cp_frame_samples(f, seq, &p->samples[p->s_tail], 4);
+    p_send(c, f, 41);
+    p->s_tail += 4;
+    p->fast_frames++;
+    return CP_SENT_FRAME;
+}
+
 static const cp_logger_ops OPS = {p_send, p_free, p_now, p_pop, p_pop_edge,
-                                  p_counters, p_start, p_stop, p_rate};
+                                  p_counters, p_start, p_stop, p_rate, 0, 0};
+static const cp_logger_ops OPS_FAST = {p_send, p_free, p_now, p_pop, p_pop_edge,
+                                       p_counters, p_start, p_stop, p_rate, p_pop_samples, 0};
+static const cp_logger_ops OPS_FRAMES = {p_send, p_free, p_now, p_pop, p_pop_edge,
+                                         p_counters, p_start, p_stop, p_rate, p_pop_samples,
+                                         p_send_samples};
+static const cp_logger_ops *ops_used = &OPS;
 
 static plat_t P;
 static cp_logger LG;
@@ -85,7 +139,7 @@ static void boot(uint32_t shunt_lsb_nV)
     id.bus_lsb_uV = 1250;
     id.bus_nominal_mV = 5000;
     memcpy(id.fw_version, "1.0.0", 5);
-    cp_logger_init(&LG, &OPS, &P, &id, shunt_lsb_nV);
+    cp_logger_init(&LG, ops_used, &P, &id, shunt_lsb_nV);
 }
 
 static void command(uint8_t cmd, const uint8_t *payload, uint8_t len)
@@ -389,6 +443,47 @@ static void test_start_failure_and_restart(void)
     CHECK_EQ(P.stopped, 1);
 }
 
+static void test_whole_frames_wait_and_fall_back(void)
+{
+    ref_frame f[16];
+    int i, n;
+    boot(2500);
+    command(0x82, 0, 0);
+    for (i = 0; i < 3; i++) {
+        push_sample(1000u + 78u * (uint32_t)i, (int16_t)(10 + i), 0, 1);
+    }
+    cp_logger_poll(&LG);
+    CHECK_EQ(P.s_tail, 0); /* three queued: no partial frame is started */
+    push_sample(1000u + 78u * 3u, 13, 0, 1);
+    cp_logger_poll(&LG);
+    CHECK_EQ(P.s_tail, 4);
+    CHECK_EQ(P.fast_frames, 1);
+    /* a sample the whole-frame path refuses: one frame through pop_samples */
+    for (i = 4; i < 8; i++) {
+        push_sample(1000u + 78u * (uint32_t)i, (int16_t)(i == 5 ? 0x7777 : 10 + i), 0, 2);
+    }
+    cp_logger_poll(&LG);
+    CHECK_EQ(P.s_tail, 8);
+    CHECK_EQ(P.fast_frames, 1);
+    for (i = 8; i < 12; i++) {
+        push_sample(1000u + 78u * (uint32_t)i, (int16_t)(10 + i), 0, 3);
+    }
+    cp_logger_poll(&LG);
+    CHECK_EQ(P.fast_frames, 2);
+    n = decode_all(f, 16);
+    CHECK_EQ(n, 5); /* IDENT, ACK, 3 x SAMPLES(4) */
+    for (i = 2; i < 5; i++) {
+        CHECK_EQ(f[i].type, 1);
+        CHECK_EQ(f[i].payload[0], 4);
+        CHECK_EQ(f[i].t_us, 1000u + 78u * 4u * (uint32_t)(i - 2));
+        CHECK_EQ(le16(f[i].payload + 1 + 7 * 3 + 2), 13 + 4 * (i - 2)); /* last current */
+        CHECK_EQ(le16(f[i].payload + 1 + 7 * 3), 234);                  /* its dt */
+        CHECK_EQ(f[i].payload[1 + 7 * 3 + 6], i - 1);                    /* markers */
+        CHECK_EQ(f[i].seq, f[i - 1].seq + 1);
+    }
+    CHECK_EQ(le16(f[3].payload + 1 + 7 + 2), 0x7777); /* the refused one, via pop_samples */
+}
+
 int main(void)
 {
     RUN(test_boot_ident);
@@ -402,5 +497,20 @@ int main(void)
     RUN(test_wide_gap_starts_new_frame);
     RUN(test_backpressure_leaves_samples_queued);
     RUN(test_start_failure_and_restart);
+    /* the same streams through the fast path give the same frames */
+    ops_used = &OPS_FAST;
+    RUN(test_stream_frames_and_stop_order);
+    RUN(test_wide_gap_starts_new_frame);
+    RUN(test_backpressure_leaves_samples_queued);
+    RUN(test_start_failure_and_restart);
+    RUN(test_status_once_a_second);
+    /* and through whole-frame sends, falling back to pop_samples */
+    ops_used = &OPS_FRAMES;
+    RUN(test_stream_frames_and_stop_order);
+    RUN(test_wide_gap_starts_new_frame);
+    RUN(test_backpressure_leaves_samples_queued);
+    RUN(test_start_failure_and_restart);
+    RUN(test_status_once_a_second);
+    RUN(test_whole_frames_wait_and_fall_back);
     return HARNESS_EXIT();
 }

@@ -16,10 +16,30 @@ static void test_a0_full_resolution_clock(void)
 static void test_a0_default_rate(void)
 {
     cp_a0_setting s;
+    CHECK_EQ(cp_a0_pick(F_CPU_HZ, 12820, 13000, &s), 12821);
+    CHECK_EQ(s.adps, 5); /* F_CPU/32: 38462 conversions/s, mean of 3 */
+    CHECK_EQ(s.k, 3);
+    CHECK_EQ(s.conv_ticks, 52);
+    /* the slower clocks when the cap leaves only them */
     CHECK_EQ(cp_a0_pick(F_CPU_HZ, 6410, 9700, &s), 6410);
     CHECK_EQ(s.adps, 6); /* F_CPU/64: 19231 conversions/s, mean of 3 */
     CHECK_EQ(s.k, 3);
     CHECK_EQ(s.conv_ticks, 104);
+}
+
+static void test_a0_mean_is_exact(void)
+{
+    /* every sum k conversions can make, every k: round half up of sum / k */
+    unsigned k, sum;
+    int bad = 0;
+    for (k = 1; k <= CP_A0_MAX_K; k++) {
+        uint16_t r = cp_a0_recip((uint8_t)k);
+        for (sum = 0; sum <= 1023u * k; sum++) {
+            unsigned want = (2u * sum + k) / (2u * k);
+            bad += cp_a0_mean((uint16_t)sum, (uint8_t)k, r) != want;
+        }
+    }
+    CHECK_EQ(bad, 0);
 }
 
 static void test_a0_cap_and_ties(void)
@@ -28,14 +48,18 @@ static void test_a0_cap_and_ties(void)
     /* above the cap: the fastest allowed */
     CHECK_EQ(cp_a0_pick(F_CPU_HZ, 20000, 9700, &s), 9615);
     CHECK_EQ(s.k, 1);
+    CHECK_EQ(cp_a0_pick(F_CPU_HZ, 40000, 13000, &s), 12821);
     /* 4808 S/s is /128 with k=2 or /64 with k=4: the slower ADC clock wins */
     CHECK_EQ(cp_a0_pick(F_CPU_HZ, 4808, 9700, &s), 4808);
     CHECK_EQ(s.adps, 7);
     CHECK_EQ(s.k, 2);
-    /* nearest: 6410 and 9615 are neighbours; 8000 is nearer the first, 8100
-     * the second */
-    CHECK_EQ(cp_a0_pick(F_CPU_HZ, 8000, 9700, &s), 6410);
-    CHECK_EQ(cp_a0_pick(F_CPU_HZ, 8100, 9700, &s), 9615);
+    /* nearest: 7692 (/32, k = 5) and 9615 are neighbours; 8600 is nearer the
+     * first, 8700 the second, which three settings give: /128 wins */
+    CHECK_EQ(cp_a0_pick(F_CPU_HZ, 8600, 9700, &s), 7692);
+    CHECK_EQ(s.adps, 5);
+    CHECK_EQ(s.k, 5);
+    CHECK_EQ(cp_a0_pick(F_CPU_HZ, 8700, 9700, &s), 9615);
+    CHECK_EQ(s.adps, 7);
     /* very low: the slowest setting (k limited to 64) */
     CHECK_EQ(cp_a0_pick(F_CPU_HZ, 1, 9700, &s), 150);
     CHECK_EQ(s.adps, 7);
@@ -54,7 +78,7 @@ static void test_a0_rate_is_exact_division(void)
         exact_mhz = (uint32_t)((1000ull * F_CPU_HZ + cycles / 2) / cycles);
         CHECK_EQ(s.rate_hz, (exact_mhz + 500u) / 1000u);
         CHECK(s.k >= 1 && s.k <= CP_A0_MAX_K);
-        CHECK(s.adps == 6 || s.adps == 7);
+        CHECK(s.adps >= 5 && s.adps <= 7);
         CHECK(s.rate_hz <= 9700);
     }
 }
@@ -105,6 +129,7 @@ int main(void)
 {
     RUN(test_a0_full_resolution_clock);
     RUN(test_a0_default_rate);
+    RUN(test_a0_mean_is_exact);
     RUN(test_a0_cap_and_ties);
     RUN(test_a0_rate_is_exact_division);
     RUN(test_ina226_fastest);
