@@ -308,14 +308,28 @@ static void arm_marker_read(uint32_t target_ticks)
 ISR(TIMER1_COMPA_vect, ISR_NOBLOCK)
 {
     uint8_t m = markers_read();
-    cli(); // TIMSK1 is shared with the TWI handler (OCIE1B)
-    if ((uint16_t)clock_ovf_for_past(OCR1A) == (uint16_t)(mk_target >> 16)) {
-        // the match of this wrap, not of an earlier one
+    uint16_t now, oc;
+    uint8_t tov, o;
+    cli(); // 16-bit registers go through TEMP, shared with the edge handler
+    now = TCNT1;
+    oc = OCR1A;
+    tov = TIFR1;
+    o = (uint8_t)clk_ovf;
+    sei();
+    // the overflow count (low byte) of the match
+    if ((tov & _BV(TOV1)) && now < 0x8000u) {
+        o++;
+    }
+    if (oc > now) {
+        o--;
+    }
+    if (o == (uint8_t)(mk_target >> 16)) { // the match of this wrap, not of an earlier one
         mk_value = m;
         mk_valid = 1;
+        cli(); // TIMSK1 is shared with the TWI handler (OCIE1B)
         TIMSK1 &= (uint8_t)~_BV(OCIE1A);
+        sei();
     }
-    sei();
 }
 
 // Queue what the last sequence produced (capture ISR, or fe_stop).
@@ -421,11 +435,23 @@ ISR(TIMER1_COMPB_vect, ISR_NOBLOCK)
 // keeps the edge's tick until the next edge, a period later.
 ISR(TIMER1_CAPT_vect, ISR_NOBLOCK)
 {
-    uint16_t c;
+    uint16_t c, now;
     uint32_t o;
-    cli(); // ICR1, TCNT1, the overflow count and TOV1 together
+    uint8_t tov;
+    cli(); // ICR1, TCNT1, the overflow count and TOV1 together: a short copy
     c = ICR1;
-    o = clock_ovf_for_past(c); // the overflow ISR may have run since the edge
+    now = TCNT1;
+    tov = TIFR1;
+    o = clk_ovf;
+    sei();
+    // the overflow count of the captured tick (the overflow ISR may have run since)
+    if ((tov & _BV(TOV1)) && now < 0x8000u) {
+        o++;
+    }
+    if (c > now) {
+        o--;
+    }
+    cli(); // the hand-over with the TWI handler's end (alert_pending)
     if (twi_busy) {
         // The previous cycle's reads are still running (edges and UART load
         // stretch them at times). They cleared this alert's flag first thing
@@ -445,16 +471,42 @@ ISR(TIMER1_CAPT_vect, ISR_NOBLOCK)
     process_alert(c, o);
 }
 
+// The TWI vector is a stub: it switches the TWI interrupt off (TWIE = 0;
+// writing TWINT as 0 leaves it set, so the bus stays held), enables
+// interrupts and jumps to the handler body: 17 cycles with interrupts off,
+// so a marker edge is timestamped within a few us even mid-sequence. The
+// body (an ordinary handler, full prologue) steps through the script; its
+// TWCR write clears TWINT and re-arms TWIE for the next step.
+extern "C" {
+#pragma GCC diagnostic ignored "-Wmisspelled-isr"
+void twi_body(void) __attribute__((signal, used, externally_visible));
+}
+
+ISR(TWI_vect, ISR_NAKED)
+{
+    __asm__ __volatile__(
+        "push r24\n\t"
+        "ldi r24, %[twen]\n\t"
+        "sts %[twcr], r24\n\t"
+        "pop r24\n\t"
+        "sei\n\t"
+        "jmp twi_body\n\t"
+        :
+        : [twen] "M"(_BV(TWEN)), [twcr] "i"(_SFR_MEM_ADDR(TWCR)));
+}
+
 // Steps through the script. Everything before the TWCR write is on the bus's
 // critical path (SCL is held low until then), so that part is kept short.
-ISR(TWI_vect)
+// Interrupts are on (the stub) except where the hand-over with the capture
+// handler (twi_busy, alert_pending) and the 16-bit timer registers need them off.
+void twi_body(void)
 {
     const step_t *s = cur;
     for (;;) {
         uint8_t f = s->flags;
         uint8_t n = 0;
         if ((TWSR & 0xF8) != s->expect) { // NACK, arbitration lost, bus error
-            cli(); // the spin below may have left interrupts on
+            cli(); // the hand-over with the capture handler
             TWCR = TWCR_STOP; // releases the bus, leaves Hs-mode
             hs_active = 0;
             twi_busy = 0;
@@ -481,6 +533,7 @@ ISR(TWI_vect)
         cur = s + 1; // before the bus moves on: the next TWI interrupt reads it
         TWCR = s->twcr;
         if (f & F_END) { // the bus is held or stopped: no TWI interrupt follows
+            cli();
             if (deliver) {
                 done = res_base;
                 ready = 1;
@@ -503,20 +556,15 @@ ISR(TWI_vect)
             hs_active = 1;
         }
         if (!(f & F_SPIN)) {
-            // A byte takes 9 SCL periods (9 us) and the rest of this ISR ~2:
-            // let marker edges and the UART in now.
-            sei();
+            // a byte takes 9 SCL periods (9 us): the next step is an interrupt
             return;
         }
-        // a START: about one SCL period. TWIE is off for it, so other
-        // interrupts (UART receive above all) may run meanwhile.
-        sei();
+        // a START: about one SCL period, waited for here (TWIE is off for it)
         while (!(TWCR & _BV(TWINT))) {
             if (++n == 0) {
                 break; // let the status check fail
             }
         }
-        cli();
         s = cur;
     }
 }
@@ -613,11 +661,17 @@ void fe_poll(void)
 {
     // A failed sequence leaves the conversion-ready flag set, so ALERT stays
     // low and no further edge comes: after 4 quiet periods, read Mask/Enable.
-    uint32_t now = clock_now_ticks();
+    uint32_t now = clock_now_ticks(), last;
     ATOMIC_BLOCK(ATOMIC_RESTORESTATE)
     {
-        if ((uint32_t)(now - last_alert_ticks) > nominal_ticks * 4u && !twi_busy &&
-            (TIMSK1 & _BV(ICIE1))) {
+        last = last_alert_ticks;
+    }
+    if ((uint32_t)(now - last) <= nominal_ticks * 4u) {
+        return;
+    }
+    ATOMIC_BLOCK(ATOMIC_RESTORESTATE)
+    {
+        if (!twi_busy && (TIMSK1 & _BV(ICIE1)) && last_alert_ticks == last) {
             last_alert_ticks = now;
             have_prev = 0;
             start_sequence(0);
