@@ -28,7 +28,7 @@ VARIANTS = {
                    # mean over the 140 us shunt conversion centred on the sample time
                    window_us=140.0, tol_a=0.0005),
     "a0": dict(elf=A0_ELF, front_end=P.FrontEnd.SHUNT_AMP, lsb_na=976_563,
-               # mean of 3 conversions 26 us apart; each code floors: up to 1 LSB low
+               # mean of 3 conversions 26 us apart; each code rounds: within 1 LSB
                window_us=52.0, tol_a=0.0016),
 }
 

@@ -164,7 +164,7 @@ def test_conversion_ready_flag_paces_reads(tmp_path):
 
 def test_a0_amplifier_drives_the_adc(tmp_path):
     """Free-running ADC at F_CPU/128: a conversion every 13 ADC clocks = 104 us; each
-    code is floor(I * R * gain / 5 V * 1024) at the sample-and-hold instant, and the
+    code is round(I * R * gain / 5 V * 1024) at the sample-and-hold instant, and the
     AVR reads exactly the codes the rig logged."""
     wave = Waveform(points=((0, 0.05), (20_000, 0.95)))
     run = run_fast(TESTPROG_ELF, 0.03, [f"5000 send {hexline('A 20')}"], waveform=wave,
@@ -179,7 +179,7 @@ def test_a0_amplifier_drives_the_adc(tmp_path):
     adc = run.truth.adc
     np.testing.assert_array_equal(adc["code"][:20], codes)
     i, _ = wave.base(adc["t_us"][:20])
-    np.testing.assert_array_equal(codes, np.floor(i * SHUNT_OHM * 50 / 5.0 * 1024))
+    np.testing.assert_array_equal(codes, np.floor(i * SHUNT_OHM * 50 / 5.0 * 1024 + 0.5))
     np.testing.assert_allclose(np.diff(adc["t_us"][:20]), 104.0)
     assert codes[-1] > codes[0]  # the ramp is visible
 

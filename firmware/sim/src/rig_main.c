@@ -302,7 +302,8 @@ static void adc_trigger_hook(avr_irq_t *irq, uint32_t value, void *param)
 	rig_eval(r, t, &i, &v_bus);
 	double vin = i * r->shunt_ohm * r->amp_gain + r->amp_offset_v;
 	uint32_t vref = adc_vref_mv(avr, A.adc);
-	double code = vref ? floor(vin * 1000.0 * 1024.0 / vref) : 0;
+	/* the datasheet's ideal ADC: first transition at 0.5 LSB (24.6.3), i.e. rounding */
+	double code = vref ? floor(vin * 1000.0 * 1024.0 / vref + 0.5) : 0;
 	A.code = (uint16_t)fmax(0.0, fmin(1023.0, code));
 	A.t_sh_s = t;
 	A.i_a = i;
