@@ -50,8 +50,8 @@
 #include "uart.h"
 
 // Ticks (0.5 us) from a conversion's end to the handler's TCNT1 read when
-// nothing delays it: ~20 cycles after the vector when the middle conversion
-// is not the sample's first (k >= 3), ~30 when it is (k <= 2: the handler
+// nothing delays it: ~23 cycles with the vector when the middle conversion
+// is not the sample's first (k >= 3), ~37 when it is (k <= 2: the handler
 // that completes the previous sample reads it).
 // Calibrated in the simavr rig against its sample-and-hold log
 // (benchmarks/rig.py: t_us minus the rig's instant).
@@ -59,7 +59,7 @@
 #define A0_NOTE_TICKS_MID 3
 #endif
 #ifndef A0_NOTE_TICKS_END
-#define A0_NOTE_TICKS_END 9
+#define A0_NOTE_TICKS_END 4
 #endif
 
 // One raw sample in the ring: 8-byte records (32 of them, 2.5 ms at the
@@ -85,7 +85,8 @@ uint8_t a0_k;                      // conversions per sample
 uint8_t a0_mid_cnt;                // r8 value after which the middle conversion runs
 volatile uint16_t a0_note;         // TCNT1 when the middle conversion started
 volatile uint8_t a0_mk;            // PIND then
-uint8_t a0_cand[3];                // k <= 2: the next sample's note and PIND, aside
+uint8_t a0_done[3];                // the completed sample's note and PIND, aside
+volatile uint8_t a0_skip;          // k <= 2: drop the first sample (fe_start)
 }
 
 // main loop: the grid point (Timer1 tick, 48 bits) of the sample last popped
@@ -150,30 +151,42 @@ ISR(ADC_vect, ISR_NAKED)
         "reti\n"
         // the sample is complete
         "2:\n\t"
+        "lds r10, a0_skip\n\t"
+        "tst r10\n\t"
+        "breq 11f\n\t"
+        "rjmp 5f\n"
+        "11:\n\t"
         "push r24\n\t"
         "mov r24, r9\n\t"
         "push r24\n\t" // SREG, on the stack: r9..r11 are the next handler's
         "push r25\n\t"
-        "push r30\n\t"
-        "push r31\n\t"
         "movw r24, r6\n\t" // the sum
         "clr r6\n\t"
         "clr r7\n\t"
         "lds r8, a0_k\n\t"
-        "lds r30, a0_mid_cnt\n\t"
-        "cp r8, r30\n\t"
+        // this sample's note and PIND, aside: once interrupts are on, the next
+        // conversion's handler may take the next sample's
+        "lds r10, a0_note\n\t"
+        "sts a0_done, r10\n\t"
+        "lds r10, a0_note+1\n\t"
+        "sts a0_done+1, r10\n\t"
+        "lds r10, a0_mk\n\t"
+        "sts a0_done+2, r10\n\t"
+        "lds r10, a0_mid_cnt\n\t"
+        "cp r8, r10\n\t"
         "brne 4f\n\t"
-        // k <= 2: the next sample's middle conversion starts now; its time
-        // waits aside until this sample is queued
+        // k <= 2: the next sample's middle conversion starts now: its time
         "lds r10, %[tcntl]\n\t"
         "lds r11, %[tcnth]\n\t"
-        "sts a0_cand, r10\n\t"
-        "sts a0_cand+1, r11\n\t"
+        "sts a0_note, r10\n\t"
+        "sts a0_note+1, r11\n\t"
         "in r10, %[pind]\n\t"
-        "sts a0_cand+2, r10\n"
+        "sts a0_mk, r10\n"
         "4:\n\t"
         "sei\n\t"
-        // queue {a0_note, sum, a0_mk} unless the ring is full
+        "push r30\n\t"
+        "push r31\n\t"
+        // queue {note, sum, PIND} unless the ring is full
         "lds r30, a0_head\n\t"
         "lds r31, a0_tail\n\t"
         "subi r31, 8\n\t"
@@ -182,11 +195,11 @@ ISR(ADC_vect, ISR_NAKED)
         "ldi r31, hi8(%[ring])\n\t"
         "std Z+2, r24\n\t"
         "std Z+3, r25\n\t"
-        "lds r24, a0_note\n\t"
+        "lds r24, a0_done\n\t"
         "st Z, r24\n\t"
-        "lds r24, a0_note+1\n\t"
+        "lds r24, a0_done+1\n\t"
         "std Z+1, r24\n\t"
-        "lds r24, a0_mk\n\t"
+        "lds r24, a0_done+2\n\t"
         "std Z+4, r24\n\t"
         "subi r30, lo8(-8)\n\t"
         "sts a0_head, r30\n\t" // published after its bytes
@@ -217,23 +230,28 @@ ISR(ADC_vect, ISR_NAKED)
         "lds r24, %[tot]+3\n\t"
         "sbci r24, 0xff\n\t"
         "sts %[tot]+3, r24\n\t"
-        "lds r24, a0_k\n\t"
-        "lds r25, a0_mid_cnt\n\t"
-        "cp r24, r25\n\t"
-        "brne 6f\n\t"
-        "lds r24, a0_cand\n\t" // k <= 2: the next sample's time, now its own
-        "sts a0_note, r24\n\t"
-        "lds r24, a0_cand+1\n\t"
-        "sts a0_note+1, r24\n\t"
-        "lds r24, a0_cand+2\n\t"
-        "sts a0_mk, r24\n"
-        "6:\n\t"
         "pop r31\n\t"
         "pop r30\n\t"
         "pop r25\n\t"
         "pop r24\n\t"
         "out __SREG__, r24\n\t" // interrupts off again until reti
         "pop r24\n\t"
+        "reti\n"
+        // k <= 2, the first sample after START: no note was taken for it (its
+        // middle conversion began with START); dropped unseen, uncounted
+        "5:\n\t"
+        "clr r10\n\t"
+        "sts a0_skip, r10\n\t"
+        "clr r6\n\t"
+        "clr r7\n\t"
+        "lds r8, a0_k\n\t"
+        "lds r10, %[tcntl]\n\t" // the next sample's middle conversion starts now
+        "lds r11, %[tcnth]\n\t"
+        "sts a0_note, r10\n\t"
+        "sts a0_note+1, r11\n\t"
+        "in r10, %[pind]\n\t"
+        "sts a0_mk, r10\n\t"
+        "out __SREG__, r9\n\t"
         "reti\n\t"
         :
         : [adcl] "i"(_SFR_MEM_ADDR(ADCL)), [adch] "i"(_SFR_MEM_ADDR(ADCH)),
@@ -538,6 +556,7 @@ int fe_start(void)
 #endif
         // the handler's registers: sum 0, k conversions to come
         __asm__ __volatile__("clr r6\n\tclr r7\n\tmov r8, %0" : : "r"(a0_k));
+        a0_skip = a0_mid_cnt == a0_k; // k <= 2: see the handler
         ADCSRB = 0;
         ADMUX = _BV(REFS0);
         ADCSRA = (uint8_t)(_BV(ADEN) | _BV(ADSC) | _BV(ADATE) | _BV(ADIE) | setting.adps);
