@@ -51,7 +51,7 @@
 
 // Ticks (0.5 us) from a conversion's end to the handler's TCNT1 read when
 // nothing delays it: ~23 cycles with the vector when the middle conversion
-// is not the sample's first (k >= 3), ~37 when it is (k <= 2: the handler
+// is not the sample's first (k >= 3), ~55 when it is (k <= 2: the handler
 // that completes the previous sample reads it).
 // Calibrated in the simavr rig against its sample-and-hold log
 // (benchmarks/rig.py: t_us minus the rig's instant).
@@ -59,7 +59,7 @@
 #define A0_NOTE_TICKS_MID 3
 #endif
 #ifndef A0_NOTE_TICKS_END
-#define A0_NOTE_TICKS_END 4
+#define A0_NOTE_TICKS_END 7
 #endif
 
 // One raw sample in the ring: 8-byte records (32 of them, 2.5 ms at the
@@ -151,14 +151,8 @@ ISR(ADC_vect, ISR_NAKED)
         "reti\n"
         // the sample is complete
         "2:\n\t"
-        "lds r10, a0_skip\n\t"
-        "tst r10\n\t"
-        "breq 11f\n\t"
-        "rjmp 5f\n"
-        "11:\n\t"
+        "push r9\n\t" // SREG, on the stack: r9..r11 are the next handler's
         "push r24\n\t"
-        "mov r24, r9\n\t"
-        "push r24\n\t" // SREG, on the stack: r9..r11 are the next handler's
         "push r25\n\t"
         "movw r24, r6\n\t" // the sum
         "clr r6\n\t"
@@ -172,20 +166,31 @@ ISR(ADC_vect, ISR_NAKED)
         "sts a0_done+1, r10\n\t"
         "lds r10, a0_mk\n\t"
         "sts a0_done+2, r10\n\t"
-        "lds r10, a0_mid_cnt\n\t"
-        "cp r8, r10\n\t"
-        "brne 4f\n\t"
-        // k <= 2: the next sample's middle conversion starts now: its time
-        "lds r10, %[tcntl]\n\t"
-        "lds r11, %[tcnth]\n\t"
-        "sts a0_note, r10\n\t"
-        "sts a0_note+1, r11\n\t"
-        "in r10, %[pind]\n\t"
-        "sts a0_mk, r10\n"
-        "4:\n\t"
         "sei\n\t"
         "push r30\n\t"
         "push r31\n\t"
+        "lds r30, a0_mid_cnt\n\t"
+        "cp r8, r30\n\t"
+        "brne 4f\n\t"
+        // k <= 2: the next sample's middle conversion started as this one ended
+        "cli\n\t" // TCNT1's high byte goes through TEMP, shared with the edge handler
+        "lds r30, %[tcntl]\n\t"
+        "lds r31, %[tcnth]\n\t"
+        "sei\n\t"
+        "sts a0_note, r30\n\t"
+        "sts a0_note+1, r31\n\t"
+        "in r30, %[pind]\n\t"
+        "sts a0_mk, r30\n"
+        "4:\n\t"
+        // k <= 2, the first sample after START: no note was taken for it (its
+        // middle conversion began with START); dropped unseen, uncounted
+        "lds r30, a0_skip\n\t"
+        "tst r30\n\t"
+        "breq 12f\n\t"
+        "clr r30\n\t"
+        "sts a0_skip, r30\n\t"
+        "rjmp 6f\n"
+        "12:\n\t"
         // queue {note, sum, PIND} unless the ring is full
         "lds r30, a0_head\n\t"
         "lds r31, a0_tail\n\t"
@@ -229,28 +234,14 @@ ISR(ADC_vect, ISR_NAKED)
         "sts %[tot]+2, r24\n\t"
         "lds r24, %[tot]+3\n\t"
         "sbci r24, 0xff\n\t"
-        "sts %[tot]+3, r24\n\t"
+        "sts %[tot]+3, r24\n"
+        "6:\n\t"
+        "cli\n\t" // no handler can nest now: r9 may carry SREG back
         "pop r31\n\t"
         "pop r30\n\t"
         "pop r25\n\t"
         "pop r24\n\t"
-        "out __SREG__, r24\n\t" // interrupts off again until reti
-        "pop r24\n\t"
-        "reti\n"
-        // k <= 2, the first sample after START: no note was taken for it (its
-        // middle conversion began with START); dropped unseen, uncounted
-        "5:\n\t"
-        "clr r10\n\t"
-        "sts a0_skip, r10\n\t"
-        "clr r6\n\t"
-        "clr r7\n\t"
-        "lds r8, a0_k\n\t"
-        "lds r10, %[tcntl]\n\t" // the next sample's middle conversion starts now
-        "lds r11, %[tcnth]\n\t"
-        "sts a0_note, r10\n\t"
-        "sts a0_note+1, r11\n\t"
-        "in r10, %[pind]\n\t"
-        "sts a0_mk, r10\n\t"
+        "pop r9\n\t"
         "out __SREG__, r9\n\t"
         "reti\n\t"
         :
