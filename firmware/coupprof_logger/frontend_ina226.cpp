@@ -30,8 +30,9 @@
 // than returning for it, so a register read (S, SLA+W, ptr, Sr, SLA+R, 2
 // bytes = 47 SCL periods) costs 5 interrupts, ~70 us in all. Mask/Enable
 // and shunt are read every cycle (~140 us of the 280 us cycle); the bus
-// voltage every INA226_BUS_EVERY-th cycle (default 4, i.e. every 1.12 ms;
-// ~210 us of reads in those cycles).
+// voltage every INA226_BUS_EVERY-th cycle at the fastest rate (default 4,
+// i.e. every 1.12 ms; ~210 us of reads in those cycles), every cycle at the
+// slower rates, whose periods leave room for it (bus_every).
 // Reading the bus less often does not raise the current rate, which the
 // conversion times fix; it keeps most cycles' reads well inside the period
 // while edges and UART traffic interrupt them. A cycle whose reads overrun
@@ -123,7 +124,8 @@ static uint8_t result[3][R_COUNT]; // [2]: sequences that deliver no sample
 static uint8_t *res_base; // the running sequence's buffer
 static uint8_t res_sel;
 static uint8_t deliver;   // the sequence belongs to a sample
-static uint8_t cycle_n;   // cycles since start, for INA226_BUS_EVERY
+static uint8_t cycle_n;   // cycles since start, for bus_every
+static uint8_t bus_every; // read the bus every this many cycles: 1, or INA226_BUS_EVERY
 static uint32_t cycle_t_us;
 static uint8_t cycle_markers;
 static uint8_t have_prev;
@@ -284,6 +286,8 @@ static void choose(uint32_t req_hz)
     }
     nominal_ticks = setting.period_us * 2u;
     mk_offset = nominal_ticks - (nominal_ticks >> 1) - (nominal_ticks >> back_shift);
+    // a cycle twice the reads' worst case has room for the bus every time
+    bus_every = setting.period_us >= 2u * MIN_PERIOD_US ? 1u : INA226_BUS_EVERY;
 }
 
 static int probe(void)
@@ -364,7 +368,7 @@ static void collect(void)
 // lock against the TWI ISR; callers keep other starters out via twi_busy.
 static void start_sequence(uint8_t with_sample)
 {
-    uint8_t with_bus = with_sample && ++cycle_n >= INA226_BUS_EVERY;
+    uint8_t with_bus = with_sample && ++cycle_n >= bus_every;
     if (with_bus) {
         cycle_n = 0;
     }
@@ -708,7 +712,7 @@ int fe_start(void)
         have_bus0 = 0;
         last_bus = 0;
         stopped = 0;
-        cycle_n = (uint8_t)(INA226_BUS_EVERY - 1); // the first cycle reads the bus
+        cycle_n = (uint8_t)(bus_every - 1); // the first cycle reads the bus
         last_alert_ticks = clock_now_ticks_isr();
         TCCR1B &= (uint8_t)~_BV(ICES1); // falling edge
         TCCR1B |= _BV(ICNC1);           // noise canceler (4 cycles)
@@ -738,7 +742,7 @@ void fe_stop(void)
     twi_reset_slow();
 }
 
-// The bus voltage is read every INA226_BUS_EVERY-th cycle; the ISR queues
+// The bus voltage is read every bus_every-th cycle; the ISR queues
 // the other cycles' samples with bus = BUS_NONE. Here, in the main loop, a
 // sample with a reading and the ones after it wait for the next reading, then
 // each gets the bus voltage at its own instant, interpolated between the two
@@ -790,7 +794,7 @@ int fe_pop_sample(cp_sample *s)
             }
             last_bus = bus0 = r.bus;
             have_bus0 = 1;
-        } else if (!have_bus0 || q_len - q_ready >= INA226_BUS_EVERY) {
+        } else if (!have_bus0 || q_len - q_ready >= bus_every) {
             // none to wait for (before the first reading, or one failed):
             // the group so far keeps its reading, this one the latest
             if (have_bus0) {
