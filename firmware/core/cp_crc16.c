@@ -54,9 +54,9 @@ uint16_t cp_crc16_update(uint16_t crc, uint8_t byte)
 #if defined(__AVR__)
 /* 15 cycles a byte (the C loop compiled to ~24): the index goes straight
  * into ZL, ZH selects the table, and the new high byte is built in place.
- * Checked against the C version by the rig tests (every frame the firmware
- * sends is CRC-checked by the host decoder) and by its check value at boot
- * in test builds; the C version below is what the host unit tests run. */
+ * The host unit tests run the C version below; this one is checked by the
+ * rig tests, where the host decoder CRC-checks every frame the firmware
+ * sends (and the parser every command it accepts). */
 uint16_t cp_crc16(uint16_t crc, const uint8_t *data, size_t len)
 {
     if (!len) {

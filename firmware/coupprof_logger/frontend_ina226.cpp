@@ -39,7 +39,14 @@
 // loses nothing: Mask/Enable goes first (the next alert's flag is never
 // swallowed) and the late alert is taken up when the bus frees. Polling the
 // whole sequence was tried: ~1 us per bus event but ~70 % of the CPU, which
-// starved the main loop that frames the samples.
+// starved the main loop that frames the samples. The samples of cycles
+// without a bus reading get the bus voltage interpolated to their instant in
+// the main loop (fe_pop_sample).
+//
+// Marker edges: the TWI vector keeps interrupts off for 15 cycles, the
+// capture and compare handlers only while they copy 16-bit timer registers,
+// so the pin-change handler is never held off for long (README: interrupts
+// off).
 #include "fw_config.h"
 
 #if CP_FRONT_END == CP_FE_ID_INA226
