@@ -36,21 +36,28 @@ WAVE = Waveform(points=((0, 0.20, 5.0), (25_000, 0.35, 4.9), (50_000, 0.20, 5.0)
 WAVE_NOMINAL_BUS = Waveform(points=((0, 0.20, 5.0), (25_000, 0.35, 5.0), (50_000, 0.20, 5.0)),
                             period_us=50_000, state_current_a=STATES)
 
-# The window each sample averages over, as ArduinoSource.sample_window_ns gives it:
-# an INA226 shunt conversion (140 us); for A0 the whole sample period (each sample is
-# the mean of the k conversions that fill it), from the rate IDENT reports.
-VARIANTS = {"ina226": (INA226_ELF, WAVE, lambda rate_hz: 140_000),
-            "a0": (A0_ELF, WAVE_NOMINAL_BUS, lambda rate_hz: int(1e9 / rate_hz))}
+# (ELF, waveform, SET_RATE request or None for the default, the window each sample
+# averages over as ArduinoSource.sample_window_ns gives it: an INA226 shunt conversion
+# (140 us); for A0 the whole sample period (each sample is the mean of the k
+# conversions that fill it), from the rate IDENT reports). The A0 rates are its
+# default (12,821 S/s: 3 conversions a sample) and the two whose sample time comes
+# from the handler that completes the previous sample (9615 S/s: k = 1; 4808: k = 2).
+VARIANTS = {"ina226": (INA226_ELF, WAVE, None, lambda rate_hz: 140_000),
+            "a0": (A0_ELF, WAVE_NOMINAL_BUS, None, lambda rate_hz: int(1e9 / rate_hz)),
+            "a0-k1": (A0_ELF, WAVE_NOMINAL_BUS, 9615, lambda rate_hz: int(1e9 / rate_hz)),
+            "a0-k2": (A0_ELF, WAVE_NOMINAL_BUS, 4808, lambda rate_hz: int(1e9 / rate_hz))}
 DURATIONS_US = [1_000, 4_300, 1_700, 2_900, 1_250, 7_100, 1_050, 3_300]
 FRAMES = 5
 GAP_US = 173  # hand-over between layers
 
 
-def layer_script() -> tuple[list[str], np.ndarray, np.ndarray]:
+def layer_script(rate_hz: int | None = None) -> tuple[list[str], np.ndarray, np.ndarray]:
     """Pin commands at awkward simulated times; returns them and the layer windows."""
     cmd = {c: P.encode_command(c).hex() for c in (P.Command.IDENTIFY, P.Command.START,
                                                    P.Command.STOP)}
     lines = [f"20000 send {cmd[P.Command.IDENTIFY]}", f"30000 send {cmd[P.Command.START]}"]
+    if rate_hz is not None:
+        lines.insert(0, f"10000 send {P.encode_set_rate(rate_hz).hex()}")
     start = np.zeros((FRAMES, len(DURATIONS_US)), np.int64)
     end = np.zeros_like(start)
     t = 45_013
@@ -67,17 +74,19 @@ def layer_script() -> tuple[list[str], np.ndarray, np.ndarray]:
 
 @pytest.fixture(params=sorted(VARIANTS))
 def streamed(request: pytest.FixtureRequest, tmp_path):
-    elf, wave, window_of = VARIANTS[request.param]
+    elf, wave, rate_hz, window_of = VARIANTS[request.param]
     why = rigmod.missing(elf)
     if why:
         pytest.skip(why)
-    lines, start_us, end_us = layer_script()
+    lines, start_us, end_us = layer_script(rate_hz)
     seconds = (int(lines[-1].split()[0]) + 15_000) / 1e6
     run = run_fast(elf, seconds, lines, wave, workdir=tmp_path)
     dec = P.StreamDecoder()
     out = dec.feed(run.uart)
     info = [m.info for m in out.messages if isinstance(m, P.Ident)][-1]
-    if request.param == "a0":
+    if rate_hz is not None:
+        assert info.rate_hz == rate_hz
+    if request.param.startswith("a0"):
         assert not info.bus_measured and info.bus_nominal_mv == 5000
     trace = Trace(info=info, samples=out.samples, edges=out.edges, gaps=out.gaps)
     return request.param, window_of(info.rate_hz), trace, run.truth, start_us, end_us
