@@ -71,6 +71,31 @@ class _Active:
     keys: set[int] = field(default_factory=set)
 
 
+class _Steps:
+    """A power step function on the host clock: ``push(t, w)`` from then on, ``at(times)``.
+
+    The logger asks for ever later times, so steps older than the earliest time asked
+    for (but the one in force then) are dropped. Callers hold the model's lock."""
+
+    def __init__(self) -> None:
+        self.t: list[int] = []
+        self.w: list[float] = []
+
+    def push(self, t_ns: int, w: float) -> None:
+        if not self.w or self.w[-1] != w:
+            self.t.append(t_ns)
+            self.w.append(w)
+
+    def at(self, host_ns: np.ndarray) -> np.ndarray:
+        if not self.t or host_ns.size == 0:
+            return np.zeros(host_ns.shape)
+        first = bisect.bisect_right(self.t, int(host_ns.min())) - 1
+        if first > 0:
+            del self.t[:first], self.w[:first]
+        idx = np.searchsorted(np.array(self.t, dtype=np.int64), host_ns, side="right") - 1
+        return np.where(idx >= 0, np.array(self.w)[np.clip(idx, 0, None)], 0.0)
+
+
 class SimPowerModel:
     """Board power as the virtual logger samples it: ``power_w(t_s, markers)``.
 
@@ -88,13 +113,11 @@ class SimPowerModel:
         self.static_w = sum(sim_model.constants(p).p_static_mw for p in board.processors.values()
                             if isinstance(p.extra.get("sim"), dict)) / 1000
         self._lock = threading.Lock()
-        self._t_ns: list[int] = []
-        self._extra_w: list[float] = []
+        self._marked = _Steps()  # set_busy: what a marker-high window adds
         self.to_host_ns: Callable[[np.ndarray], np.ndarray] | None = None
-        # Activity (busy/idle): the summed dynamic power as a step timeline, trimmed as
-        # the logger consumes it, and every finished interval for the ground truth.
-        self._act_t: list[int] = []
-        self._act_w: list[float] = []
+        # Activity (busy/idle): the summed dynamic power, and every finished interval
+        # for the ground truth.
+        self._activity = _Steps()
         self._active: dict[str, _Active] = {}
         self._intervals: list[BusyInterval] = []
         self._freq_fns: dict[str, Callable[[], int | None]] = {}
@@ -113,18 +136,7 @@ class SimPowerModel:
     def set_busy(self, letter: str, freq_khz: int | None) -> None:
         w = self.busy_extra_w(letter, freq_khz)
         with self._lock:
-            if not self._extra_w or self._extra_w[-1] != w:
-                self._t_ns.append(self.clock())
-                self._extra_w.append(w)
-
-    def extra_at(self, host_ns: np.ndarray) -> np.ndarray:
-        with self._lock:
-            t = np.array(self._t_ns, dtype=np.int64)
-            w = np.array(self._extra_w, dtype=np.float64)
-        if t.size == 0:
-            return np.zeros(np.shape(host_ns))
-        idx = np.searchsorted(t, host_ns, side="right") - 1
-        return np.where(idx >= 0, w[np.clip(idx, 0, None)], 0.0)
+            self._marked.push(self.clock(), w)
 
     def power_w(self, t_s: np.ndarray, markers: np.ndarray) -> np.ndarray:
         t_s = np.asarray(t_s, dtype=np.float64)
@@ -132,9 +144,11 @@ class SimPowerModel:
             host = self.to_host_ns(np.round(t_s * 1e6).astype(np.int64))
         else:
             host = np.full(t_s.shape, self.clock(), dtype=np.int64)
-        extra = self.extra_at(host)
+        with self._lock:
+            extra = self._marked.at(host)
+            active = self._activity.at(host)
         high = (np.asarray(markers) & 1) != 0
-        return np.where(high, self.baseline_w + extra, self.baseline_w) + self.activity_w_at(host)
+        return np.where(high, self.baseline_w + extra, self.baseline_w) + active
 
     # -- activity: several processors busy at once ------------------------------------
     def freq_khz(self, letter: str) -> int | None:
@@ -186,30 +200,17 @@ class SimPowerModel:
             self._push(now)
 
     def _push(self, now: int) -> None:
-        total = sum(a.power_w for a in self._active.values())
-        if not self._act_w or self._act_w[-1] != total:
-            self._act_t.append(now)
-            self._act_w.append(total)
+        self._activity.push(now, sum(a.power_w for a in self._active.values()))
 
     def activity_w_at(self, host_ns: np.ndarray) -> np.ndarray:
         """Summed dynamic power of the busy processors at each host time.
 
-        The logger asks for ever later times, so changes older than the earliest time
-        asked for (but the one in force then) are dropped. Times are read under the
-        lock in `busy`/`idle`, and the logger reads its own time before asking, so a
-        change it has not seen yet lies after every sample it asks about.
+        Times are read under the lock in `busy`/`idle`, and the logger reads its own
+        time before asking, so a change it has not seen yet lies after every sample it
+        asks about.
         """
-        host_ns = np.asarray(host_ns, dtype=np.int64)
         with self._lock:
-            if not self._act_t or host_ns.size == 0:
-                return np.zeros(host_ns.shape)
-            first = bisect.bisect_right(self._act_t, int(host_ns.min())) - 1
-            if first > 0:
-                del self._act_t[:first], self._act_w[:first]
-            t = np.array(self._act_t, dtype=np.int64)
-            w = np.array(self._act_w, dtype=np.float64)
-        idx = np.searchsorted(t, host_ns, side="right") - 1
-        return np.where(idx >= 0, w[np.clip(idx, 0, None)], 0.0)
+            return self._activity.at(np.asarray(host_ns, dtype=np.int64))
 
     @property
     def intervals(self) -> list[BusyInterval]:
