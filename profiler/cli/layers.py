@@ -17,7 +17,13 @@ from typing import Any
 
 from profiler.boards.host import format_cpu_list
 from profiler.boards.model import Board, ProcessorSpec, resolve_level
-from profiler.cli.options import add_power_options, nonneg_int, open_power, positive_int
+from profiler.cli.options import (
+    add_model_options,
+    add_power_options,
+    nonneg_int,
+    open_power,
+    positive_int,
+)
 from profiler.errors import BoardError, ProfilerError
 from profiler.results import LayerInfo, LayerRun, RunInfo, environment
 from profiler.tflite.model_io import read_model_bytes, sha256_bytes
@@ -31,8 +37,7 @@ def register(subparsers: Any) -> None:
         "processor of a board and report per-layer time, transfer time and bytes. "
         "Writes a tidy CSV and a JSON sidecar.",
     )
-    p.add_argument("--model", "-m", type=Path, default=None,
-                   help="the .tflite model (default: the bundled MobileNetV1 0.25 128x128)")
+    add_model_options(p)
     p.add_argument("--board", default=None,
                    help="board profile name or TOML path (default: the detected board, else the "
                    "simulated board 'sim'); `coupprof boards` lists them, 'host' is this machine")
@@ -50,10 +55,6 @@ def register(subparsers: Any) -> None:
                    help="unrecorded warm-up frames first (default: 5)")
     p.add_argument("--threads", type=positive_int, default=None,
                    help="interpreter threads per layer (default: the processor's core count)")
-    p.add_argument("--granularity", choices=("layer", "op"), default="layer",
-                   help="layer: the documented default grouping; op: one layer per operator")
-    p.add_argument("--cuts", default=None, metavar="I,J,K",
-                   help="explicit cut points: op indices where a new layer starts")
     p.add_argument("--csv", type=Path, default=None,
                    help="CSV to write (default: ./coupprof-out/layers-MODEL-PROCESSOR.csv)")
     p.add_argument("--json", type=Path, default=None,

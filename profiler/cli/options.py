@@ -11,24 +11,22 @@ from profiler.boards.model import Board
 from profiler.errors import BadInputError, BoardError
 
 
-def positive_int(text: str) -> int:
+def _whole(text: str, least: int) -> int:
     try:
         value = int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{value} must be 1 or more")
+    if value < least:
+        raise argparse.ArgumentTypeError(f"{value} must be {least} or more")
     return value
+
+
+def positive_int(text: str) -> int:
+    return _whole(text, 1)
 
 
 def nonneg_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"{value} must be 0 or more")
-    return value
+    return _whole(text, 0)
 
 
 def positive_float(text: str) -> float:
@@ -39,6 +37,17 @@ def positive_float(text: str) -> float:
     if not math.isfinite(value) or value <= 0:
         raise argparse.ArgumentTypeError(f"{text} must be a positive number")
     return value
+
+
+def add_model_options(p: argparse.ArgumentParser, *, model: bool = True) -> None:
+    """--model (unless the command takes MODEL positionally), --granularity, --cuts."""
+    if model:
+        p.add_argument("--model", "-m", type=Path, default=None,
+                       help="the .tflite model (default: the bundled MobileNetV1 0.25 128x128)")
+    p.add_argument("--granularity", choices=("layer", "op"), default="layer",
+                   help="layer: the documented default grouping; op: one layer per operator")
+    p.add_argument("--cuts", default=None, metavar="I,J,K",
+                   help="explicit cut points: op indices where a new layer starts")
 
 
 POWER_HELP = (

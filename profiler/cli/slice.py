@@ -9,6 +9,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from profiler.cli.options import add_model_options
 from profiler.errors import BadInputError, VerificationError
 
 
@@ -24,10 +25,7 @@ def register(subparsers: Any) -> None:
         "same random inputs and exit 1 if any output differs.",
     )
     p.add_argument("model", type=Path, metavar="MODEL", help="the .tflite model to slice")
-    p.add_argument("--granularity", choices=("layer", "op"), default="layer",
-                   help="layer: the documented default grouping; op: one layer per operator")
-    p.add_argument("--cuts", default=None, metavar="I,J,K",
-                   help="explicit cut points: op indices where a new layer starts")
+    add_model_options(p, model=False)
     p.add_argument("--verify", action="store_true",
                    help="check that the chained sub-models reproduce the whole model's outputs")
     p.add_argument("--seed", type=int, default=0, help="seed of the random inputs for --verify")

@@ -21,7 +21,13 @@ from rich import box
 from rich.console import Console
 from rich.table import Table
 
-from profiler.cli.options import add_power_options, nonneg_int, open_power, positive_int
+from profiler.cli.options import (
+    add_model_options,
+    add_power_options,
+    nonneg_int,
+    open_power,
+    positive_int,
+)
 from profiler.cli.pin import add_board_args, say, sysfs_root
 from profiler.sweep import Pair, PairResult, SweepProgress, SweepResult
 
@@ -42,18 +48,13 @@ def register(subparsers: Any) -> None:
     p.add_argument("--freqs", default="all", metavar="all|current|1,3,5",
                    help="levels (1-based, per processor's table; N uses its host cluster's), "
                    "'all', or 'current' to leave the frequency alone (default: all)")
-    p.add_argument("--model", "-m", type=Path, default=None,
-                   help="the .tflite model (default: the bundled MobileNetV1 0.25 128x128)")
+    add_model_options(p)
     p.add_argument("--frames", type=positive_int, default=30,
                    help="measured frames per pair (default: 30)")
     p.add_argument("--warmup", type=nonneg_int, default=3,
                    help="unrecorded warm-up frames per pair, after the level is set (default: 3)")
     p.add_argument("--threads", type=positive_int, default=None,
                    help="interpreter threads per layer (default: the processor's core count)")
-    p.add_argument("--granularity", choices=("layer", "op"), default="layer",
-                   help="layer: the documented default grouping; op: one layer per operator")
-    p.add_argument("--cuts", default=None, metavar="I,J,K",
-                   help="explicit cut points: op indices where a new layer starts")
     p.add_argument("-o", "--output", type=Path, default=None, metavar="DIR",
                    help="output directory (default: ./coupprof-out/sweep-MODEL-BOARD)")
     p.add_argument("--resume", action="store_true",

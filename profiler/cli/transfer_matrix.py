@@ -28,18 +28,19 @@ from rich.table import Table
 
 from profiler.boards.model import Board
 from profiler.cli.layers import progress_bar
-from profiler.cli.options import add_power_options, nonneg_int, open_source, positive_int
+from profiler.cli.options import (
+    add_model_options,
+    add_power_options,
+    nonneg_int,
+    open_source,
+    positive_int,
+)
 from profiler.cli.pin import add_board_args, say, sysfs_root
 from profiler.errors import BadInputError, BoardError, PermissionDeniedError
 
 
 def add_model_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--model", "-m", type=Path, default=None,
-                   help="the .tflite model (default: the bundled MobileNetV1 0.25 128x128)")
-    p.add_argument("--granularity", choices=("layer", "op"), default="layer",
-                   help="layer: the documented default grouping; op: one layer per operator")
-    p.add_argument("--cuts", default=None, metavar="I,J,K",
-                   help="explicit cut points: op indices where a new layer starts")
+    add_model_options(p)
     add_board_args(p)
     add_power_options(p, counter=False)
     p.add_argument("--seed", type=int, default=0, help="seed of the random input (default: 0)")
