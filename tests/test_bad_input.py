@@ -23,10 +23,10 @@ def layers(*args: str, cwd: Path) -> tuple[int, str]:
     r = subprocess.run([COUPPROF, "layers", "--frames", "1", "--warmup", "0", *args], cwd=cwd,
                        env={**os.environ, "COUPPROF_CACHE": str(cwd / "cache")},
                        capture_output=True, text=True, timeout=120)
-    # LiteRT logs "INFO: Created TensorFlow Lite XNNPACK delegate" itself, and "note:" lines
-    # say which board was picked; the error is the rest.
+    # LiteRT logs "INFO: Created TensorFlow Lite XNNPACK delegate" itself, and "coupprof:"
+    # notices say which board was picked; the error is the rest.
     err = "\n".join(line for line in r.stderr.splitlines()
-                    if not line.startswith(("INFO:", "note: ")))
+                    if not line.startswith(("INFO:", "coupprof: ")))
     return r.returncode, err
 
 

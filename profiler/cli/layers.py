@@ -24,6 +24,7 @@ from profiler.cli.options import (
     open_power,
     positive_int,
 )
+from profiler.cli.pin import say
 from profiler.errors import BoardError, ProfilerError
 from profiler.results import LayerInfo, LayerRun, RunInfo, environment
 from profiler.tflite.model_io import read_model_bytes, sha256_bytes
@@ -82,7 +83,7 @@ def load_board(name: str | None, sysfs_root: str | None) -> Board:
     from profiler.executors.factory import with_accelerators
 
     root = sysfs_root or sysfs_root_from_env()
-    board = select_board(name, root, announce=lambda msg: print(f"note: {msg}", file=sys.stderr))
+    board = select_board(name, root, announce=say)
     return with_accelerators(board)
 
 
@@ -194,7 +195,7 @@ def run(args: argparse.Namespace) -> int:
         if gov is not None and level is not None:
             gov_result = gov.set_khz(level[1], level=level[0])
             if gov_result.warning:
-                print(f"warning: {gov_result.warning}", file=sys.stderr)
+                say(f"warning: {gov_result.warning}")
         if sim_model is not None:
             sim_model.set_busy(proc.letter, level[1] if level and proc.has_dvfs else None)
         if session is not None:
