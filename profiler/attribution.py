@@ -412,19 +412,20 @@ class Attribution:
             "power_w": energy / time_ms if time_ms > 0 else float("nan"),
             "energy_mj": energy,
             "dynamic_energy_mj": sum(layer.dynamic_energy_mj for layer in self.layers),
-            "fps_per_w": _fps_per_w(energy),
+            "fps_per_w": fps_per_w(energy),
             "samples": float(sum(layer.samples for layer in self.layers)),
             "lost_frames": float(sum(layer.lost_frames for layer in self.layers)),
             "flagged_windows": float(sum(layer.flagged_windows for layer in self.layers)),
             "frame_energy_mj": frame,
-            "frame_fps_per_w": _fps_per_w(frame),
+            "frame_fps_per_w": fps_per_w(frame),
             "baseline_power_w": self.baseline_power_w,
             "edges_missed": float(self.edges_missed),
             "edges_spurious": float(self.edges_spurious),
         }
 
 
-def _fps_per_w(energy_mj: float) -> float:
+def fps_per_w(energy_mj: float) -> float:
+    """Frames per second per watt = 1 / (energy per frame in J), as ARM-CO-UP Fig. 16."""
     return 1000.0 / energy_mj if energy_mj > 0 else float("inf")
 
 
@@ -519,7 +520,7 @@ def attribute(start_ns: Any, end_ns: Any, trace: PowerTrace, *, baseline_power_w
             energy_mj=e,
             power_w=e / t_ms if t_ms > 0 else float("nan"),
             dynamic_energy_mj=e - baseline_power_w * t_ms,
-            fps_per_w=_fps_per_w(e),
+            fps_per_w=fps_per_w(e),
             samples=int(samples[use, j].sum()),
             lost_frames=int(lost[:, j].sum()),
             lost=bool((lost[:, j] > 0).any()),
@@ -599,6 +600,6 @@ def measure_repeated(call: Callable[[], object], source: CounterSource, *,
         time_ns=time_ns,
         power_w=(e_end - e_start) * 1e6 / window if window > 0 else float("nan"),
         dynamic_energy_mj=energy - baseline_power_w * time_ns * 1e-6,
-        fps_per_w=_fps_per_w(energy),
+        fps_per_w=fps_per_w(energy),
         counter_updates=int(window // max(int(source.update_interval_ns), 1)),
     )

@@ -31,7 +31,13 @@ from typing import Any
 
 import numpy as np
 
-from profiler.attribution import Attribution, attribute, idle_baseline_w, measure_repeated
+from profiler.attribution import (
+    Attribution,
+    attribute,
+    fps_per_w,
+    idle_baseline_w,
+    measure_repeated,
+)
 from profiler.clock import Clock, perf_clock
 from profiler.errors import PowerSourceError, ProfilerError
 from profiler.markers.base import Marker
@@ -258,7 +264,7 @@ class PowerSession:
             "power_w": energy / time_ms if time_ms > 0 else float("nan"),
             "energy_mj": energy,
             "dynamic_energy_mj": float(cols["dynamic_energy_mj"].sum()),
-            "fps_per_w": 1000.0 / energy if energy > 0 else float("inf"),
+            "fps_per_w": fps_per_w(energy),
             "samples": float(cols["samples"].sum()),
             "lost_frames": 0.0,
         }
