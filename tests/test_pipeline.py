@@ -19,32 +19,16 @@ import pytest
 
 from governors import RestoreGuard, make_governor
 from profiler import zoo
-from profiler.boards.model import ProcessorSpec
 from profiler.boards.profiles import load_board
 from profiler.errors import BadInputError, HardwareError
-from profiler.executors import make_executor
 from profiler.mapping import parse_freq, parse_order
 from profiler.pipeline import run_mapping
 from profiler.results import LAYER_END, LAYER_START, TRANSFER_END, TRANSFER_START
 from profiler.runtime import make_interpreter
 from profiler.slicing.slicer import slice_model
+from tests.three_processors import board3, make
 
 COUPPROF = str(Path(sys.executable).with_name("coupprof"))
-CORES = tuple(sorted(os.sched_getaffinity(0)))
-
-
-def board3():
-    host = load_board("host")
-    b = host.processor("B")
-    procs = {"L": replace(b, letter="L", cores=(CORES[0],)),
-             "B": replace(b, cores=(CORES[-1],)),
-             "G": ProcessorSpec("G", "gpu", "CompiledModel on CPU", (CORES[-1],), host="B",
-                                accelerator="gpu")}
-    return replace(host, processors=procs)
-
-
-def make(board, letter):
-    return make_executor(board, letter, threads=1, accelerator="cpu" if letter == "G" else None)
 
 
 @pytest.fixture(scope="module")

@@ -8,7 +8,6 @@ import json
 import os
 import subprocess
 import sys
-from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -16,10 +15,9 @@ import pandas as pd
 import pytest
 
 from profiler import zoo
-from profiler.boards.model import ProcessorSpec
 from profiler.boards.profiles import load_board
 from profiler.clock import StepClock
-from profiler.executors import ProcessorWorker, make_executor
+from profiler.executors import ProcessorWorker
 from profiler.power.sources.base import CounterSource, SourceInfo
 from profiler.slicing.slicer import slice_model
 from profiler.transfer import (
@@ -34,25 +32,9 @@ from profiler.transfer import (
     summary,
     write_transfer_csv,
 )
+from tests.three_processors import board3, make
 
 COUPPROF = str(Path(sys.executable).with_name("coupprof"))
-CORES = tuple(sorted(os.sched_getaffinity(0)))
-
-
-def board3():
-    """The host board with L and B on different cores and a 'G' driven through LiteRT's
-    CompiledModel (its CPU accelerator: the accelerator code path without a GPU)."""
-    host = load_board("host")
-    b = host.processor("B")
-    procs = {"L": replace(b, letter="L", cores=(CORES[0],)),
-             "B": replace(b, cores=(CORES[-1],)),
-             "G": ProcessorSpec("G", "gpu", "CompiledModel on CPU", (CORES[-1],), host="B",
-                                accelerator="gpu")}
-    return replace(host, processors=procs)
-
-
-def make(board, letter):
-    return make_executor(board, letter, threads=1, accelerator="cpu" if letter == "G" else None)
 
 
 @pytest.fixture(scope="module")
