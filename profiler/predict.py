@@ -361,6 +361,9 @@ def measure_costs(
                 "fallback": sub.fallback if sub is not None else None}
             if att is not None:
                 row["energy_mj"] = att.layers[pos].energy_mj
+                # mean power over the marked window, which is a little longer than the
+                # invoke (time_ms) and, on a busy host, may hold a preemption
+                row["power_w"] = att.layers[pos].power_w
                 row["dynamic_energy_mj"] = att.layers[pos].dynamic_energy_mj
             elif power is not None:
                 def call(interp: Any = interp, letter: str = letter) -> None:

@@ -156,14 +156,16 @@ def test_switch_energy_per_frame_matches_the_model_and_the_layer_tables(rig) -> 
     # 2. Against the layer tables measured first (attributed layer energy, hand-over
     # energy), as `coupprof run` predicts. Layer times differ between the profile and
     # the run (the host is shared), but the power each layer runs at does not, so
-    # each table energy is scaled to the run's time: E_i / t_i(table) x t_i(run). The
+    # each layer's mean power over its marked window is scaled to the run's time:
+    # P_i(table) x t_i(run). (E_i / t_i(table) would not do: the window is a little
+    # longer than the invoke, and a preemption inside it inflates E_i alone.) The
     # frame also holds time no table window covers (same-processor hand-overs in the
     # run, read-outs, the admission of the next frame): there the board draws at
     # least the baseline and at most the baseline + the largest dynamic power.
     tab = costs.table.set_index("layer")
     # (the run's times over the frames inside the energy span: all but the first)
     t_run_ms = run.layer_time_ns[1:].mean(axis=0) / 1e6
-    e_layers = float((tab["energy_mj"] / tab["time_ms"] * t_run_ms).sum())
+    e_layers = float((tab["power_w"] * t_run_ms).sum())
     tr = transfers.set_index(["boundary", "src", "dst"])
     x_run_ms = run.transfer_ns[1:].mean(axis=0) / 1e6
     changes = [i for i in range(1, len(ORDER)) if mapping.order[i] != mapping.order[i - 1]]
