@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -657,6 +658,8 @@ int main(int argc, char **argv)
 	signal(SIGPIPE, SIG_IGN);
 	if (o.stdin_control)
 		fcntl(0, F_SETFL, fcntl(0, F_GETFL) | O_NONBLOCK);
+	if (!o.fast)	/* the pacing sleeps are tens of us: the default 50 us slack would double them */
+		prctl(PR_SET_TIMERSLACK, 1000UL, 0, 0, 0);
 	setvbuf(stdout, NULL, _IOLBF, 0);
 	printf("pty %s\n", pty ? pty : "-");
 	printf("ready %.4f\n", 0.0);
@@ -666,14 +669,19 @@ int main(int argc, char **argv)
 	uint64_t end_cycle = o.seconds > 0 ? (uint64_t)(o.seconds * r->freq_hz + 0.5) : UINT64_MAX;
 	uint64_t chunk = o.fast ? r->freq_hz / 1000 : r->freq_hz / 10000;	/* 1 ms / 100 us */
 	uint64_t max_lag = r->freq_hz / 20;	/* 50 ms: beyond this, report and stop catching up */
+	uint64_t lead = r->freq_hz / 40000;	/* 25 us: how far ahead of the wall clock it runs */
 	uint64_t wall0 = now_ns(), last_io = 0, last_warn = 0, lost_cycles = 0;
 	uint64_t max_lag_seen = 0;
-	int exit_code = 0, stdin_open = o.stdin_control;
+	int exit_code = 0, stdin_open = o.stdin_control, io_due = 1;
 
 	while (!g_stop && !control_quit_requested()) {
 		/* host side: commands, UART bytes in and out */
 		uint64_t wall = now_ns();
-		if (!o.fast || wall - last_io > 1000000) {
+		/* Host I/O when the wait below saw input, else every 100 us (paced) or 1 ms
+		 * (fast): a read of each channel per 25 us step would cost more than the
+		 * simulation itself. */
+		if (io_due || wall - last_io > (o.fast ? 1000000u : 100000u)) {
+			io_due = 0;
 			last_io = wall;
 			char buf[4096];
 			if (stdin_open) {
@@ -701,6 +709,9 @@ int main(int argc, char **argv)
 		if (o.fast) {
 			target = avr->cycle + chunk;
 		} else {
+			/* Run a little ahead of the wall clock (lead), then sleep until it catches
+			 * up: chasing it exactly would never sleep and burn a whole core in
+			 * syscalls, which on a busy host starves the very process it paces. */
 			target = (uint64_t)((double)(now_ns() - wall0) * r->freq_hz / 1e9) - lost_cycles;
 			if (target > avr->cycle + max_lag) {
 				uint64_t lag = target - avr->cycle;
@@ -716,8 +727,8 @@ int main(int argc, char **argv)
 				lost_cycles += lag - max_lag / 2;
 				target = avr->cycle + max_lag / 2;
 			}
-			if (avr->cycle >= target) {
-				/* ahead of the wall clock: wait for input or the next 100 us */
+			if (avr->cycle > target) {
+				/* ahead of the wall clock: wait for input, or until it catches up */
 				struct pollfd pfd[3];
 				int np = 0;
 				if (stdin_open)
@@ -728,10 +739,13 @@ int main(int argc, char **argv)
 				if (mfd >= 0)
 					pfd[np++] = (struct pollfd){ .fd = mfd,
 						.events = POLLIN | (uart_bridge_pending(uart) ? POLLOUT : 0) };
-				struct timespec ts = { 0, 100000 };
-				ppoll(pfd, (nfds_t)np, &ts, NULL);
+				uint64_t ahead_ns = (uint64_t)((double)(avr->cycle - target) * 1e9 / r->freq_hz);
+				struct timespec ts = { 0, (long)(ahead_ns < 100000 ? ahead_ns : 100000) };
+				if (ppoll(pfd, (nfds_t)np, &ts, NULL) > 0)
+					io_due = 1;
 				continue;
 			}
+			target += lead;
 			if (target > avr->cycle + chunk)
 				target = avr->cycle + chunk;
 		}
