@@ -390,6 +390,7 @@ def run_mapping(
         gc_was_enabled = gc.isenabled()
         gc.disable()
         energy_per_frame: float | None = None
+        counter_span: tuple[int, int, int] | None = None  # t0, t1, frames (counter source)
         if cap is not None:
             # Marker high from just before the first measured frame, then a change at
             # every completion: edges all along the run for the clock fit.
@@ -420,8 +421,9 @@ def run_mapping(
                     if clock() - t0 >= power.window_ns:
                         return done
 
-            n_frames, energy, _, _ = power.span(measured_batches)
+            n_frames, energy, c0, c1 = power.span(measured_batches)
             energy_per_frame = energy / n_frames
+            counter_span = (int(c0), int(c1), int(n_frames))
         else:
             state.batch(range(warmup, warmup + frames))
     finally:
@@ -469,6 +471,10 @@ def run_mapping(
         run.power_error = cap_error
         if cap_error is None:
             _stream_energy(run, cap, stage_busy)
+    elif counter_span is not None:
+        run.energy_window_ns = counter_span[:2]
+        run.power_info = {"energy_frames": counter_span[2],
+                          "energy_method": "counter over repeated batches"}
     return run
 
 

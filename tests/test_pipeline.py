@@ -214,5 +214,15 @@ def test_energy_per_frame_from_a_counter_source_is_power_over_throughput(resnet)
         run = run_mapping(sliced, board, mapping, "pipeline", frames=3, warmup=1, make=make,
                           power=EnergyMeter(src, min_updates=50))
     assert run.energy_mj is not None and run.energy_mj > 0
-    assert 1.5 < run.energy_mj * run.throughput_fps / 1000 < 6.0  # W
-    assert len(run.seen[0]) > 4  # the batch was repeated to fill the 50 ms window
+    # 3 W over the counter's window, shared by the frames run inside it. The window's
+    # ends are read just after a counter update (start) and up to one 1 ms update after
+    # the last one (end): within two updates' energy, 6 mJ of the >= 150 mJ window.
+    t0, t1 = run.energy_window_ns
+    n = run.power_info["energy_frames"]
+    assert t1 - t0 >= 50 * Ramp.update_interval_ns
+    expect_mj = 3.0 * (t1 - t0) / 1e6 / n
+    assert run.energy_mj == pytest.approx(expect_mj, abs=6.0 / n)
+    assert len(run.seen[0]) == n + 1 > 4  # the batch was repeated to fill the window
+    # The run's throughput spans other frames (the first batch only), so the power it
+    # implies matches only roughly on a shared host.
+    assert 1.5 < run.energy_mj * run.throughput_fps / 1000 < 9.0  # W
