@@ -152,12 +152,18 @@ def run_with(layers_setup, faults: dict[tuple[int, int], Fault] | None = None,
         logger.close()
 
 
-def lost_spans_overlap(run: Run) -> np.ndarray:
-    """Windows overlapping a lost-frame span of the stream, on the logger's clock."""
+#: How far a window's edge may sit from the logger's own record of it (see below).
+MARGIN_US = 100.0
+
+
+def lost_spans_overlap(run: Run, margin_us: float = 0.0) -> np.ndarray:
+    """Windows overlapping a lost-frame span of the stream, on the logger's clock; with
+    ``margin_us`` > 0 the windows widened by it, < 0 narrowed."""
     g = run.trace.gaps
     out = np.zeros(run.truth_mj.shape, bool)
+    a, b = run.window_us[..., 0] - margin_us, run.window_us[..., 1] + margin_us
     for before, after in zip(g["t_before_us"], g["t_after_us"], strict=True):
-        out |= (run.window_us[..., 0] < after) & (run.window_us[..., 1] > before)
+        out |= (a < after) & (b > before)
     return out
 
 
@@ -205,17 +211,24 @@ def test_lost_frames_flag_the_layer_that_lost_them(layers_setup, kind: str) -> N
     assert res.info["lost_frames"] == 2
     # Corrupt frames count runs of rejected bytes: the two garbled frames are adjacent.
     assert res.info["corrupt_frames"] == (1 if kind == "corrupt" else 0)
-    hit = lost_spans_overlap(run)
+    # The fault strikes as layer 2 starts, so the lost span may end within a few us of
+    # a window's edge; the attribution places windows by the logger's edges, or by host
+    # times through the clock fit where an edge was not matched (tens of us off on a
+    # busy host). Windows overlapping the span by more than that must be flagged;
+    # windows further than that from it must not.
+    must = lost_spans_overlap(run, margin_us=-MARGIN_US)
+    may = lost_spans_overlap(run, margin_us=MARGIN_US)
     # The frames lost are the next ones sent: samples of frame 3 (or of frame 2's end,
     # when the logger's thread was late); never anything after frame 3.
-    assert hit.any() and not hit[4:].any()
-    np.testing.assert_array_equal(att.window_lost_frames > 0, hit)
-    assert (att.window_flagged == hit).all()
+    assert must.any() and not may[4:].any()
+    got = att.window_lost_frames > 0
+    assert (got >= must).all() and (got <= may).all(), (got, must, may)
+    assert (att.window_flagged == got).all()
     for j, layer in enumerate(att.layers):
-        assert layer.lost == bool(hit[:, j].any())
-        assert layer.lost_frames == 2 * int(hit[:, j].sum())  # each window counts its span
-        assert layer.flagged_windows == int(hit[:, j].sum())
-    np.testing.assert_array_equal(res.columns["lost_frames"] > 0, hit.any(axis=0))
+        assert layer.lost == bool(got[:, j].any())
+        assert layer.lost_frames == 2 * int(got[:, j].sum())  # each window counts its span
+        assert layer.flagged_windows == int(got[:, j].sum())
+    np.testing.assert_array_equal(res.columns["lost_frames"] > 0, got.any(axis=0))
     assert_clean_windows_exact(run)
 
 
