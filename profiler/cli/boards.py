@@ -8,7 +8,6 @@ profile by path validates it: an invalid file fails with the key and the problem
 from __future__ import annotations
 
 import argparse
-import sys
 from typing import Any
 
 from rich import box
@@ -25,6 +24,7 @@ from profiler.boards.profiles import (
     load_profile,
     read_model_string,
 )
+from profiler.cli.options import stdout_console
 from profiler.cli.pin import add_board_args, sysfs_root
 from profiler.errors import BadInputError, ProfilerError
 
@@ -47,7 +47,7 @@ def register(subparsers: Any) -> None:
 
 def console() -> Console:
     # Wide enough in pipes that level tables do not wrap; a terminal uses its own width.
-    return Console(width=None if sys.stdout.isatty() else 120)
+    return stdout_console()
 
 
 def run(args: argparse.Namespace) -> int:

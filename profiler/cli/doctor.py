@@ -22,7 +22,6 @@ from pathlib import Path
 from typing import Any
 
 from rich import box
-from rich.console import Console
 from rich.table import Table
 
 from governors import make_governor
@@ -30,6 +29,7 @@ from governors.sim import SimTree
 from profiler import __version__
 from profiler.boards.model import Board
 from profiler.boards.profiles import detect_board, read_model_string, select_board
+from profiler.cli.options import stdout_console
 from profiler.cli.pin import add_board_args, sysfs_root
 from profiler.errors import ProfilerError
 
@@ -78,7 +78,7 @@ def register(subparsers: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     root = sysfs_root(args)
     report = collect(root, Path(args.dev_root), args.board, args.port, not args.no_identify)
-    out = Console(width=None if sys.stdout.isatty() else 120)
+    out = stdout_console()
     out.print(render(report))
     if report.problems:
         out.print(f"{len(report.problems)} problem(s):")

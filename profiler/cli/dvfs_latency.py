@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import Any
 
 from rich import box
-from rich.console import Console
 from rich.progress import Progress
 from rich.table import Table
 
@@ -33,6 +32,7 @@ from governors.latency import (
 )
 from governors.sim import SimGovernor, SimTree
 from profiler.boards.profiles import select_board
+from profiler.cli.options import stdout_console
 from profiler.cli.pin import add_board_args, say, sysfs_root
 from profiler.errors import BadInputError
 
@@ -140,7 +140,7 @@ def run(args: argparse.Namespace) -> int:
     json_path = args.json or csv_path.with_suffix(".json")
     write_csv(result, csv_path)
     write_sidecar(result, json_path, board.description)
-    out = Console(width=None if sys.stdout.isatty() else 120)
+    out = stdout_console()
     out.print(render(result))
     for note in result.notes:
         out.print(f"note: {note}")

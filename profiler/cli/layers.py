@@ -23,6 +23,7 @@ from profiler.cli.options import (
     nonneg_int,
     open_power,
     positive_int,
+    stdout_console,
 )
 from profiler.cli.pin import say
 from profiler.errors import BoardError, ProfilerError
@@ -258,10 +259,7 @@ def run(args: argparse.Namespace) -> int:
                       layer_extras=layer_extras,
                       total_extras=dict(power.totals) if power is not None else {})
     tables = run_tables(result, raw=args.raw)
-
-    from rich.console import Console
-
-    Console().print(render(tables))
+    stdout_console().print(render(tables))
     csv_p, json_p = write_tables(tables, csv_path, args.json)
     print(f"wrote {csv_p} ({len(tables.layers)} layer rows"
           f"{f', {len(tables.frames)} frame rows' if tables.frames is not None else ''})"

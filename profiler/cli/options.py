@@ -4,11 +4,29 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
+import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from profiler.boards.model import Board
 from profiler.errors import BadInputError, BoardError
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+#: Width of results printed into a pipe or file: rich would use 80 columns there, which
+#: squeezes the layer and operator names of a wide table to nothing.
+PIPE_WIDTH = 160
+
+
+def stdout_console() -> Console:
+    """A rich console for results on stdout: the terminal's width on a terminal; in a
+    pipe or file, $COLUMNS if set, else PIPE_WIDTH."""
+    from rich.console import Console
+
+    wide = sys.stdout.isatty() or os.environ.get("COLUMNS", "").isdigit()
+    return Console(width=None if wide else PIPE_WIDTH)
 
 
 def _whole(text: str, least: int) -> int:

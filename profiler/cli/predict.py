@@ -15,9 +15,9 @@ from pathlib import Path
 from typing import Any
 
 from rich import box
-from rich.console import Console
 from rich.table import Table
 
+from profiler.cli.options import stdout_console
 from profiler.cli.pin import add_board_args
 
 
@@ -86,7 +86,7 @@ def run(args: argparse.Namespace) -> int:
         mark = " *" if args.mode == "pipeline" and st.index == slow else ""
         t.add_row(str(st.index), st.processor, f"{st.layers[0]}-{st.layers[-1]}",
                   _f(st.compute_ms), _f(st.transfer_ms), _f(st.time_ms) + mark)
-    console = Console()
+    console = stdout_console()
     console.print(t)
     lines = [f"latency {pred.latency_ms:.3f} ms"
              + (" (without queueing)" if args.mode == "pipeline" else ""),

@@ -24,11 +24,10 @@ from typing import Any
 import numpy as np
 import pandas as pd
 from rich import box
-from rich.console import Console
 from rich.table import Table
 
 from profiler.cli.layers import progress_bar
-from profiler.cli.options import nonneg_int, positive_int
+from profiler.cli.options import nonneg_int, positive_int, stdout_console
 from profiler.cli.pin import say, sysfs_root
 from profiler.cli.transfer_matrix import (
     add_model_args,
@@ -251,7 +250,7 @@ def run(args: argparse.Namespace) -> int:
     layer_df, stage_df, summ_df = tables(result, pred, sliced)
     sim = " (simulated board)" if board.simulated else ""
     title = f"{model.name} on {board.name}{sim}: {mapping.compact}, {plan.describe()}"
-    console = Console()
+    console = stdout_console()
     for t in render(result, pred, stage_df, summ_df, title, notes):
         console.print(t)
 

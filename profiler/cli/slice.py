@@ -9,7 +9,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from profiler.cli.options import add_model_options
+from profiler.cli.options import add_model_options, stdout_console
 from profiler.errors import BadInputError, VerificationError
 
 
@@ -72,7 +72,6 @@ def _op_summary(types: list[str], limit: int = 4) -> str:
 
 
 def run(args: Any) -> int:
-    from rich.console import Console
     from rich.table import Table
 
     from profiler.slicing import slice_model, verify
@@ -88,7 +87,7 @@ def run(args: Any) -> int:
     if args.output is not None:
         _write(sliced, args.output)
 
-    console = Console()
+    console = stdout_console()
     mode = f"cuts {','.join(map(str, sliced.cuts))}" if sliced.granularity == "cuts" else sliced.granularity
     table = Table(title=f"{args.model.name}: {len(sliced.layers)} layers ({mode}), "
                   f"sha256 {sliced.source_sha256[:12]}")

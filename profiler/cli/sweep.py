@@ -27,6 +27,7 @@ from profiler.cli.options import (
     nonneg_int,
     open_power,
     positive_int,
+    stdout_console,
 )
 from profiler.cli.pin import add_board_args, say, sysfs_root
 from profiler.sweep import Pair, PairResult, SweepProgress, SweepResult
@@ -220,7 +221,7 @@ def run(args: argparse.Namespace) -> int:
     if not result.done:
         print(f"nothing to do: all {len(result.skipped)} pairs are already in {result.csv_path}")
         return 0
-    Console().print(summary_table(result))
+    stdout_console().print(summary_table(result))
     print(f"wrote {result.csv_path} ({len(pairs)} pairs, "
           f"{sum(r.rows for r in result.done)} rows added) and {result.json_path}")
     return 0

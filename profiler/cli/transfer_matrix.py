@@ -23,7 +23,6 @@ from pathlib import Path
 from typing import Any
 
 from rich import box
-from rich.console import Console
 from rich.table import Table
 
 from profiler.boards.model import Board
@@ -34,6 +33,7 @@ from profiler.cli.options import (
     nonneg_int,
     open_source,
     positive_int,
+    stdout_console,
 )
 from profiler.cli.pin import add_board_args, say, sysfs_root
 from profiler.errors import BadInputError, BoardError, PermissionDeniedError
@@ -271,7 +271,7 @@ def run(args: argparse.Namespace) -> int:
     sim = " (simulated board)" if board.simulated else ""
     title = (f"{model.name} on {board.name}{sim}: transfer matrix, "
              f"{len(matrix.info['boundaries'])} boundaries")
-    console = Console()
+    console = stdout_console()
     for t in render_matrix(df, title):
         console.print(t)
     info = {"board": board.name, "simulated": board.simulated,

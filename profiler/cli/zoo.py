@@ -7,10 +7,10 @@ import contextlib
 from pathlib import Path
 from typing import Any
 
-from rich.console import Console
 from rich.table import Table
 
 from profiler import zoo
+from profiler.cli.options import stdout_console
 from profiler.errors import BadInputError
 from profiler.tflite.model_io import sha256_bytes
 from profiler.zoo.registry import get_entry, resolve_params, write_atomic
@@ -59,7 +59,7 @@ def parse_params(args: argparse.Namespace) -> dict[str, str | int | float]:
 
 
 def run(args: argparse.Namespace) -> int:
-    console = Console()
+    console = stdout_console()
     if args.list:
         if args.name:
             raise BadInputError("give either --list or a model name, not both",
