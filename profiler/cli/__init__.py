@@ -15,23 +15,31 @@ from collections.abc import Sequence
 from profiler import __version__
 from profiler.errors import ProfilerError
 
-# Subcommand modules, in the order `coupprof --help` lists them.
-COMMANDS: list[str] = [
-    "layers",
-    "transfer_matrix",
-    "run",
-    "predict",
-    "sweep",
-    "plot",
-    "report",
-    "slice",
-    "zoo",
-    "collect",
-    "boards",
-    "pin",
-    "dvfs_latency",
-    "doctor",
-]
+# Subcommand modules -> (command, one-line summary), in the order `coupprof --help`
+# lists them. The summaries live here so that `coupprof --help` and a command's own
+# start-up import only that command's module, not every one (pandas, LiteRT, rich).
+COMMANDS: dict[str, tuple[str, str]] = {
+    "layers": ("layers", "time every layer of a model on one processor"),
+    "transfer_matrix": ("transfer-matrix", "cost of handing each layer boundary from processor X to Y"),
+    "run": ("run", "execute a layer-to-processor mapping (switch or pipeline) and measure it"),
+    "predict": ("predict", "predict a mapping's latency, throughput and energy from layer/transfer tables"),
+    "sweep": ("sweep", "time every layer at every (processor, DVFS level) pair"),
+    "plot": ("plot", "draw a figure (efficiency, layers, transfers, timeline) from CSVs"),
+    "report": ("report", "summarise a run directory (tables and figures) as Markdown or HTML"),
+    "slice": ("slice", "cut a .tflite model into one sub-model per layer"),
+    "zoo": ("zoo", "list the model zoo or write one of its .tflite models"),
+    "collect": ("collect", "capture a raw power trace from the logger"),
+    "boards": ("boards", "list board profiles, or show one with its DVFS levels"),
+    "pin": ("pin", "hold a processor at a DVFS level while a command runs"),
+    "dvfs_latency": ("dvfs-latency", "measure DVFS transition delays between levels (ARM-CO-UP Table 10)"),
+    "doctor": ("doctor", "check runtime, accelerators, board, governors, GPIO and serial ports"),
+}
+
+
+def command_help(module: str) -> str:
+    """The one-line help of a subcommand module (``__name__`` or its last part)."""
+    return COMMANDS[module.rsplit(".", 1)[-1]][1]
+
 
 EPILOG = """\
 exit codes: 0 ok, 1 a check failed, 2 bad input, 3 hardware/permission problem,
@@ -46,7 +54,15 @@ class OneLineParser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message} (see `{self.prog} --help`)\n")
 
 
-def build_parser() -> argparse.ArgumentParser:
+def _command_in(argv: Sequence[str]) -> str | None:
+    """The subcommand argv names: its first word that is not an option (the top level
+    takes no option with a value)."""
+    return next((a for a in argv if not a.startswith("-")), None)
+
+
+def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
+    """The whole parser; given ``argv``, only the command it names is loaded in full and
+    the others are listed by name and summary."""
     parser = OneLineParser(
         prog="coupprof",
         description="Per-layer time, energy and transfer profiling of .tflite models "
@@ -56,13 +72,18 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"coupprof {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=OneLineParser)
-    for name in COMMANDS:
-        importlib.import_module(f"profiler.cli.{name}").register(sub)
+    wanted = _command_in(argv) if argv is not None else None
+    for module, (command, text) in COMMANDS.items():
+        if argv is None or command == wanted:
+            importlib.import_module(f"profiler.cli.{module}").register(sub)
+        else:
+            sub.add_parser(command, help=text)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser(argv)
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):
         parser.print_help()

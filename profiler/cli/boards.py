@@ -24,6 +24,7 @@ from profiler.boards.profiles import (
     load_profile,
     read_model_string,
 )
+from profiler.cli import command_help
 from profiler.cli.options import stdout_console
 from profiler.cli.pin import add_board_args, sysfs_root
 from profiler.errors import BadInputError, ProfilerError
@@ -32,7 +33,7 @@ from profiler.errors import BadInputError, ProfilerError
 def register(subparsers: Any) -> None:
     p = subparsers.add_parser(
         "boards",
-        help="list board profiles, or show one with its DVFS levels",
+        help=command_help(__name__),
         description="Without arguments: list the bundled board profiles (and `host`, read "
         "from this machine's /sys), marking the detected one. `coupprof boards show NAME|PATH` "
         "prints a board's processors and DVFS levels in MHz; a PATH is validated.",

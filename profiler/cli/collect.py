@@ -21,6 +21,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from profiler.cli import command_help
 from profiler.cli.options import positive_float, positive_int
 from profiler.clock import perf_clock
 from profiler.errors import BadInputError, PowerSourceError
@@ -33,7 +34,7 @@ VIRTUAL_PORT = "virtual"
 def register(subparsers: Any) -> None:
     p = subparsers.add_parser(
         "collect",
-        help="capture a raw power trace from the logger",
+        help=command_help(__name__),
         description="Record the power logger's samples and marker edges for a while and write "
         "them as CSV (samples), <stem>.edges.csv (edges) and <stem>.json (logger identity, "
         "frame counters, lost-frame gaps). Exit codes: 3 if the port cannot be opened, 4 if "

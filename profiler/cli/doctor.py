@@ -29,6 +29,7 @@ from governors.sim import SimTree
 from profiler import __version__
 from profiler.boards.model import Board
 from profiler.boards.profiles import detect_board, read_model_string, select_board
+from profiler.cli import command_help
 from profiler.cli.options import stdout_console
 from profiler.cli.pin import add_board_args, sysfs_root
 from profiler.errors import ProfilerError
@@ -58,7 +59,7 @@ class Report:
 def register(subparsers: Any) -> None:
     p = subparsers.add_parser(
         "doctor",
-        help="check runtime, accelerators, board, governors, GPIO and serial ports",
+        help=command_help(__name__),
         description="Report what this machine offers for profiling (runtime and versions, "
         "accelerators, the detected board, DVFS governors and whether they are writable, "
         "GPIO chips, serial ports and the logger's identity) and how to fix each problem.",

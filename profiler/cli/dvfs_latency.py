@@ -32,6 +32,7 @@ from governors.latency import (
 )
 from governors.sim import SimGovernor, SimTree
 from profiler.boards.profiles import select_board
+from profiler.cli import command_help
 from profiler.cli.options import stdout_console
 from profiler.cli.pin import add_board_args, say, sysfs_root
 from profiler.errors import BadInputError
@@ -44,7 +45,7 @@ CSV_COLUMNS = ("board", "processor", "method", "simulated", "from_level", "from_
 def register(subparsers: Any) -> None:
     p = subparsers.add_parser(
         "dvfs-latency",
-        help="measure DVFS transition delays between levels (ARM-CO-UP Table 10)",
+        help=command_help(__name__),
         description="For every ordered pair of levels, hold the first, write the second and "
         "time how long until a calibrated busy loop on the processor runs at the new speed "
         "(CPU clusters), or until the kernel reports the new frequency (--method readback, "

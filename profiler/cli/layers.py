@@ -17,6 +17,7 @@ from typing import Any
 
 from profiler.boards.host import format_cpu_list
 from profiler.boards.model import Board, ProcessorSpec, resolve_level
+from profiler.cli import command_help
 from profiler.cli.options import (
     add_model_options,
     add_power_options,
@@ -34,7 +35,7 @@ from profiler.tflite.model_io import read_model_bytes, sha256_bytes
 def register(subparsers: Any) -> None:
     p = subparsers.add_parser(
         "layers",
-        help="time every layer of a model on one processor",
+        help=command_help(__name__),
         description="Run a .tflite model layer by layer (one sub-model per layer) on one "
         "processor of a board and report per-layer time, transfer time and bytes. "
         "Writes a tidy CSV and a JSON sidecar.",

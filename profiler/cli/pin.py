@@ -19,6 +19,7 @@ from typing import Any
 from governors import RestoreGuard, dvfs_processor, make_governor, sysfs_root_from_env
 from profiler.boards.model import resolve_level
 from profiler.boards.profiles import select_board
+from profiler.cli import command_help
 from profiler.errors import BadInputError
 
 
@@ -41,7 +42,7 @@ def say(text: str) -> None:
 def register(subparsers: Any) -> None:
     p = subparsers.add_parser(
         "pin",
-        help="hold a processor at a DVFS level while a command runs",
+        help=command_help(__name__),
         description="Set processor LETTER to DVFS level K, run COMMAND, then restore the "
         "original governor and limits (also on failure, Ctrl-C and SIGTERM, which are "
         "forwarded to COMMAND). Exit code: COMMAND's.",

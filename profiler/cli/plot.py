@@ -17,6 +17,7 @@ from typing import Any
 
 import pandas as pd
 
+from profiler.cli import command_help
 from profiler.errors import BadInputError
 
 KIND_HELP = {
@@ -35,7 +36,7 @@ KIND_HELP = {
 def register(subparsers: Any) -> None:
     p = subparsers.add_parser(
         "plot",
-        help="draw a figure (efficiency, layers, transfers, timeline) from CSVs",
+        help=command_help(__name__),
         description="Draw one of the papers' figures as a PNG from coupprof's CSVs. Kinds: "
         + "; ".join(f"{k}: {v}" for k, v in KIND_HELP.items()) + ".",
     )

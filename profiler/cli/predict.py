@@ -17,6 +17,7 @@ from typing import Any
 from rich import box
 from rich.table import Table
 
+from profiler.cli import command_help
 from profiler.cli.options import stdout_console
 from profiler.cli.pin import add_board_args
 
@@ -24,7 +25,7 @@ from profiler.cli.pin import add_board_args
 def register(subparsers: Any) -> None:
     p = subparsers.add_parser(
         "predict",
-        help="predict a mapping's latency, throughput and energy from layer/transfer tables",
+        help=command_help(__name__),
         description="From layer tables (`coupprof layers --csv`, one per processor) and a "
         "transfer table (`coupprof transfer-matrix --csv`), predict a mapping: Switch "
         "latency = sum of layer times + hand-overs (transfers where the processor "

@@ -11,11 +11,13 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+from profiler.cli import command_help
+
 
 def register(subparsers: Any) -> None:
     p = subparsers.add_parser(
         "report",
-        help="summarise a run directory (tables and figures) as Markdown or HTML",
+        help=command_help(__name__),
         description="Find the results coupprof wrote into RUN_DIR (layer runs, sweeps, transfer "
         "matrices, power traces: CSVs with their JSON sidecars), render their figures into "
         "RUN_DIR/figures/ and write one report with the tables and figures.",

@@ -26,6 +26,7 @@ import pandas as pd
 from rich import box
 from rich.table import Table
 
+from profiler.cli import command_help
 from profiler.cli.layers import progress_bar
 from profiler.cli.options import nonneg_int, positive_int, stdout_console
 from profiler.cli.pin import say, sysfs_root
@@ -50,7 +51,7 @@ requested before each layer. See docs/mapping.md. Default: leave frequencies alo
 def register(subparsers: Any) -> None:
     p = subparsers.add_parser(
         "run",
-        help="execute a layer-to-processor mapping (switch or pipeline) and measure it",
+        help=command_help(__name__),
         description="Run the model with its layers mapped to processors by --order (one "
         "letter per layer, e.g. GGBBBBNN or G2B4N2; the length must equal the layer count). "
         "--mode switch runs each frame's layers serially, switching processors at the "

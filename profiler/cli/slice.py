@@ -9,6 +9,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from profiler.cli import command_help
 from profiler.cli.options import add_model_options, stdout_console
 from profiler.errors import BadInputError, VerificationError
 
@@ -16,7 +17,7 @@ from profiler.errors import BadInputError, VerificationError
 def register(subparsers: Any) -> None:
     p = subparsers.add_parser(
         "slice",
-        help="cut a .tflite model into one sub-model per layer",
+        help=command_help(__name__),
         description="Cut a .tflite model into chained per-layer sub-models (cached by model "
         "sha256 and cut points) and print the layer table. Default grouping: a layer starts at "
         "each conv / fully-connected / matmul op; a depthwise conv joins the 1x1 conv after it; "

@@ -21,6 +21,7 @@ from rich import box
 from rich.console import Console
 from rich.table import Table
 
+from profiler.cli import command_help
 from profiler.cli.options import (
     add_model_options,
     add_power_options,
@@ -36,7 +37,7 @@ from profiler.sweep import Pair, PairResult, SweepProgress, SweepResult
 def register(subparsers: Any) -> None:
     p = subparsers.add_parser(
         "sweep",
-        help="time every layer at every (processor, DVFS level) pair",
+        help=command_help(__name__),
         description="Run the model layer by layer at every (processor, frequency level) pair "
         "and append each pair's layer rows to DIR/sweep.csv as soon as it finishes (JSON "
         "sidecar: DIR/sweep.json). Interpreters are built once per processor; only the "

@@ -26,6 +26,7 @@ from rich import box
 from rich.table import Table
 
 from profiler.boards.model import Board
+from profiler.cli import command_help
 from profiler.cli.layers import progress_bar
 from profiler.cli.options import (
     add_model_options,
@@ -140,7 +141,7 @@ def apply_setup_levels(plan: Any, govs: dict[str, Any]) -> list[str]:
 def register(subparsers: Any) -> None:
     p = subparsers.add_parser(
         "transfer-matrix",
-        help="cost of handing each layer boundary from processor X to Y",
+        help=command_help(__name__),
         description="For every layer boundary and ordered processor pair (src = dst too, as "
         "the baseline), measure the time (and energy, with --power) of handing the "
         "boundary's tensors from the producing sub-model on src to the consuming one on dst: "

@@ -10,6 +10,7 @@ from typing import Any
 from rich.table import Table
 
 from profiler import zoo
+from profiler.cli import command_help
 from profiler.cli.options import stdout_console
 from profiler.errors import BadInputError
 from profiler.tflite.model_io import sha256_bytes
@@ -26,7 +27,7 @@ examples:
 def register(subparsers: Any) -> None:
     p = subparsers.add_parser(
         "zoo",
-        help="list the model zoo or write one of its .tflite models",
+        help=command_help(__name__),
         description="Architecture-faithful .tflite models (MobileNetV1 FP32/int8, ResNet-50, "
         "GoogLeNet, SqueezeNet 1.1, AlexNet) with seeded weights, for profiling.",
         epilog=EXAMPLES,
