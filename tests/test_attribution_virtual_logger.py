@@ -70,6 +70,9 @@ def run_layers(logger: VirtualLogger, durations_ms: list[float], frames: int,
                     logger.spurious_edge(1)  # a glitch pair on line 0 mid-layer
                     logger.spurious_edge(1)
                 elif fault == "drop":
+                    # (the frames dropped are the next ones sent: not the glitch pair's,
+                    # even when the logger's thread ran late on a busy host)
+                    assert logger.wait_emitted()
                     logger.drop_frames(3)
                 busy_wait(int(d_ms * 5e5))
                 end[f, j] = clock()

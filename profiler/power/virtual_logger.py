@@ -32,6 +32,7 @@ import fcntl
 import os
 import select
 import threading
+import time
 import tty
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -233,6 +234,18 @@ class VirtualLogger:
                 t = self.device_us()
                 self._pending_edges.append((t, self._level ^ bits, bits))
                 self.counters.edges_total += 1
+
+    def wait_emitted(self, timeout_s: float = 2.0) -> bool:
+        """Wait until every edge reported so far is on its way (queued as a frame, or
+        dropped as a fault says): a test's next fault then strikes later frames, however
+        late this thread runs. False on timeout."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            with self._lock:
+                if not self._pending_edges:
+                    return True
+            time.sleep(1e-4)
+        return False
 
     def freeze(self) -> None:
         """Hang: stop sending and answering, but keep the port open (a crashed sketch)."""
