@@ -350,9 +350,9 @@ class LayerEnergy:
     """One layer's energy per frame (means over the frames it was attributed from)."""
 
     layer: int
-    frames: int  # windows used (clean ones, unless none was clean)
-    time_ms: float  # mean window length (logger edges where matched)
-    energy_mj: float  # per frame
+    frames: int  # windows used for the power (clean ones, unless none was clean)
+    time_ms: float  # mean window length over every window (logger edges where matched)
+    energy_mj: float  # per frame: power_w x time_ms
     power_w: float  # energy / time over the windows used
     dynamic_energy_mj: float  # energy - baseline * time, per frame
     fps_per_w: float  # 1 / (energy in J)
@@ -511,14 +511,20 @@ def attribute(start_ns: Any, end_ns: Any, trace: PowerTrace, *, baseline_power_w
     for j in range(nl):
         clean = ~flagged[:, j]
         use = clean if clean.any() else np.ones(frames, bool)
-        e = float(energy[use, j].mean())
-        t_ms = float(dur_ms[use, j].mean())
+        # The layer's power comes from the windows used; its time from every window
+        # (each has its edges, flagged or not). Their product is the energy per frame:
+        # the mean energy of the windows used alone would favour the longer windows,
+        # as those shorter than a sample period are the ones with no sample inside.
+        t_used = float(dur_ms[use, j].sum())
+        p_w = float(energy[use, j].sum()) / t_used if t_used > 0 else float("nan")
+        t_ms = float(dur_ms[:, j].mean())
+        e = p_w * t_ms if t_used > 0 else float(energy[use, j].mean())
         layers.append(LayerEnergy(
             layer=j,
             frames=int(use.sum()),
             time_ms=t_ms,
             energy_mj=e,
-            power_w=e / t_ms if t_ms > 0 else float("nan"),
+            power_w=p_w,
             dynamic_energy_mj=e - baseline_power_w * t_ms,
             fps_per_w=fps_per_w(e),
             samples=int(samples[use, j].sum()),

@@ -296,11 +296,15 @@ def with_id_columns(df: pd.DataFrame, info: dict[str, Any]) -> pd.DataFrame:
 # -- rendering ---------------------------------------------------------------------
 
 
+def _count(n: Any, noun: str) -> str:
+    return f"{n} {noun}" if n == 1 else f"{'?' if n is None else n} {noun}s"
+
+
 def title(info: dict[str, Any]) -> str:
     model = Path(str(info.get("model_path", "model"))).name
     cores = info.get("cores") or []
     text = (f"{model} on board {info.get('board', '?')}, processor {info.get('processor', '?')}"
-            f" (cores {format_cpu_list(cores)}, {info.get('threads', '?')} threads)")
+            f" (cores {format_cpu_list(cores)}, {_count(info.get('threads'), 'thread')})")
     if info.get("freq_khz"):
         text += f" at level {info.get('freq_level')} = {info['freq_khz'] / 1000:g} MHz"
     if info.get("simulated"):
@@ -397,10 +401,10 @@ def _flags(df: pd.DataFrame, column: str, test: Any) -> dict[int, bool]:
 def _lost_text(row: dict[str, Any]) -> str:
     parts = []
     if "lost_frames" in row and not pd.isna(row["lost_frames"]) and int(row["lost_frames"]):
-        parts.append(f"lost {int(row['lost_frames'])}")
+        parts.append(f"lost {_count(int(row['lost_frames']), 'frame')}")
     if "flagged_windows" in row and not pd.isna(row["flagged_windows"]) \
             and int(row["flagged_windows"]):
-        parts.append(f"{int(row['flagged_windows'])} windows")
+        parts.append(f"{_count(int(row['flagged_windows']), 'window')} set aside")
     return ", ".join(parts) or "flagged"
 
 

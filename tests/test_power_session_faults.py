@@ -173,8 +173,12 @@ def assert_clean_windows_exact(run: Run, tol: float = 0.01) -> None:
     ok = ~att.window_flagged
     err = np.abs(att.window_energy_mj - run.truth_mj[: ok.shape[0]]) / run.truth_mj[: ok.shape[0]]
     assert err[ok].max() < tol, np.round(100 * err, 2)
+    # Per layer, as attribution defines it: the power over the clean windows times the
+    # mean length of every window.
+    dur = np.diff(run.window_us[: ok.shape[0]], axis=-1)[..., 0].astype(float)
     for j, layer in enumerate(att.layers):
-        want = run.truth_mj[: ok.shape[0]][ok[:, j], j].mean()
+        truth = run.truth_mj[: ok.shape[0], j]
+        want = truth[ok[:, j]].sum() / dur[ok[:, j], j].sum() * dur[:, j].mean()
         assert layer.energy_mj == pytest.approx(want, rel=tol)
 
 
@@ -223,11 +227,23 @@ def test_lost_frames_flag_the_layer_that_lost_them(layers_setup, kind: str) -> N
     assert must.any() and not may[4:].any()
     got = att.window_lost_frames > 0
     assert (got >= must).all() and (got <= may).all(), (got, must, may)
-    assert (att.window_flagged == got).all()
+    # Flagged: those, and maybe a neighbour that only the hole in the samples reaches
+    # (the lost span runs between frame times, and the frame before the gap may be an
+    # edge frame sent after the last sample it carried).
+    extra = att.window_flagged & ~got
+    assert (att.window_flagged >= got).all()
+    if extra.any():
+        t = np.asarray(run.trace.samples["t_us"], dtype=np.int64)
+        k = np.flatnonzero(np.diff(t) > 1.5 * np.median(np.diff(t)))
+        a, b = run.window_us[..., 0] - MARGIN_US, run.window_us[..., 1] + MARGIN_US
+        near = np.zeros(extra.shape, bool)
+        for lo, hi in zip(t[k], t[k + 1], strict=True):
+            near |= (a < hi) & (b > lo)
+        assert (extra <= near).all() and (att.window_holes[extra] > 0).all()
     for j, layer in enumerate(att.layers):
         assert layer.lost == bool(got[:, j].any())
         assert layer.lost_frames == 2 * int(got[:, j].sum())  # each window counts its span
-        assert layer.flagged_windows == int(got[:, j].sum())
+        assert layer.flagged_windows == int(att.window_flagged[:, j].sum())
     np.testing.assert_array_equal(res.columns["lost_frames"] > 0, got.any(axis=0))
     assert_clean_windows_exact(run)
 

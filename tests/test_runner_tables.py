@@ -160,7 +160,10 @@ def test_fallback_and_lost_frames_are_shown_only_when_they_happened(tmp_path: Pa
     row0 = next(line for line in lines if line.strip().startswith("0 "))
     row1 = next(line for line in lines if line.strip().startswith("1 "))
     assert "CPU" in row0 and "lost" not in row0
-    assert "lost 3, 2 windows" in row1 and "CPU" not in row1
+    assert "lost 3 frames, 2 windows set aside" in row1 and "CPU" not in row1
+    one = make_run(extras={"energy_mj": np.array([21.0, 4.5]), "lost_frames": np.array([1, 0]),
+                           "flagged_windows": np.array([1, 0])})
+    assert "lost 1 frame, 1 window set aside" in flat(render_text(run_tables(one)))
     csv, _ = write_tables(t, tmp_path / "f.csv")
     assert render_text(read_tables(csv)) == render_text(t)
 

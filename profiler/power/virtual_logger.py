@@ -126,6 +126,7 @@ class VirtualLogger:
         self._next_status_us = 0
         self._corrupt_next = 0
         self._drop_next = 0
+        self._emitting = False
         self.closed = threading.Event()
         self._frozen = threading.Event()
         self.error: BaseException | None = None
@@ -242,7 +243,7 @@ class VirtualLogger:
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             with self._lock:
-                if not self._pending_edges:
+                if not self._pending_edges and not self._emitting:
                     return True
             time.sleep(1e-4)
         return False
@@ -423,6 +424,7 @@ class VirtualLogger:
                 keep = max(int(np.searchsorted(hist_t, t[-1], side="right")) - 1, 0)
                 del self._hist_t[:keep], self._hist_lv[:keep]
             edges, self._pending_edges = self._pending_edges, []
+            self._emitting = bool(edges)  # (wait_emitted: taken, not yet queued)
         full = self._pend[:0]
         if t.size:
             lv = hist_lv[np.searchsorted(hist_t, t, side="right") - 1]
@@ -439,6 +441,9 @@ class VirtualLogger:
             full = allp[:n_full]
         if full.size or edges:
             self._emit_stream(full, edges)
+        if edges:
+            with self._lock:
+                self._emitting = False
         if now >= self._next_status_us:
             self._send_status()
             self._next_status_us = now + self.status_interval_us

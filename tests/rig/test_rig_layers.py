@@ -248,7 +248,10 @@ def test_layer_energy_within_1_percent_of_the_waveform(rig_run: RigRun) -> None:
     if not used.any(axis=0).all():  # a layer with only flagged windows uses them all
         used |= ~used.any(axis=0)
     per_layer = np.array([layer.energy_mj for layer in att.layers])
-    expected = np.array([truth[used[:, j], j].mean() for j in range(truth.shape[1])])
+    # As attribution defines it: power over the windows used x mean length of all.
+    dur = np.diff(rig_run.truth_us, axis=-1)[..., 0]
+    expected = np.array([truth[used[:, j], j].sum() / dur[used[:, j], j].sum()
+                         * dur[:, j].mean() for j in range(truth.shape[1])])
     err = np.abs(per_layer - expected) / expected
     print(f"{rig_run.front_end}: per-layer error % {np.round(100 * err, 3).tolist()}, "
           f"{int(att.window_flagged.sum())} of {att.window_flagged.size} windows flagged, "
