@@ -45,9 +45,13 @@ logger's sequence numbers jumped (frames lost). A window overlapping one counts
 those frames in ``lost_frames`` and is flagged, as is a window that overlaps a
 sample hole (samples more than ``hole_factor`` median periods apart although no
 frame was lost: the logger skipped conversions) or holds no sample at all. A
-layer's energy comes from its unflagged windows only; if every window is
-flagged, from all of them (interpolated over the gaps). Either way the layer
-reports ``flagged_windows`` (and ``lost``, ``lost_frames`` for lost frames).
+layer's power comes from its unflagged windows only (if every window is
+flagged, from all of them, interpolated over the gaps), and its energy per
+frame is that power times the mean length of all its windows: the mean energy
+of the unflagged windows alone would favour the longer ones, since windows
+shorter than a sample period are the ones likely to hold no sample. Either way
+the layer reports ``flagged_windows`` (and ``lost``, ``lost_frames`` for lost
+frames).
 
 For counter sources (RAPL, NVML, hwmon), `measure_repeated` repeats a call
 until the counter window is long enough and divides.

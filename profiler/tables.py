@@ -358,7 +358,7 @@ def render(tables: RunTables) -> Table:
     for c in power:
         table.add_column(labels[c], justify="right", no_wrap=True)
     # Shown only when something happened: an accelerator ran ops on the CPU, or a
-    # layer's windows lost logger frames (its numbers come from its clean windows).
+    # layer's windows were set aside (lost frames, sample holes, no sample inside).
     fallback = _flags(df, "fallback", lambda v: str(v).lower() in ("yes", "true", "1"))
     lost = _flags(df, "lost_frames", lambda v: not pd.isna(v) and int(v) > 0) or \
         _flags(df, "flagged_windows", lambda v: not pd.isna(v) and int(v) > 0)
