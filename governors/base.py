@@ -247,6 +247,45 @@ def write_limits(write_lo: Callable[[int], None], write_hi: Callable[[int], None
             write_hi(new_hi)
 
 
+class LimitFiles:
+    """A governor's (slow, fast) pair of limit files and the values last read or written
+    there, moved with `write_limits`. ``sign=-1`` where a larger number is slower (kgsl
+    power levels); values are always the files' own numbers."""
+
+    def __init__(self, gov: Governor, lo_file: str, hi_file: str, sign: int = 1) -> None:
+        self.gov, self.lo_file, self.hi_file, self.sign = gov, lo_file, hi_file, sign
+        self.lo = 0
+        self.hi = 0
+
+    def read(self) -> None:
+        self.lo = self.gov.read_int(self.lo_file)
+        self.hi = self.gov.read_int(self.hi_file)
+
+    def set(self, lo: int, hi: int) -> None:
+        s = self.sign
+
+        def w_lo(v: int) -> None:
+            self.gov.write(self.lo_file, s * v)
+            self.lo = s * v
+
+        def w_hi(v: int) -> None:
+            self.gov.write(self.hi_file, s * v)
+            self.hi = s * v
+
+        write_limits(w_lo, w_hi, s * self.lo, s * self.hi, s * lo, s * hi)
+
+    def restore(self, saved: SavedState, errors: list[ProfilerError]) -> None:
+        """Back to the saved pair (re-read first: the files may have moved since)."""
+        want_lo = parse_int(saved.text(self.lo_file))
+        want_hi = parse_int(saved.text(self.hi_file))
+        try:
+            self.read()
+            if want_lo is not None and want_hi is not None:
+                self.set(want_lo, want_hi)
+        except ProfilerError as err:
+            errors.append(err)
+
+
 def parse_int(text: str | None) -> int | None:
     if text is None:
         return None

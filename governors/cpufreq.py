@@ -13,7 +13,7 @@ e.g. /sys/devices/system/cpu/cpufreq/policy4, all values in kHz:
 
 from __future__ import annotations
 
-from governors.base import Governor, SavedState, parse_int, restore_errors, write_limits
+from governors.base import Governor, LimitFiles, SavedState, parse_int, restore_errors
 from profiler.errors import GovernorError, ProfilerError
 
 USERSPACE = "userspace"
@@ -25,8 +25,7 @@ class CpufreqGovernor(Governor):
     def __init__(self, *args, method: str | None = None, **kwargs) -> None:
         super().__init__(*args, **kwargs)
         self._forced = method
-        self._lo = 0
-        self._hi = 0
+        self.limits = LimitFiles(self, "scaling_min_freq", "scaling_max_freq")
 
     def state_files(self) -> list[str]:
         return ["scaling_governor", "scaling_min_freq", "scaling_max_freq", "scaling_setspeed"]
@@ -40,30 +39,19 @@ class CpufreqGovernor(Governor):
 
     def _begin(self) -> None:
         self.method = self.pick_method()
-        self._lo = self.read_int("scaling_min_freq")
-        self._hi = self.read_int("scaling_max_freq")
+        self.limits.read()
         if self.method == "userspace" and self.read("scaling_governor") != USERSPACE:
             self.write("scaling_governor", USERSPACE)
-
-    def _limits(self, lo: int, hi: int) -> None:
-        def w_lo(v: int) -> None:
-            self.write("scaling_min_freq", v)
-            self._lo = v
-
-        def w_hi(v: int) -> None:
-            self.write("scaling_max_freq", v)
-            self._hi = v
-
-        write_limits(w_lo, w_hi, self._lo, self._hi, lo, hi)
 
     def _write_khz(self, freq_khz: int) -> None:
         if self.method == "userspace":
             # setspeed is clamped to the policy limits: widen them only when needed.
-            if not self._lo <= freq_khz <= self._hi:
-                self._limits(min(self._lo, freq_khz), max(self._hi, freq_khz))
+            lim = self.limits
+            if not lim.lo <= freq_khz <= lim.hi:
+                lim.set(min(lim.lo, freq_khz), max(lim.hi, freq_khz))
             self.write("scaling_setspeed", freq_khz)
         else:
-            self._limits(freq_khz, freq_khz)
+            self.limits.set(freq_khz, freq_khz)
 
     def read_khz(self) -> int | None:
         for name in ("cpuinfo_cur_freq", "scaling_cur_freq"):
@@ -79,16 +67,8 @@ class CpufreqGovernor(Governor):
 
     def _restore(self, saved: SavedState) -> None:
         errors: list[ProfilerError] = []
-        want_lo = parse_int(saved.text("scaling_min_freq"))
-        want_hi = parse_int(saved.text("scaling_max_freq"))
         want_gov = saved.text("scaling_governor")
-        try:
-            self._lo = self.read_int("scaling_min_freq")
-            self._hi = self.read_int("scaling_max_freq")
-            if want_lo is not None and want_hi is not None:
-                self._limits(want_lo, want_hi)
-        except ProfilerError as err:
-            errors.append(err)
+        self.limits.restore(saved, errors)
         try:
             if want_gov and self.read("scaling_governor") != want_gov:
                 self.write("scaling_governor", want_gov)

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import time
 
-from governors.base import Governor, SavedState, parse_int, restore_errors, write_limits
+from governors.base import Governor, LimitFiles, SavedState, parse_int, restore_errors
 from profiler.errors import ProfilerError
 
 USERSPACE = "userspace"
@@ -27,8 +27,7 @@ class DevfreqGovernor(Governor):
     def __init__(self, *args, method: str | None = None, **kwargs) -> None:
         super().__init__(*args, **kwargs)
         self._forced = method
-        self._lo_hz = 0
-        self._hi_hz = 0
+        self.limits = LimitFiles(self, "min_freq", "max_freq")  # Hz
 
     def state_files(self) -> list[str]:
         return ["governor", "min_freq", "max_freq", SET_FREQ]
@@ -41,8 +40,7 @@ class DevfreqGovernor(Governor):
 
     def _begin(self) -> None:
         self.method = self.pick_method()
-        self._lo_hz = self.read_int("min_freq")
-        self._hi_hz = self.read_int("max_freq")
+        self.limits.read()
         if self.method == "userspace":
             before = self.read("governor")
             if before != USERSPACE:
@@ -59,25 +57,15 @@ class DevfreqGovernor(Governor):
                 if before != USERSPACE:
                     self.write("governor", before)  # min = max pins any governor
 
-    def _limits(self, lo_hz: int, hi_hz: int) -> None:
-        def w_lo(v: int) -> None:
-            self.write("min_freq", v)
-            self._lo_hz = v
-
-        def w_hi(v: int) -> None:
-            self.write("max_freq", v)
-            self._hi_hz = v
-
-        write_limits(w_lo, w_hi, self._lo_hz, self._hi_hz, lo_hz, hi_hz)
-
     def _write_khz(self, freq_khz: int) -> None:
         hz = freq_khz * 1000
         if self.method == "userspace":
-            if not self._lo_hz <= hz <= self._hi_hz:
-                self._limits(min(self._lo_hz, hz), max(self._hi_hz, hz))
+            lim = self.limits
+            if not lim.lo <= hz <= lim.hi:
+                lim.set(min(lim.lo, hz), max(lim.hi, hz))
             self.write(SET_FREQ, hz)
         else:
-            self._limits(hz, hz)
+            self.limits.set(hz, hz)
 
     def read_khz(self) -> int | None:
         try:
@@ -90,16 +78,8 @@ class DevfreqGovernor(Governor):
 
     def _restore(self, saved: SavedState) -> None:
         errors: list[ProfilerError] = []
-        want_lo = parse_int(saved.text("min_freq"))
-        want_hi = parse_int(saved.text("max_freq"))
         want_gov = saved.text("governor")
-        try:
-            self._lo_hz = self.read_int("min_freq")
-            self._hi_hz = self.read_int("max_freq")
-            if want_lo is not None and want_hi is not None:
-                self._limits(want_lo, want_hi)
-        except ProfilerError as err:
-            errors.append(err)
+        self.limits.restore(saved, errors)
         try:
             if want_gov and self.read("governor") != want_gov:
                 self.write("governor", want_gov)

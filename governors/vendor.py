@@ -23,11 +23,11 @@ from __future__ import annotations
 
 from governors.base import (
     Governor,
+    LimitFiles,
     SavedState,
     freq_matches,
     parse_int,
     restore_errors,
-    write_limits,
 )
 from profiler.errors import GovernorError, ProfilerError
 
@@ -39,8 +39,9 @@ class KgslGovernor(Governor):
         super().__init__(*args, **kwargs)
         self.method = "pwrlevel"
         self._levels_hz: list[int] = []  # index = kgsl power level (0 fastest)
-        self._max_lvl = 0
-        self._min_lvl = 0
+        # In frequency terms the slow limit is min_pwrlevel; a larger level number is
+        # slower, hence sign -1 for the min <= max ordering rule.
+        self.levels = LimitFiles(self, "min_pwrlevel", "max_pwrlevel", sign=-1)
 
     def state_files(self) -> list[str]:
         return ["max_pwrlevel", "min_pwrlevel"]
@@ -62,25 +63,11 @@ class KgslGovernor(Governor):
         )
 
     def _begin(self) -> None:
-        self._max_lvl = self.read_int("max_pwrlevel")
-        self._min_lvl = self.read_int("min_pwrlevel")
-
-    def _set_levels(self, max_lvl: int, min_lvl: int) -> None:
-        # In frequency terms the slow limit is min_pwrlevel; a larger level number is slower,
-        # so negate levels to reuse the min <= max ordering rule.
-        def w_lo(v: int) -> None:
-            self.write("min_pwrlevel", -v)
-            self._min_lvl = -v
-
-        def w_hi(v: int) -> None:
-            self.write("max_pwrlevel", -v)
-            self._max_lvl = -v
-
-        write_limits(w_lo, w_hi, -self._min_lvl, -self._max_lvl, -min_lvl, -max_lvl)
+        self.levels.read()
 
     def _write_khz(self, freq_khz: int) -> None:
         lvl = self.pwrlevel_of(freq_khz)
-        self._set_levels(lvl, lvl)
+        self.levels.set(lvl, lvl)
 
     def read_khz(self) -> int | None:
         try:
@@ -93,14 +80,7 @@ class KgslGovernor(Governor):
 
     def _restore(self, saved: SavedState) -> None:
         errors: list[ProfilerError] = []
-        want_max = parse_int(saved.text("max_pwrlevel"))
-        want_min = parse_int(saved.text("min_pwrlevel"))
-        try:
-            self._begin()
-            if want_max is not None and want_min is not None:
-                self._set_levels(want_max, want_min)
-        except ProfilerError as err:
-            errors.append(err)
+        self.levels.restore(saved, errors)
         restore_errors(errors, f"kgsl power levels in {self.io.path(self.dir)}")
 
 
@@ -110,8 +90,7 @@ class MpgpuGovernor(Governor):
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
         self.method = "clamp-index"
-        self._lo = 0
-        self._hi = 0
+        self.limits = LimitFiles(self, "min_freq", "max_freq")  # dvfs table indices
 
     def state_files(self) -> list[str]:
         return ["scale_mode", "min_freq", "max_freq"]
@@ -125,23 +104,11 @@ class MpgpuGovernor(Governor):
                                 f"valid levels: {self.proc.levels_text()}") from None
 
     def _begin(self) -> None:
-        self._lo = self.read_int("min_freq")
-        self._hi = self.read_int("max_freq")
-
-    def _limits(self, lo: int, hi: int) -> None:
-        def w_lo(v: int) -> None:
-            self.write("min_freq", v)
-            self._lo = v
-
-        def w_hi(v: int) -> None:
-            self.write("max_freq", v)
-            self._hi = v
-
-        write_limits(w_lo, w_hi, self._lo, self._hi, lo, hi)
+        self.limits.read()
 
     def _write_khz(self, freq_khz: int) -> None:
         idx = self.index_of(freq_khz)
-        self._limits(idx, idx)
+        self.limits.set(idx, idx)
 
     def read_khz(self) -> int | None:
         try:
@@ -154,14 +121,7 @@ class MpgpuGovernor(Governor):
 
     def _restore(self, saved: SavedState) -> None:
         errors: list[ProfilerError] = []
-        want_lo = parse_int(saved.text("min_freq"))
-        want_hi = parse_int(saved.text("max_freq"))
-        try:
-            self._begin()
-            if want_lo is not None and want_hi is not None:
-                self._limits(want_lo, want_hi)
-        except ProfilerError as err:
-            errors.append(err)
+        self.limits.restore(saved, errors)
         mode = parse_int(saved.text("scale_mode"))
         try:
             if mode is not None and parse_int(self.read("scale_mode")) != mode:
