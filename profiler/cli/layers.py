@@ -26,7 +26,7 @@ from profiler.cli.options import (
     positive_int,
     stdout_console,
 )
-from profiler.cli.pin import say
+from profiler.cli.pin import add_board_args, say, sysfs_root
 from profiler.errors import BoardError, ProfilerError
 from profiler.results import LayerInfo, LayerRun, RunInfo, environment
 from profiler.tflite.model_io import read_model_bytes, sha256_bytes
@@ -41,12 +41,7 @@ def register(subparsers: Any) -> None:
         "Writes a tidy CSV and a JSON sidecar.",
     )
     add_model_options(p)
-    p.add_argument("--board", default=None,
-                   help="board profile name or TOML path (default: the detected board, else the "
-                   "simulated board 'sim'); `coupprof boards` lists them, 'host' is this machine")
-    p.add_argument("--sysfs-root", default=None, metavar="DIR",
-                   help="sysfs tree the host board is read from "
-                   "(default: $COUPPROF_SYSFS_ROOT or /sys)")
+    add_board_args(p)
     p.add_argument("--processor", "-p", default="B", metavar="LETTER",
                    help="L little CPU cluster, B big CPU cluster, G GPU, N NPU (default: B)")
     p.add_argument("--freq", default=None, metavar="K",
@@ -78,13 +73,11 @@ def board_summary(board: Board) -> str:
     return "; ".join(parts)
 
 
-def load_board(name: str | None, sysfs_root: str | None) -> Board:
+def load_board(name: str | None, root: Path) -> Board:
     """The board by name or profile path; with none given, the detected one or `sim`."""
-    from governors import sysfs_root_from_env
     from profiler.boards.profiles import select_board
     from profiler.executors.factory import with_accelerators
 
-    root = sysfs_root or sysfs_root_from_env()
     board = select_board(name, root, announce=say)
     return with_accelerators(board)
 
@@ -105,13 +98,13 @@ def resolve_freq(board: Board, proc: ProcessorSpec, freq: str | None) -> tuple[i
     return resolve_level(domain, freq, board.name)  # range errors list the valid levels
 
 
-def open_governor(board: Board, proc: ProcessorSpec, sysfs_root: str | None) -> Any:
+def open_governor(board: Board, proc: ProcessorSpec, root: Path) -> Any:
     """The governor of `proc`'s DVFS domain, checked writable before anything runs."""
-    from governors import dvfs_processor, make_governor, sysfs_root_from_env
+    from governors import dvfs_processor, make_governor
     from profiler.errors import PermissionDeniedError
 
     domain = dvfs_processor(board, proc.letter)
-    gov = make_governor(board, domain, sysfs_root or sysfs_root_from_env())
+    gov = make_governor(board, domain, root)
     if gov.kind == "none":
         raise BoardError(f"--freq: processor {domain.letter} on board '{board.name}' has no "
                          "governor that can set frequencies", "drop --freq")
@@ -175,7 +168,7 @@ def run(args: argparse.Namespace) -> int:
     model: Path = args.model
     data = read_model_bytes(model)
 
-    board = load_board(args.board, args.sysfs_root)
+    board = load_board(args.board, sysfs_root(args))
     proc = board.processor(args.processor)
     level = resolve_freq(board, proc, args.freq)
     csv_path = args.csv or default_csv_path(model, proc.letter)
@@ -188,7 +181,7 @@ def run(args: argparse.Namespace) -> int:
             model, args.granularity, args.cuts,
             progress=(lambda d, n: bar("slicing", d, n)) if bar else None,
         )
-        gov = open_governor(board, proc, args.sysfs_root) if level else None
+        gov = open_governor(board, proc, sysfs_root(args)) if level else None
         # Frequencies are restored on success, errors, Ctrl-C and SIGTERM.
         stack.enter_context(RestoreGuard([gov] if gov else []))
         session, sim_model = open_power(args, board, csv_path.with_suffix(".trace"))

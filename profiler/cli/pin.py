@@ -26,9 +26,11 @@ from profiler.errors import BadInputError
 def add_board_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--board", default=None, metavar="NAME|PATH",
                    help="board profile name or .toml path (default: detect from the device tree,"
-                   " else the simulated board 'sim'); `coupprof boards` lists them")
+                   " else the simulated board 'sim'); `coupprof boards` lists them, 'host' is "
+                   "this machine")
     p.add_argument("--sysfs-root", default=None, metavar="DIR",
-                   help="sysfs root (default: $COUPPROF_SYSFS_ROOT or /sys)")
+                   help="sysfs root the host board and governors use "
+                   "(default: $COUPPROF_SYSFS_ROOT or /sys)")
 
 
 def sysfs_root(args: argparse.Namespace) -> Path:
