@@ -8,13 +8,13 @@ import json
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import matplotlib.image as mpimg
 import numpy as np
 import pandas as pd
 import pytest
+from cli_runs import layers_while_collecting
 from matplotlib.container import BarContainer
 from test_sweep_fakehost import B_FREQS_KHZ, L_FREQS_KHZ, build_fake_host
 
@@ -54,15 +54,8 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
         cwd=d)
     cli("transfer-matrix", *board, "--processors", "L,B", "--frames", "5", "--warmup", "1",
         "--csv", "tm.csv", cwd=d)
-    env = {**os.environ, "COUPPROF_CACHE": str(d / "cache")}
-    collect = subprocess.Popen([COUPPROF, "collect", "--port", "virtual", "--seconds", "2.5",
-                                "-o", "trace.csv"], cwd=d, env=env, stdout=subprocess.PIPE,
-                               stderr=subprocess.PIPE, text=True)
-    time.sleep(0.5)
-    cli("layers", *board, "--processor", "B", "--frames", "1500", "--warmup", "1", "--raw",
-        "--csv", "raw.csv", cwd=d)
-    out, err = collect.communicate(timeout=60)
-    assert collect.returncode == 0, err
+    layers_while_collecting(cli, d, d / "cache", board, "B", frames=1500, seconds=2.5,
+                            pause_s=0.5, csv="raw.csv")
     # The simulated board: energy from its virtual logger (the default power source there).
     cli("sweep", "--board", "sim", "--processors", "L,B,G", "--freqs", "1,3", "--frames", "3",
         "--warmup", "1", "--baseline-s", "0.05", "-o", "simsweep", cwd=d)

@@ -10,12 +10,12 @@ import re
 import shutil
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import matplotlib.image as mpimg
 import pandas as pd
 import pytest
+from cli_runs import layers_while_collecting
 from matplotlib.container import BarContainer
 from test_sweep_fakehost import B_FREQS_KHZ, L_FREQS_KHZ, build_fake_host
 
@@ -46,15 +46,8 @@ def run_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     cli("sweep", *board, "--frames", "2", "--warmup", "0", "-o", "sweep", cwd=d)
     cli("transfer-matrix", *board, "--processors", "L,B", "--frames", "3", "--warmup", "0",
         "--csv", "transfers.csv", cwd=d)
-    env = {**os.environ, "COUPPROF_CACHE": str(base / "cache")}
-    collect = subprocess.Popen([COUPPROF, "collect", "--port", "virtual", "--seconds", "2",
-                                "-o", "trace.csv"], cwd=d, env=env, stdout=subprocess.PIPE,
-                               stderr=subprocess.PIPE, text=True)
-    time.sleep(0.4)
-    cli("layers", *board, "--processor", "B", "--frames", "1200", "--warmup", "1", "--raw",
-        "--csv", "layers-B.csv", cwd=d)
-    _, err = collect.communicate(timeout=60)
-    assert collect.returncode == 0, err
+    layers_while_collecting(cli, d, base / "cache", board, "B", frames=1200, seconds=2,
+                            pause_s=0.4, csv="layers-B.csv")
     # Simulated board, with energy: a raw layer run (its trace kept) and a small sweep.
     cli("layers", "--board", "sim", "--processor", "G", "--freq", "4", "--frames", "10",
         "--warmup", "1", "--raw", "--baseline-s", "0.05", "--csv", "sim-G.csv", cwd=d)

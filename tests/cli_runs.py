@@ -1,0 +1,30 @@
+"""Shared by the plot and report tests: `coupprof layers --raw` while `coupprof collect`
+records the virtual logger, both as real subprocesses."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+COUPPROF = str(Path(sys.executable).with_name("coupprof"))
+
+
+def layers_while_collecting(cli: Callable[..., Any], cwd: Path, cache: Path, board: list[str],
+                            processor: str, frames: int, seconds: float, pause_s: float,
+                            csv: str, trace: str = "trace.csv") -> None:
+    """Start a `seconds`-long capture into `trace`, wait `pause_s`, run the layers (raw
+    rows into `csv`), and check that the capture finished cleanly."""
+    env = {**os.environ, "COUPPROF_CACHE": str(cache)}
+    collect = subprocess.Popen([COUPPROF, "collect", "--port", "virtual", "--seconds",
+                                f"{seconds:g}", "-o", trace], cwd=cwd, env=env,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    time.sleep(pause_s)
+    cli("layers", *board, "--processor", processor, "--frames", str(frames), "--warmup", "1",
+        "--raw", "--csv", csv, cwd=cwd)
+    _, err = collect.communicate(timeout=60)
+    assert collect.returncode == 0, err
