@@ -41,6 +41,7 @@ import pandas as pd
 
 from profiler.boards.model import PROCESSOR_LETTERS, Board, ProcessorSpec
 from profiler.errors import BadInputError, BoardError, PermissionDeniedError
+from profiler.jsonfile import write_json_atomic
 from profiler.results import LAYER_END, TRANSFER_START, LayerInfo, LayerRun, LayerTimings, RunInfo
 from profiler.runner import LayerHooks
 from profiler.tables import ID_COLUMNS, NULLABLE_INT_COLUMNS, layer_table, totals
@@ -290,21 +291,6 @@ def _levels(col: pd.Series) -> list[int | None]:
     return [None if pd.isna(v) else int(v) for v in col]
 
 
-def write_json_atomic(path: Path, obj: dict[str, Any]) -> None:
-    tmp = path.with_suffix(".json.tmp")
-    # No fsync: the CSV is the record of finished pairs; this only has to be whole.
-    tmp.write_text(json.dumps(obj, indent=2, default=_json_default) + "\n", encoding="utf-8")
-    os.replace(tmp, path)
-
-
-def _json_default(o: object) -> object:
-    if isinstance(o, np.integer):
-        return int(o)
-    if isinstance(o, np.floating):
-        return float(o)
-    if isinstance(o, tuple):
-        return list(o)
-    raise TypeError(f"cannot serialise {type(o).__name__}")
 
 
 # -- running -----------------------------------------------------------------------

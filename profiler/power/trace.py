@@ -37,6 +37,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from profiler.jsonfile import write_json_atomic
 from profiler.power.clockmap import ClockMap
 from profiler.power.protocol import (
     EDGE_DTYPE,
@@ -221,7 +222,7 @@ class Trace:
         d.mkdir(parents=True, exist_ok=True)
         for name, dtype in _FILES.items():
             np.ascontiguousarray(getattr(self, name), dtype=dtype).tofile(d / f"{name}.bin")
-        _write_json(d / "meta.json", {**self.meta(), "complete": True})
+        write_json_atomic(d / "meta.json", {**self.meta(), "complete": True})
         return d
 
     @classmethod
@@ -306,7 +307,7 @@ class Trace:
         if self.info is not None:
             sidecar["power_source"] = "arduino"
             sidecar["front_end"] = self.info.front_end_name
-        _write_json(meta_p, sidecar)
+        write_json_atomic(meta_p, sidecar)
         return [p, edges_p, meta_p]
 
 
@@ -319,20 +320,6 @@ def _read_records(path: Path, dtype: np.dtype, mmap: bool) -> np.ndarray:
     if mmap:
         return np.memmap(path, dtype=dtype, mode="r", shape=(n,))
     return np.fromfile(path, dtype=dtype, count=n)
-
-
-def _write_json(path: Path, obj: dict[str, Any]) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(obj, indent=2, default=_json_default) + "\n")
-    os.replace(tmp, path)
-
-
-def _json_default(o: object) -> object:
-    if isinstance(o, np.integer):
-        return int(o)
-    if isinstance(o, np.floating):
-        return float(o)
-    raise TypeError(f"not JSON serialisable: {type(o).__name__}")
 
 
 class TraceWriter:
@@ -369,7 +356,7 @@ class TraceWriter:
             self._raw.flush()
 
     def write_meta(self, trace: Trace, complete: bool) -> None:
-        _write_json(self.path / "meta.json", {**trace.meta(), "complete": complete})
+        write_json_atomic(self.path / "meta.json", {**trace.meta(), "complete": complete})
 
     def close(self) -> None:
         for f in self._files.values():
