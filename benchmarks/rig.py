@@ -40,6 +40,7 @@ import sys
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -333,33 +334,29 @@ def main(argv: list[str] | None = None) -> int:
         print(f"rig benchmark: {why}", file=sys.stderr)
         return 2
     if args.layers:
-        layer_results = []
-        for fe in fes:
-            try:
-                lr = bench_layers(fe, args.frames, args.attempts)
-            except Exception as err:  # report the front end that failed, go on
-                print(f"{fe}: FAILED: {err}", file=sys.stderr)
-                continue
-            layer_results.append(lr)
-            print(f"\n{fe} front end, layer runner driving the markers ({ELF[fe].name})")
-            for name, value, target, v in report_layers(lr):
-                print(f"  {name:<44} {value:<28} {target:<8} {v}")
-        if args.json:
-            args.json.write_text(json.dumps([asdict(r) for r in layer_results], indent=2))
-        return 0 if len(layer_results) == len(fes) else 1
+        return run_all(fes, lambda fe: bench_layers(fe, args.frames, args.attempts), report_layers,
+                       lambda fe: f"{fe} front end, layer runner driving the markers "
+                                  f"({ELF[fe].name})", args.json)
+    return run_all(fes, lambda fe: bench(fe, args.seconds, args.seed), report,
+                   lambda fe: f"{fe} front end ({ELF[fe].name})", args.json)
+
+
+def run_all(fes: list[str], measure: Any, rows: Any, title: Any, json_path: Path | None) -> int:
+    """Measure each front end, print its report; one that fails is reported and skipped
+    (exit 1 at the end)."""
     results = []
     for fe in fes:
         try:
-            r = bench(fe, args.seconds, args.seed)
+            r = measure(fe)
         except Exception as err:  # report the front end that failed, go on with the next
             print(f"{fe}: FAILED: {err}", file=sys.stderr)
             continue
         results.append(r)
-        print(f"\n{fe} front end ({ELF[fe].name})")
-        for name, value, target, v in report(r):
+        print(f"\n{title(fe)}")
+        for name, value, target, v in rows(r):
             print(f"  {name:<44} {value:<28} {target:<8} {v}")
-    if args.json:
-        args.json.write_text(json.dumps([asdict(r) for r in results], indent=2))
+    if json_path:
+        json_path.write_text(json.dumps([asdict(r) for r in results], indent=2))
     return 0 if len(results) == len(fes) else 1
 
 
