@@ -100,8 +100,10 @@ def test_record_streams_to_disk_and_loads_back(vlogger: VirtualLogger, tmp_path:
     assert meta["complete"] is True and meta["error"] is None
     assert meta["counters"]["samples"] == trace.samples.size
     # the edges map the logger clock onto the host's
+    # (10 ms tolerance: a thread switch inside set_markers moves a host stamp by ms on a
+    # busy machine; same-level changes are 80 ms apart)
     fit = fit_clock_map(trace.edges["t_us"], tog.host_ns, device_levels=trace.edges["markers"],
-                        host_levels=tog.levels)
+                        host_levels=tog.levels, tol_ns=10_000_000)
     truth = vlogger.true_clock()
     assert fit.clock.matched == 10
     # 10 edges over 0.2 s with thread-switch jitter on the host stamps: within 1 ms

@@ -319,7 +319,10 @@ def test_sweep_on_the_simulated_board_covers_l_b_g_at_every_level(tmp_path: Path
     # The simulated processors are stretched to the modelled speed at the level in force:
     # the model makes the lowest level >3x slower than the top one on each of L, B, G
     # (CPU-time based, so host load barely moves it); half of that must show.
-    frame = df.groupby(["processor", "freq_level"])["time_ms_median"].sum()
+    # Mean frame time, the sum of the layer means: after a late wake-up the next layers
+    # of the frame make up the overshoot (base.StretchedSubModel), which moves time
+    # between layers and so pulls each layer's median down on a busy host, not the sum.
+    frame = df.groupby(["processor", "freq_level"])["time_ms_mean"].sum()
     for p in "LBG":
         top = len(sim.processor(p).freqs_khz)
         assert frame[(p, 1)] > 1.5 * frame[(p, top)], frame[p]
