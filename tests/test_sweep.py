@@ -329,27 +329,44 @@ def test_sweep_on_the_simulated_board_covers_l_b_g_at_every_level(tmp_path: Path
         assert sub["power_w"].median() == pytest.approx(idle_w + static_w + busy_w, rel=0.01)
 
 
+def runqueue_wait_ns() -> int:
+    """How long this thread has waited for a CPU while runnable (preempted, or woken and
+    not yet running), from /proc/thread-self/schedstat; 0 where the kernel does not say."""
+    try:
+        return int(Path("/proc/thread-self/schedstat").read_text().split()[1])
+    except (OSError, IndexError, ValueError):
+        return 0
+
+
 class FrameSpans(LayerHooks):
-    """Wall time of every recorded frame, in the order the sweep runs them."""
+    """Wall time of every recorded frame and how much of it the thread waited for a CPU,
+    in the order the sweep runs them (the sim computes on the driving thread)."""
 
     def __init__(self) -> None:
-        self.spans_ns: list[int] = []
-        self._t0 = 0
+        self.wall_ns: list[int] = []
+        self.wait_ns: list[int] = []
+        self._t0 = self._w0 = 0
 
     def before_frame(self, frame: int, warmup: bool) -> None:
+        self._w0 = runqueue_wait_ns()
         self._t0 = time.perf_counter_ns()
 
     def after_frame(self, frame: int, warmup: bool) -> None:
         if not warmup:
-            self.spans_ns.append(time.perf_counter_ns() - self._t0)
+            self.wall_ns.append(time.perf_counter_ns() - self._t0)
+            self.wait_ns.append(runqueue_wait_ns() - self._w0)
 
 
 def test_simulated_processors_run_at_the_modelled_speed_of_the_level(tmp_path: Path) -> None:
     """The sim stretches each processor to the modelled speed at the level in force: the
     model makes the lowest level >3x slower than the top one on each of L, B, G; half of
-    that must show. Compared on each pair's fastest whole frame: a busy host only adds
-    time (a preempted frame, a late wake-up), and a frame keeps its modelled total even
-    when an overshoot is made up by its next layers (base.StretchedSubModel)."""
+    that must show.
+
+    Load-proof bounds on each side. Slow side, all the wall time at level 1: a stretched
+    run never ends before its modelled time, and an overshoot (a late wake-up) is made
+    up by the next layers (base.StretchedSubModel), so the total keeps to the model
+    however busy the host. Fast side, the wall time at the top level less the time the
+    host's other work held the CPU: that leaves no more than the modelled time."""
     sim = load_board("sim")
     pairs = [Pair(p, k, sim.processor(p).freqs_khz[k - 1])
              for p in "LBG" for k in (1, len(sim.processor(p).freqs_khz))]
@@ -357,12 +374,15 @@ def test_simulated_processors_run_at_the_modelled_speed_of_the_level(tmp_path: P
     frames = 6
     Sweep(sim, MODEL, pairs, tmp_path / "o", SweepSettings(frames=frames, warmup=1),
           hooks=spans).run()
-    assert len(spans.spans_ns) == frames * len(pairs)
-    fastest = {(p.processor, p.level): min(spans.spans_ns[i * frames:(i + 1) * frames])
-               for i, p in enumerate(pairs)}
-    for p in "LBG":
-        top = len(sim.processor(p).freqs_khz)
-        assert fastest[(p, 1)] > 1.5 * fastest[(p, top)], fastest
+    assert len(spans.wall_ns) == frames * len(pairs)
+
+    def pair_ns(i: int, less_wait: bool) -> int:
+        sl = slice(i * frames, (i + 1) * frames)
+        return sum(spans.wall_ns[sl]) - (sum(spans.wait_ns[sl]) if less_wait else 0)
+
+    for j, p in enumerate("LBG"):
+        slow, fast = pair_ns(2 * j, False), pair_ns(2 * j + 1, True)
+        assert slow > 1.5 * fast, (p, slow, fast, spans.wait_ns)
 
 
 class EffectiveWatch(LayerHooks):
