@@ -192,8 +192,10 @@ def _summary(trace: Trace, front_end: str, fw: str, files: list[Path]) -> None:
           f"{c.lost_frames} lost, {c.corrupt_frames} corrupt, "
           f"{c.device_samples_dropped} samples dropped by the logger")
     if trace.clock is not None:
-        print(f"clock map: {trace.clock.matched} edges matched, drift {trace.clock.drift_ppm:+.1f} ppm, "
-              f"residual rms {trace.clock.residual_rms_ns / 1000:.1f} us")
+        cm = trace.clock
+        bent = f" (piecewise, {len(cm.knots_us) - 1} segments)" if cm.knots_us else ""
+        print(f"clock map: {cm.matched} edges matched, drift {cm.drift_ppm:+.1f} ppm{bent}, "
+              f"residual rms {cm.residual_rms_ns / 1000:.1f} us")
     if trace.error:
         print(f"capture ended early: {trace.error}")
     if files:

@@ -19,6 +19,15 @@ glitch may add one):
    rejection of residual outliers (median +- max(6 robust sigma, floor)), and
    repeat until the matched set is stable.
 
+3. On a long capture (at least two ``segment_s`` of matched edges) the same loop
+   with a continuous piecewise-linear map, knots at quantiles of the matched edges:
+   a resonator warming up changes its rate by some ppm over minutes, which bends
+   the clock away from one straight line by hundreds of microseconds. The
+   piecewise map is kept only where it cuts the residual clearly; a steady clock
+   keeps one line. Edges are still first matched by the straight line, so it must
+   come within ``tol_ns`` of every edge (a rate change of under ~10 ppm over
+   five minutes at the default 0.5 ms).
+
 Unmatched host events are missed edges; unmatched device edges are spurious.
 """
 
@@ -38,6 +47,10 @@ class ClockMap:
     """``host_ns = host_ref_ns + ns_per_us * (device_us - device_ref_us)``.
 
     The reference pair keeps the arithmetic precise (host times are ~1e15 ns).
+    With knots the map is piecewise linear instead: ``knots_us`` (device µs after
+    ``device_ref_us``) map to ``knots_ns`` (host ns after ``host_ref_ns``), straight
+    in between and along the end segments beyond; ``ns_per_us`` is then the mean
+    rate from the first knot to the last.
     """
 
     device_ref_us: int
@@ -47,31 +60,59 @@ class ClockMap:
     rejected: int = 0
     residual_rms_ns: float = 0.0
     residual_max_ns: float = 0.0
+    knots_us: tuple[float, ...] = ()
+    knots_ns: tuple[float, ...] = ()
 
     @property
     def drift_ppm(self) -> float:
-        """How much faster the device clock runs than the host's, in ppm."""
+        """How much faster the device clock runs than the host's, in ppm (the mean)."""
         return (NOMINAL_NS_PER_US / self.ns_per_us - 1.0) * 1e6
 
     @property
     def offset_ns(self) -> float:
-        """``a`` in ``host_ns = a + b * device_us``."""
+        """``a`` in ``host_ns = a + b * device_us`` (of the mean line, with knots)."""
         return self.host_ref_ns - self.ns_per_us * self.device_ref_us
 
     def to_host_ns(self, device_us: np.ndarray | int) -> np.ndarray:
         d = np.asarray(device_us, dtype=np.int64) - self.device_ref_us
+        if self.knots_us:
+            y = _piecewise(d.astype(np.float64), np.asarray(self.knots_us), np.asarray(self.knots_ns))
+            return self.host_ref_ns + np.rint(y).astype(np.int64)
         return self.host_ref_ns + np.rint(d * self.ns_per_us).astype(np.int64)
 
     def to_device_us(self, host_ns: np.ndarray | int) -> np.ndarray:
         h = np.asarray(host_ns, dtype=np.int64) - self.host_ref_ns
+        if self.knots_us:  # the segments all rise, so the inverse is piecewise linear too
+            return self.device_ref_us + _piecewise(
+                h.astype(np.float64), np.asarray(self.knots_ns), np.asarray(self.knots_us))
         return self.device_ref_us + h / self.ns_per_us
 
-    def to_dict(self) -> dict[str, float | int]:
-        return {k: getattr(self, k) for k in self.__dataclass_fields__}
+    def to_dict(self) -> dict[str, float | int | list[float]]:
+        return {k: list(v) if isinstance(v, tuple) else v
+                for k, v in ((k, getattr(self, k)) for k in self.__dataclass_fields__)}
 
     @classmethod
     def from_dict(cls, d: dict) -> ClockMap:
-        return cls(**{k: d[k] for k in cls.__dataclass_fields__ if k in d})
+        return cls(**{k: tuple(d[k]) if k.startswith("knots_") else d[k]
+                      for k in cls.__dataclass_fields__ if k in d})
+
+
+def _piecewise(x: np.ndarray, kx: np.ndarray, ky: np.ndarray) -> np.ndarray:
+    """The line through the knots at ``x``, the end segments carried on beyond them."""
+    j = np.clip(np.searchsorted(kx, x, side="right") - 1, 0, kx.size - 2)
+    w = (x - kx[j]) / (kx[j + 1] - kx[j])
+    return ky[j] + w * (ky[j + 1] - ky[j])
+
+
+def _hat_basis(x: np.ndarray, kx: np.ndarray) -> np.ndarray:
+    """Design matrix of the continuous piecewise-linear functions on knots ``kx``."""
+    j = np.clip(np.searchsorted(kx, x, side="right") - 1, 0, kx.size - 2)
+    w = (x - kx[j]) / (kx[j + 1] - kx[j])
+    basis = np.zeros((x.size, kx.size))
+    rows = np.arange(x.size)
+    basis[rows, j] = 1.0 - w
+    basis[rows, j + 1] = w
+    return basis
 
 
 @dataclass(frozen=True)
@@ -142,6 +183,7 @@ def fit_clock_map(
     anchors: int = 4,
     slack: int = 4,
     min_fraction: float = 0.5,
+    segment_s: float = 20.0,
 ) -> ClockFit:
     """Fit ``host_ns = a + b * device_us`` from two edge lists that mostly pair up.
 
@@ -153,6 +195,8 @@ def fit_clock_map(
     how many edges may be missing or spurious at either end of the run. Fewer
     than ``min_fraction`` of the shorter list matched (or fewer than 2) raises
     ``MarkerError``: the wiring or the port is wrong, not a stray edge.
+    ``segment_s``: the shortest stretch of device time between the knots of a
+    piecewise map (0 keeps one straight line).
     """
     d_all = np.asarray(device_us, dtype=np.int64)
     h_all = np.asarray(host_ns, dtype=np.int64)
@@ -168,28 +212,14 @@ def fit_clock_map(
     d = (d_all - d0).astype(np.float64)
     h = (h_all - h0).astype(np.float64)
 
-    a, b = _best_hypothesis(d, dl, h, hl, tol_ns, max_drift_ppm, anchors, slack)
-    hi = dv = np.zeros(0, dtype=np.int64)
-    inl = np.zeros(0, dtype=bool)
-    prev: tuple[bytes, bytes] | None = None
-    for _ in range(8):
-        hi, dv = _mutual_matches(h, hl, a + b * d, dl, tol_ns)
-        if dv.size == 0:
-            break
-        inl = np.ones(dv.size, dtype=bool)
-        for _ in range(3):
-            a, b = _lsq(d[dv[inl]], h[hi[inl]], b)
-            r = h[hi] - (a + b * d[dv])
-            med = np.median(r[inl])
-            sigma = 1.4826 * np.median(np.abs(r[inl] - med))
-            new = np.abs(r - med) <= max(6.0 * sigma, floor_ns)
-            if np.array_equal(new, inl) or not new.any():
-                break
-            inl = new
-        key = (hi.tobytes(), dv.tobytes())
-        if key == prev:
-            break
-        prev = key
+    model: _Line | _Knots = _Line(*_best_hypothesis(d, dl, h, hl, tol_ns, max_drift_ppm,
+                                                     anchors, slack))
+    model, hi, dv, inl = _match_loop(d, dl, h, hl, model, tol_ns, floor_ns)
+    if segment_s > 0 and dv.size:
+        bent = _piecewise_fit(d, dl, h, hl, model, hi, dv, inl, tol_ns, floor_ns,
+                              segment_s * 1e6, max_drift_ppm)
+        if bent is not None:
+            model, hi, dv, inl = bent
     need = max(min(2, d_all.size, h_all.size), int(np.ceil(min_fraction * min(d_all.size, h_all.size))))
     if dv.size < need:
         raise MarkerError(
@@ -198,17 +228,23 @@ def fit_clock_map(
             fix="check the marker wiring (line to logger input) and that the logger and the "
             "marker back end are the ones in use",
         )
-    r = h[hi] - (a + b * d[dv])
+    r = h[hi] - model(d[dv])
     rin = r[inl]
-    clock = ClockMap(
-        device_ref_us=d0,
-        host_ref_ns=h0 + int(round(a)),
-        ns_per_us=float(b),
+    stats = dict(
         matched=int(dv.size),
         rejected=int((~inl).sum()),
         residual_rms_ns=float(np.sqrt(np.mean(rin**2))) if rin.size else 0.0,
         residual_max_ns=float(np.max(np.abs(rin))) if rin.size else 0.0,
     )
+    if isinstance(model, _Knots):
+        kx, ky = model.kx, model.ky
+        clock = ClockMap(device_ref_us=d0, host_ref_ns=h0,
+                         ns_per_us=float((ky[-1] - ky[0]) / (kx[-1] - kx[0])),
+                         knots_us=tuple(float(v) for v in kx),
+                         knots_ns=tuple(float(v) for v in ky), **stats)
+    else:
+        clock = ClockMap(device_ref_us=d0, host_ref_ns=h0 + int(round(model.a)),
+                         ns_per_us=float(model.b), **stats)
     # host_ref_ns was rounded: express residuals against the stored map.
     resid = h_all[hi] - clock.to_host_ns(d_all[dv])
     return ClockFit(
@@ -219,6 +255,101 @@ def fit_clock_map(
         spurious_device=np.setdiff1d(np.arange(d_all.size), dv),
         residual_ns=resid.astype(np.float64),
     )
+
+
+class _Line:
+    """``y = a + b x``; refits by least squares (keeping ``b`` with one distinct x)."""
+
+    def __init__(self, a: float, b: float) -> None:
+        self.a, self.b = a, b
+
+    def __call__(self, x: np.ndarray) -> np.ndarray:
+        return self.a + self.b * x
+
+    def refit(self, x: np.ndarray, y: np.ndarray) -> _Line:
+        return _Line(*_lsq(x, y, self.b))
+
+
+class _Knots:
+    """Continuous piecewise-linear ``y(x)`` through (kx, ky); refits ky by least squares."""
+
+    def __init__(self, kx: np.ndarray, ky: np.ndarray) -> None:
+        self.kx, self.ky = kx, ky
+
+    def __call__(self, x: np.ndarray) -> np.ndarray:
+        return _piecewise(x, self.kx, self.ky)
+
+    def refit(self, x: np.ndarray, y: np.ndarray) -> _Knots:
+        seg = np.clip(np.searchsorted(self.kx, x, side="right") - 1, 0, self.kx.size - 2)
+        if np.bincount(seg, minlength=self.kx.size - 1).min() < 2:
+            return self  # a segment left without points: keep the last good fit
+        base = y.mean()  # keeps the solve well scaled (host offsets reach 1e12 ns)
+        ky, *_ = np.linalg.lstsq(_hat_basis(x, self.kx), y - base, rcond=None)
+        return _Knots(self.kx, ky + base)
+
+
+def _match_loop(
+    d: np.ndarray, dl: np.ndarray | None, h: np.ndarray, hl: np.ndarray | None,
+    model: _Line | _Knots, tol: float, floor: float,
+) -> tuple[_Line | _Knots, np.ndarray, np.ndarray, np.ndarray]:
+    """Match by ``model``, fit, reject residual outliers; repeat until the matched set
+    is stable. Returns the model, the matched (host, device) indices and the inliers."""
+    hi = dv = np.zeros(0, dtype=np.int64)
+    inl = np.zeros(0, dtype=bool)
+    prev: tuple[bytes, bytes] | None = None
+    for _ in range(8):
+        hi, dv = _mutual_matches(h, hl, model(d), dl, tol)
+        if dv.size == 0:
+            break
+        inl = np.ones(dv.size, dtype=bool)
+        for _ in range(3):
+            model = model.refit(d[dv[inl]], h[hi[inl]])
+            r = h[hi] - model(d[dv])
+            med = np.median(r[inl])
+            sigma = 1.4826 * np.median(np.abs(r[inl] - med))
+            new = np.abs(r - med) <= max(6.0 * sigma, floor)
+            if np.array_equal(new, inl) or not new.any():
+                break
+            inl = new
+        key = (hi.tobytes(), dv.tobytes())
+        if key == prev:
+            break
+        prev = key
+    return model, hi, dv, inl
+
+
+def _rms(model: _Line | _Knots, d: np.ndarray, h: np.ndarray, hi: np.ndarray,
+         dv: np.ndarray, inl: np.ndarray) -> float:
+    r = h[hi[inl]] - model(d[dv[inl]])
+    return float(np.sqrt(np.mean(r**2))) if r.size else 0.0
+
+
+def _piecewise_fit(
+    d: np.ndarray, dl: np.ndarray | None, h: np.ndarray, hl: np.ndarray | None,
+    line: _Line | _Knots, hi: np.ndarray, dv: np.ndarray, inl: np.ndarray,
+    tol: float, floor: float, segment_us: float, max_drift_ppm: float,
+) -> tuple[_Knots, np.ndarray, np.ndarray, np.ndarray] | None:
+    """The matching loop again with a piecewise-linear map, where the run is long
+    enough for two segments of at least 20 matched edges each; None where that does
+    not cut the straight line's residual by a fifth (a steady clock), or a segment's
+    rate leaves ``max_drift_ppm``."""
+    x = d[dv[inl]]
+    nseg = min(int((x.max() - x.min()) // segment_us), x.size // 20)
+    if nseg < 2:
+        return None
+    kx = np.quantile(x, np.linspace(0.0, 1.0, nseg + 1))  # equal edge counts per segment
+    if np.any(np.diff(kx) <= 0):
+        return None
+    start = _Knots(kx, line(kx))
+    bent, bhi, bdv, binl = _match_loop(d, dl, h, hl, start, tol, floor)
+    if bent is start or bdv.size < dv.size:
+        return None
+    rates = np.diff(bent.ky) / np.diff(bent.kx)
+    if np.any(np.abs(rates / NOMINAL_NS_PER_US - 1.0) > max_drift_ppm * 1e-6):
+        return None
+    if _rms(bent, d, h, bhi, bdv, binl) >= 0.8 * _rms(line, d, h, hi, dv, inl):
+        return None
+    return bent, bhi, bdv, binl
 
 
 def _lsq(x: np.ndarray, y: np.ndarray, b_prev: float) -> tuple[float, float]:
