@@ -20,7 +20,8 @@ glitch may add one):
    repeat until the matched set is stable.
 
 3. On a long capture (at least two ``segment_s`` of matched edges) the same loop
-   with a continuous piecewise-linear map, knots at quantiles of the matched edges:
+   with a continuous piecewise-linear map, one segment per whole ``segment_s`` of
+   the run, its knots at quantiles of the matched edges (equal edge counts):
    a resonator warming up changes its rate by some ppm over minutes, which bends
    the clock away from one straight line by hundreds of microseconds. The
    piecewise map is kept only where it cuts the residual clearly; a steady clock
@@ -97,17 +98,21 @@ class ClockMap:
                       for k in cls.__dataclass_fields__ if k in d})
 
 
+def _segment(x: np.ndarray, kx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Each x's segment j (the end ones reach beyond the knots) and its place w in it."""
+    j = np.clip(np.searchsorted(kx, x, side="right") - 1, 0, kx.size - 2)
+    return j, (x - kx[j]) / (kx[j + 1] - kx[j])
+
+
 def _piecewise(x: np.ndarray, kx: np.ndarray, ky: np.ndarray) -> np.ndarray:
     """The line through the knots at ``x``, the end segments carried on beyond them."""
-    j = np.clip(np.searchsorted(kx, x, side="right") - 1, 0, kx.size - 2)
-    w = (x - kx[j]) / (kx[j + 1] - kx[j])
+    j, w = _segment(x, kx)
     return ky[j] + w * (ky[j + 1] - ky[j])
 
 
 def _hat_basis(x: np.ndarray, kx: np.ndarray) -> np.ndarray:
     """Design matrix of the continuous piecewise-linear functions on knots ``kx``."""
-    j = np.clip(np.searchsorted(kx, x, side="right") - 1, 0, kx.size - 2)
-    w = (x - kx[j]) / (kx[j + 1] - kx[j])
+    j, w = _segment(x, kx)
     basis = np.zeros((x.size, kx.size))
     rows = np.arange(x.size)
     basis[rows, j] = 1.0 - w
@@ -195,8 +200,8 @@ def fit_clock_map(
     how many edges may be missing or spurious at either end of the run. Fewer
     than ``min_fraction`` of the shorter list matched (or fewer than 2) raises
     ``MarkerError``: the wiring or the port is wrong, not a stray edge.
-    ``segment_s``: the shortest stretch of device time between the knots of a
-    piecewise map (0 keeps one straight line).
+    ``segment_s``: a piecewise map has one segment per whole ``segment_s`` of the
+    run, and at least two (0 keeps one straight line).
     """
     d_all = np.asarray(device_us, dtype=np.int64)
     h_all = np.asarray(host_ns, dtype=np.int64)
@@ -280,7 +285,7 @@ class _Knots:
         return _piecewise(x, self.kx, self.ky)
 
     def refit(self, x: np.ndarray, y: np.ndarray) -> _Knots:
-        seg = np.clip(np.searchsorted(self.kx, x, side="right") - 1, 0, self.kx.size - 2)
+        seg, _ = _segment(x, self.kx)
         if np.bincount(seg, minlength=self.kx.size - 1).min() < 2:
             return self  # a segment left without points: keep the last good fit
         base = y.mean()  # keeps the solve well scaled (host offsets reach 1e12 ns)
