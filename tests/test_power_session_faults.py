@@ -223,8 +223,13 @@ def test_lost_frames_flag_the_layer_that_lost_them(layers_setup, kind: str) -> N
     must = lost_spans_overlap(run, margin_us=-MARGIN_US)
     may = lost_spans_overlap(run, margin_us=MARGIN_US)
     # The frames lost are the next ones sent: samples of frame 3 (or of frame 2's end,
-    # when the logger's thread was late); never anything after frame 3.
-    assert must.any() and not may[4:].any()
+    # when the logger's thread was late); never anything after frame 3. (Whether some
+    # window overlaps the span by more than the margin depends on where it falls: a
+    # short layer's, or the gap between two windows, holds it now and then.)
+    g = run.trace.gaps
+    assert g.size == 1
+    assert run.window_us[2, 0, 0] < g["t_before_us"][0] < g["t_after_us"][0] < run.window_us[3, -1, 1]
+    assert not may[4:].any()
     got = att.window_lost_frames > 0
     assert (got >= must).all() and (got <= may).all(), (got, must, may)
     # Flagged: those, and maybe a neighbour that only the hole in the samples reaches
