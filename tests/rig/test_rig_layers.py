@@ -343,16 +343,27 @@ def test_firmware_keeps_every_sample_around_edges(rig_run: RigRun) -> None:
 
 
 def test_every_marker_change_is_one_logger_edge(rig_run: RigRun) -> None:
-    """The logger reports each pin change the rig applied once, within a few us."""
+    """The logger reports each pin change the rig applied once, within a few us. A
+    change may lack its edge only where the host lost frames of the stream (a busy
+    host reading the port late: the edge's frame is gone, not unsent)."""
     trace = rig_run.source.trace
     assert trace is not None
-    edges = np.asarray(trace.edges["t_us"], dtype=np.int64) - rig_run.device_offset_us
+    off = rig_run.device_offset_us
+    edges = np.asarray(trace.edges["t_us"], dtype=np.int64) - off
     changes = np.array([p.t_us for prev, p in zip(rig_run.truth.pins, rig_run.truth.pins[1:],
                                                    strict=False) if p.state != prev.state])
-    assert edges.size == changes.size
-    err = np.abs(edges - changes)
+    j = np.clip(np.searchsorted(changes, edges), 1, changes.size - 1)
+    j = np.where(np.abs(edges - changes[j - 1]) <= np.abs(edges - changes[j]), j - 1, j)
+    err = np.abs(edges - changes[j])
     print(f"{rig_run.front_end}: edge time error us p50 {np.median(err):.1f} max {err.max():.1f}")
     assert err.max() < 20
+    assert np.unique(j).size == edges.size  # no change reported twice
+    lost = np.zeros(changes.size, bool)
+    for lo, hi in zip(trace.gaps["t_before_us"] - off, trace.gaps["t_after_us"] - off,
+                      strict=True):
+        lost |= (changes > lo - 20) & (changes < hi + 20)
+    missing = np.setdiff1d(np.arange(changes.size), j)
+    assert lost[missing].all(), f"changes {missing.tolist()} have no edge; lost-frame gaps {trace.gaps.tolist()}"
     assert rig_run.att.edges_spurious == 0
 
 
