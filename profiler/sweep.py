@@ -291,8 +291,6 @@ def _levels(col: pd.Series) -> list[int | None]:
     return [None if pd.isna(v) else int(v) for v in col]
 
 
-
-
 # -- running -----------------------------------------------------------------------
 
 

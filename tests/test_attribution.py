@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import pytest
+from energy_truth import layer_truth_mj
 
 from profiler.attribution import (
     PowerTrace,
@@ -250,7 +251,7 @@ def test_lost_frames_are_flagged_not_silently_attributed() -> None:
     assert layer5.lost_frames == 3 and layer5.frames == sc.start_ns.shape[0] - 1
     clean = np.ones(sc.start_ns.shape[0], bool)
     clean[2] = False
-    want = layer_truth_mj(truth[:, 5], sc.start_ns[:, 5], sc.end_ns[:, 5], clean)
+    want = layer_truth_mj(truth[:, 5], sc.end_ns[:, 5] - sc.start_ns[:, 5], clean)
     assert layer5.energy_mj == pytest.approx(want, rel=0.005)
     assert res.totals()["lost_frames"] == 3
     assert res.columns()["lost_frames"].tolist() == [0] * 5 + [3] + [0] * 2
@@ -347,14 +348,6 @@ def test_samples_sharing_a_timestamp_are_merged() -> None:
         pytest.approx((2.0 * 10 + 3.0 * 10) * 1e-6)
 
 
-def layer_truth_mj(truth: np.ndarray, start_ns: np.ndarray, end_ns: np.ndarray,
-                   clean: np.ndarray) -> float:
-    """A layer's energy per frame as attribution defines it, from the exact window
-    energies: the power over the clean windows times the mean length of every window."""
-    dur = (end_ns - start_ns).astype(float)
-    return float(truth[clean].sum() / dur[clean].sum() * dur.mean())
-
-
 def test_sample_holes_and_empty_windows_are_flagged() -> None:
     """A logger that skips conversions without losing frames (no seq gap) leaves a hole
     in the samples; a window over it, or one with no sample at all, is flagged and
@@ -385,7 +378,7 @@ def test_sample_holes_and_empty_windows_are_flagged() -> None:
         clean = ~res.window_flagged[:, j]
         assert layer.flagged_windows == (~clean).sum() and not layer.lost
         assert layer.frames == clean.sum()
-        want = layer_truth_mj(truth[:, j], sc.start_ns[:, j], sc.end_ns[:, j], clean)
+        want = layer_truth_mj(truth[:, j], sc.end_ns[:, j] - sc.start_ns[:, j], clean)
         assert layer.energy_mj == pytest.approx(want, rel=0.005)
         # (the mean energy of the clean windows alone would favour the longer ones)
     assert res.totals()["flagged_windows"] == touched.sum()

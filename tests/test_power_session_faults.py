@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import pytest
+from energy_truth import layer_truth_mj
 
 from governors import RestoreGuard, dvfs_processor, make_governor
 from profiler.boards.model import resolve_level
@@ -175,10 +176,9 @@ def assert_clean_windows_exact(run: Run, tol: float = 0.01) -> None:
     assert err[ok].max() < tol, np.round(100 * err, 2)
     # Per layer, as attribution defines it: the power over the clean windows times the
     # mean length of every window.
-    dur = np.diff(run.window_us[: ok.shape[0]], axis=-1)[..., 0].astype(float)
+    dur = np.diff(run.window_us[: ok.shape[0]], axis=-1)[..., 0]
     for j, layer in enumerate(att.layers):
-        truth = run.truth_mj[: ok.shape[0], j]
-        want = truth[ok[:, j]].sum() / dur[ok[:, j], j].sum() * dur[:, j].mean()
+        want = layer_truth_mj(run.truth_mj[: ok.shape[0], j], dur[:, j], ok[:, j])
         assert layer.energy_mj == pytest.approx(want, rel=tol)
 
 

@@ -11,7 +11,6 @@ import argparse
 from typing import Any
 
 from rich import box
-from rich.console import Console
 from rich.table import Table
 
 from profiler.boards.host import format_cpu_list
@@ -46,14 +45,9 @@ def register(subparsers: Any) -> None:
     p.set_defaults(func=run)
 
 
-def console() -> Console:
-    # Wide enough in pipes that level tables do not wrap; a terminal uses its own width.
-    return stdout_console()
-
-
 def run(args: argparse.Namespace) -> int:
     root = sysfs_root(args)
-    out = console()
+    out = stdout_console()
     if args.action == "list":
         if args.name:
             raise BadInputError(f"`boards list` takes no NAME (got {args.name!r})",

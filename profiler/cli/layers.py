@@ -168,7 +168,8 @@ def run(args: argparse.Namespace) -> int:
     model: Path = args.model
     data = read_model_bytes(model)
 
-    board = load_board(args.board, sysfs_root(args))
+    root = sysfs_root(args)
+    board = load_board(args.board, root)
     proc = board.processor(args.processor)
     level = resolve_freq(board, proc, args.freq)
     csv_path = args.csv or default_csv_path(model, proc.letter)
@@ -181,7 +182,7 @@ def run(args: argparse.Namespace) -> int:
             model, args.granularity, args.cuts,
             progress=(lambda d, n: bar("slicing", d, n)) if bar else None,
         )
-        gov = open_governor(board, proc, sysfs_root(args)) if level else None
+        gov = open_governor(board, proc, root) if level else None
         # Frequencies are restored on success, errors, Ctrl-C and SIGTERM.
         stack.enter_context(RestoreGuard([gov] if gov else []))
         session, sim_model = open_power(args, board, csv_path.with_suffix(".trace"))
