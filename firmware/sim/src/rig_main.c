@@ -417,6 +417,75 @@ static uint64_t now_ns(void)
 	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
+/* ---- pacing: the simulation follows the wall clock ------------------------ */
+
+/* How far ahead of the wall clock a paced rig runs, and so the constant delay from
+ * reading a host command to applying it (see pace_input). */
+#define PACE_LEAD_US 25
+
+typedef struct {
+	avr_t *avr;
+	rig_t *r;
+	uint64_t wall0_ns;	/* wall time of simulated cycle 0 */
+	uint64_t lost_cycles;	/* cycles given up when the host was too slow to keep pace */
+	uint64_t max_lag, lead;	/* cycles */
+	uint64_t last_warn_ns, max_lag_seen;
+	uint64_t oversleep_ns;	/* test knob: added to every timed wait */
+	uint64_t commands;	/* host reads applied after catching up */
+} pace_t;
+
+/* The cycle the wall clock stands at; when the simulation is over max_lag behind,
+ * says so and gives up the lag (less half of max_lag) instead of racing to catch up. */
+static uint64_t pace_wall_cycle(pace_t *p, uint64_t wall_ns)
+{
+	uint64_t target = (uint64_t)((double)(wall_ns - p->wall0_ns) * p->r->freq_hz / 1e9);
+	target = target > p->lost_cycles ? target - p->lost_cycles : 0;
+	if (target > p->avr->cycle + p->max_lag) {
+		uint64_t lag = target - p->avr->cycle;
+		if (lag > p->max_lag_seen)
+			p->max_lag_seen = lag;
+		if (wall_ns - p->last_warn_ns > 1000000000ull) {
+			p->last_warn_ns = wall_ns;
+			rig_warn(p->r, "behind the wall clock by %.1f ms: the host is too slow for "
+					"real time; pacing restarts from here", lag * 1e3 / p->r->freq_hz);
+			rig_log(p->r, "behind %.4f %.1f\n", rig_cycles_to_us(p->r, p->avr->cycle),
+					lag * 1e6 / p->r->freq_hz);
+		}
+		p->lost_cycles += lag - p->max_lag / 2;
+		target = p->avr->cycle + p->max_lag / 2;
+	}
+	return target;
+}
+
+/* Runs the firmware up to cycle (or end_cycle); 0, or 3 if it crashed or stopped. */
+static int pace_run_to(pace_t *p, uint64_t cycle, uint64_t end_cycle)
+{
+	if (cycle > end_cycle)
+		cycle = end_cycle;
+	while (p->avr->cycle < cycle) {
+		int st = avr_run(p->avr);
+		if (st == cpu_Done || st == cpu_Crashed) {
+			rig_warn(p->r, "firmware %s at pc 0x%04x",
+					st == cpu_Crashed ? "crashed" : "stopped", p->avr->pc);
+			return 3;
+		}
+	}
+	return 0;
+}
+
+/* Host input was read at read_ns: first bring the simulation to where the wall clock
+ * says it is then, plus the lead, so the input lands PACE_LEAD_US after it was read
+ * whatever the rig was doing. Applied at the cycle the simulation happened to be on,
+ * a command read while the rig slept ahead of the clock (an oversleeping timer keeps
+ * it there) shared that cycle with the one before: a fall and the next rise 35 us
+ * later became a 0 us pulse. The simulation is never more than the lead ahead of any
+ * earlier wall time, so this only moves forward. */
+static int pace_input(pace_t *p, uint64_t read_ns, uint64_t end_cycle)
+{
+	p->commands++;
+	return pace_run_to(p, pace_wall_cycle(p, read_ns) + p->lead, end_cycle);
+}
+
 static void noop_sleep(avr_t *avr, avr_cycle_count_t how_long)
 {
 	(void)avr;
@@ -515,6 +584,16 @@ int main(int argc, char **argv)
 		o.stdin_control = !o.fast;
 	if (want_pty < 0)
 		want_pty = !o.fast;
+	/* Test knob: make every timed wait oversleep by this much, as a VM whose timers
+	 * wake tens of us late does (tests/rig run the layer rig at 50 us). */
+	long oversleep_us = 0;
+	const char *os_env = getenv("COUPPROF_RIG_OVERSLEEP_US");
+	if (os_env && *os_env) {
+		char *end;
+		oversleep_us = strtol(os_env, &end, 10);
+		if (*end || oversleep_us < 0 || oversleep_us > 100000)
+			return die("COUPPROF_RIG_OVERSLEEP_US=%s: want 0..100000 (us)", os_env);
+	}
 
 	/* marker pins */
 	{
@@ -584,10 +663,11 @@ int main(int argc, char **argv)
 	}
 	rig_log(r, "# coupprof_rig log v1; columns in firmware/sim/README.md\n");
 	rig_log(r, "config mcu %s freq_hz %u shunt_ohm %.9g amp_gain %.9g amp_offset_v %.9g "
-			"adc_channel %d ina_addr 0x%02x markers %s mode %s elf %s waveform %s\n",
+			"adc_channel %d ina_addr 0x%02x markers %s mode %s elf %s waveform %s "
+			"lead_us %d oversleep_us %ld\n",
 			fw.mmcu, r->freq_hz, r->shunt_ohm, r->amp_gain, r->amp_offset_v, r->adc_channel,
 			o.ina_addr, markers, o.fast ? "fast" : "realtime", o.elf,
-			o.waveform ? o.waveform : "-");
+			o.waveform ? o.waveform : "-", o.fast ? 0 : PACE_LEAD_US, oversleep_us);
 
 	FILE *uart_out = NULL;
 	if (o.uart_out) {
@@ -617,8 +697,8 @@ int main(int argc, char **argv)
 	}
 	rig_log(r, "pins %.4f %u %.12g %.12g init\n", 0.0, 0u, 0.0, 0.0);
 	avr_cycle_timer_register(avr, r->gt_period_cycles, gt_tick, r);
-	uint64_t pace = r->freq_hz / 20000;	/* 50 us */
-	avr_cycle_timer_register(avr, pace, pacer_tick, (void *)(uintptr_t)pace);
+	uint64_t tick = r->freq_hz / 20000;	/* 50 us */
+	avr_cycle_timer_register(avr, tick, pacer_tick, (void *)(uintptr_t)tick);
 
 	control_init(r, uart);
 	if (o.script) {
@@ -668,10 +748,11 @@ int main(int argc, char **argv)
 	ctl_reader_t rd_fifo = { .source = "fifo", .reply_fd = -1 };
 	uint64_t end_cycle = o.seconds > 0 ? (uint64_t)(o.seconds * r->freq_hz + 0.5) : UINT64_MAX;
 	uint64_t chunk = o.fast ? r->freq_hz / 1000 : r->freq_hz / 10000;	/* 1 ms / 100 us */
-	uint64_t max_lag = r->freq_hz / 20;	/* 50 ms: beyond this, report and stop catching up */
-	uint64_t lead = r->freq_hz / 40000;	/* 25 us: how far ahead of the wall clock it runs */
-	uint64_t wall0 = now_ns(), last_io = 0, last_warn = 0, lost_cycles = 0;
-	uint64_t max_lag_seen = 0;
+	pace_t pace = { .avr = avr, .r = r, .wall0_ns = now_ns(),
+			.max_lag = r->freq_hz / 20,	/* 50 ms: beyond this, report and stop catching up */
+			.lead = (uint64_t)r->freq_hz * PACE_LEAD_US / 1000000,
+			.oversleep_ns = (uint64_t)oversleep_us * 1000 };
+	uint64_t last_io = 0;
 	int exit_code = 0, stdin_open = o.stdin_control, io_due = 1;
 
 	while (!g_stop && !control_quit_requested()) {
@@ -686,9 +767,11 @@ int main(int argc, char **argv)
 			char buf[4096];
 			if (stdin_open) {
 				ssize_t n = read(0, buf, sizeof(buf));
-				if (n > 0)
+				if (n > 0) {
+					if (!o.fast && (exit_code = pace_input(&pace, now_ns(), end_cycle)))
+						goto done;
 					control_feed(&rd_stdin, buf, (size_t)n);
-				else if (n == 0) {	/* host went away: stop */
+				} else if (n == 0) {	/* host went away: stop */
 					stdin_open = 0;
 					if (!o.fast)
 						break;
@@ -696,8 +779,11 @@ int main(int argc, char **argv)
 			}
 			if (fifo_fd >= 0) {
 				ssize_t n = read(fifo_fd, buf, sizeof(buf));
-				if (n > 0)
+				if (n > 0) {
+					if (!o.fast && (exit_code = pace_input(&pace, now_ns(), end_cycle)))
+						goto done;
 					control_feed(&rd_fifo, buf, (size_t)n);
+				}
 			}
 			uart_bridge_poll_host(uart);
 			uart_bridge_flush(uart, 0);
@@ -712,21 +798,7 @@ int main(int argc, char **argv)
 			/* Run a little ahead of the wall clock (lead), then sleep until it catches
 			 * up: chasing it exactly would never sleep and burn a whole core in
 			 * syscalls, which on a busy host starves the very process it paces. */
-			target = (uint64_t)((double)(now_ns() - wall0) * r->freq_hz / 1e9) - lost_cycles;
-			if (target > avr->cycle + max_lag) {
-				uint64_t lag = target - avr->cycle;
-				if (lag > max_lag_seen)
-					max_lag_seen = lag;
-				if (wall - last_warn > 1000000000ull) {
-					last_warn = wall;
-					rig_warn(r, "behind the wall clock by %.1f ms: the host is too slow for "
-							"real time; pacing restarts from here", lag * 1e3 / r->freq_hz);
-					rig_log(r, "behind %.4f %.1f\n", rig_cycles_to_us(r, avr->cycle),
-							lag * 1e6 / r->freq_hz);
-				}
-				lost_cycles += lag - max_lag / 2;
-				target = avr->cycle + max_lag / 2;
-			}
+			target = pace_wall_cycle(&pace, now_ns());
 			if (avr->cycle > target) {
 				/* ahead of the wall clock: wait for input, or until it catches up */
 				struct pollfd pfd[3];
@@ -740,26 +812,19 @@ int main(int argc, char **argv)
 					pfd[np++] = (struct pollfd){ .fd = mfd,
 						.events = POLLIN | (uart_bridge_pending(uart) ? POLLOUT : 0) };
 				uint64_t ahead_ns = (uint64_t)((double)(avr->cycle - target) * 1e9 / r->freq_hz);
-				struct timespec ts = { 0, (long)(ahead_ns < 100000 ? ahead_ns : 100000) };
+				uint64_t wait_ns = (ahead_ns < 100000 ? ahead_ns : 100000) + pace.oversleep_ns;
+				struct timespec ts = { (time_t)(wait_ns / 1000000000u),
+						(long)(wait_ns % 1000000000u) };
 				if (ppoll(pfd, (nfds_t)np, &ts, NULL) > 0)
 					io_due = 1;
 				continue;
 			}
-			target += lead;
+			target += pace.lead;
 			if (target > avr->cycle + chunk)
 				target = avr->cycle + chunk;
 		}
-		if (target > end_cycle)
-			target = end_cycle;
-		while (avr->cycle < target) {
-			int st = avr_run(avr);
-			if (st == cpu_Done || st == cpu_Crashed) {
-				rig_warn(r, "firmware %s at pc 0x%04x", st == cpu_Crashed ? "crashed" : "stopped",
-						avr->pc);
-				exit_code = 3;
-				goto done;
-			}
-		}
+		if ((exit_code = pace_run_to(&pace, target, end_cycle)))
+			goto done;
 	}
 done:;
 	if (isr_stats)
@@ -774,13 +839,15 @@ done:;
 	uart_bridge_flush(uart, 1000);
 	if (uart_out)
 		fclose(uart_out);
-	double wall_s = (now_ns() - wall0) / 1e9;
+	double wall_s = (now_ns() - pace.wall0_ns) / 1e9;
 	if (!r->quiet) {
 		fprintf(stderr, "coupprof_rig: %.3f s simulated in %.3f s wall (x%.2f), "
-				"%llu marker changes, INA226 updates %llu, max lag %.1f ms\n",
+				"%llu marker changes, INA226 updates %llu, max lag %.1f ms, "
+				"%llu host reads applied %d us after reading\n",
 				t_end, wall_s, wall_s > 0 ? t_end / wall_s : 0,
 				(unsigned long long)r->pin_changes, (unsigned long long)ina.updates,
-				max_lag_seen * 1e3 / r->freq_hz);
+				pace.max_lag_seen * 1e3 / r->freq_hz, (unsigned long long)pace.commands,
+				o.fast ? 0 : PACE_LEAD_US);
 		fputs("coupprof_rig: ", stderr);
 		uart_bridge_stats(uart, stderr);
 	}
