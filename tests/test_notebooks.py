@@ -20,9 +20,7 @@ import pytest
 from nbclient import NotebookClient
 from test_sweep_fakehost import build_fake_host
 
-from profiler import REPO_ROOT
-
-NOTEBOOKS = REPO_ROOT / "notebooks"
+NOTEBOOKS = Path(__file__).resolve().parents[1] / "notebooks"  # in the checkout, not the wheel
 COUPPROF = str(Path(sys.executable).with_name("coupprof"))
 KERNEL = "coupprof-test-python3"
 

@@ -15,13 +15,14 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from profiler import REPO_ROOT
 from profiler.cli.transfer_matrix import render_matrix
 from profiler.mapping import Mapping
 from profiler.predict import predict, read_layer_tables
 from profiler.tables import read_tables, render
 from profiler.transfer import read_transfer_csv
 
+# data/validation stays in the checkout (it is not package data).
+REPO_ROOT = Path(__file__).resolve().parents[1]
 DIR = Path(os.environ.get("COUPPROF_VALIDATION_DIR", REPO_ROOT / "data" / "validation"))
 LAYER_CSVS = sorted(DIR.rglob("layers-*.csv")) if DIR.is_dir() else []
 TRANSFER_CSVS = sorted(DIR.rglob("transfers-*.csv")) if DIR.is_dir() else []

@@ -22,7 +22,7 @@ import numpy as np
 import pytest
 from ai_edge_litert import schema_py_generated as schema
 
-from profiler import DATA_DIR, zoo
+from profiler import zoo
 from profiler.errors import BadInputError
 from profiler.runtime import make_interpreter, runtime
 from profiler.tflite.model_io import op_name, parse_model
@@ -309,7 +309,8 @@ def test_metadata_records_how_the_model_was_made() -> None:
 
 def test_committed_default_model_equals_a_fresh_build() -> None:
     path = zoo.default_model_path()
-    assert path == DATA_DIR / "models" / "mobilenet_v1_0.25_128.tflite"
+    # In a checkout the package data is the top-level data/ folder (pyproject package-dir).
+    assert path == Path(__file__).resolve().parents[1] / "data" / "models" / "mobilenet_v1_0.25_128.tflite"
     assert path.read_bytes() == zoo.build("mobilenet_v1", alpha=0.25, size=128)
     _, ops = ops_of(path.read_bytes())
     assert ops.count("DEPTHWISE_CONV_2D") == 13

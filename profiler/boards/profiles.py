@@ -38,11 +38,11 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover
     import tomli as tomllib
 
-from profiler import DATA_DIR
 from profiler.boards.model import PROCESSOR_LETTERS, Board, GovernorSpec, ProcessorSpec
 from profiler.errors import BoardError
+from profiler.resources import boards_dir
 
-BOARDS_DIR = DATA_DIR / "boards"
+BOARDS_DIR = boards_dir()  # in the package (profiler.data), so a wheel has them too
 GENERATED = ("host",)  # boards built at run time, no file
 SIM_BOARD = "sim"
 GOVERNOR_KINDS = ("cpufreq", "devfreq", "kgsl", "mpgpu", "sim", "none")

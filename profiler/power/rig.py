@@ -47,13 +47,15 @@ from types import TracebackType
 
 import numpy as np
 
-from profiler import REPO_ROOT
 from profiler.errors import BadInputError, HardwareError, PowerSourceError
+from profiler.resources import source_dir, source_missing
 
-SIM_DIR = REPO_ROOT / "firmware" / "sim"
+# The rig and the firmware are built in a checkout (./setup.sh), never shipped in the
+# wheel: $COUPPROF_SOURCE_DIR points an installed coupprof at one.
+SIM_DIR = source_dir() / "firmware" / "sim"
 RIG_BINARY = SIM_DIR / "build" / "coupprof_rig"
 TESTPROG_ELF = SIM_DIR / "build" / "testprog.elf"
-FIRMWARE_BUILD = REPO_ROOT / "firmware" / "build"
+FIRMWARE_BUILD = source_dir() / "firmware" / "build"
 INA226_ELF = FIRMWARE_BUILD / "coupprof_logger_ina226.elf"
 A0_ELF = FIRMWARE_BUILD / "coupprof_logger_a0.elf"
 
@@ -65,7 +67,11 @@ _REPLY_TIMEOUT_S = 10.0
 
 
 def missing(*paths: Path) -> str | None:
-    """Why the rig cannot run with these files (None when all exist): for test skips."""
+    """Why the rig cannot run with these files (None when all exist), in one line that
+    says how to get them: for test skips and the benchmarks."""
+    no_checkout = source_missing()
+    if no_checkout and not all(p.exists() for p in (RIG_BINARY, *paths)):
+        return f"the simavr rig and the firmware are not in the coupprof package: {no_checkout}"
     for p in (RIG_BINARY, *paths):
         if not p.exists():
             what = "the rig" if p == RIG_BINARY else p.name

@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from profiler import DATA_DIR
 from profiler.errors import BadInputError
+from profiler.resources import default_model_file
 from profiler.zoo.arch.alexnet import alexnet
 from profiler.zoo.arch.googlenet import googlenet
 from profiler.zoo.arch.mobilenet import mobilenet_v1
@@ -31,7 +31,7 @@ ZOO_VERSION = 1
 #: The bundled default model (MobileNetV1 alpha 0.25, 128x128, seed 0), committed to git.
 DEFAULT_MODEL_NAME = "mobilenet_v1"
 DEFAULT_MODEL_PARAMS: dict[str, Any] = {"alpha": 0.25, "size": 128}
-DEFAULT_MODEL_FILE = DATA_DIR / "models" / "mobilenet_v1_0.25_128.tflite"
+DEFAULT_MODEL_FILE = default_model_file()
 
 
 @dataclass(frozen=True)
@@ -252,8 +252,8 @@ def write_default_model(path: Path | None = None) -> Path:
 
 
 def default_model_path() -> Path:
-    """The bundled default model; built into the cache if the data file is missing
-    (e.g. an install without the repository's data/)."""
+    """The bundled default model (package data); built into the cache if the file is
+    missing (a package whose data was left out)."""
     if DEFAULT_MODEL_FILE.exists():
         return DEFAULT_MODEL_FILE
     return model_path(DEFAULT_MODEL_NAME, **DEFAULT_MODEL_PARAMS)
