@@ -13,8 +13,11 @@ current/voltage waveform, and talks to it:
   which the pins changed. ``rig.set_markers_nowait(bits)`` writes the same line
   to the rig's marker FIFO (``rig.marker_fifo``) instead: no reply, lowest
   latency, and any process may write there (one line per write, e.g.
-  ``os.write(fd, b"pins 3\\n")``). Both are applied at the simulated time the
-  rig reads them; its log records that time.
+  ``os.write(fd, b"pins 3\\n")``). A paced rig applies both 25 us after it
+  reads them, having first run the simulation up to that wall-clock time, so
+  changes keep the host's spacing; its log records that time.
+  ``COUPPROF_RIG_OVERSLEEP_US`` in the environment makes a rig started then
+  oversleep every timed wait by that much (a test knob for late VM timers).
 - **Ground truth**: ``rig.ground_truth()`` parses the rig's log: every applied
   marker change with the exact integral of current and of power up to it, and
   periodic samples of the waveform. ``GroundTruth.windows(k)`` gives the exact
