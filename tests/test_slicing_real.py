@@ -16,7 +16,7 @@ from profiler.errors import ModelError
 from profiler.runtime import make_interpreter
 from profiler.slicing import slice_model, verify
 from profiler.tflite.model_io import parse_model
-from tests.models.real import find_models
+from tests.models.real import HOW_TO_GET, find_models
 
 REAL = find_models()
 
@@ -25,7 +25,7 @@ def _id(path: Path) -> str:
     return f"{path.parent.name}/{path.stem}"
 
 
-@pytest.mark.skipif(not REAL, reason="no real models here: run `python -m tests.models.real --fetch`")
+@pytest.mark.skipif(not REAL, reason=f"no real .tflite models here: {HOW_TO_GET}")
 @pytest.mark.parametrize("path", REAL, ids=[_id(p) for p in REAL])
 def test_real_model_slices_and_verifies(path: Path) -> None:
     data = path.read_bytes()

