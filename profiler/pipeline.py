@@ -49,6 +49,12 @@ start/end, layer start/end). For the first layer of a stage the transfer starts 
 the producing stage finished its last layer (or, if this stage was still busy with
 an earlier frame then, when it became free), so queueing is never counted as
 transfer.
+
+A run is configured by one `MappingRunConfig`; `run_mapping` goes through four steps:
+set-up (`_Stages`: plans, queues, stage threads), per-mode execution (`_Driver`, whose
+`_Admission` is one frame in flight for Switch, free-running for Pipeline), measurement
+(`_measure`: warm-up done, frames run through the power source if any) and the result
+(`_result`: a `MappedRun` with the energy attributed).
 """
 
 from __future__ import annotations
@@ -57,7 +63,7 @@ import contextlib
 import gc
 import queue
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from time import thread_time_ns
 from typing import Any
@@ -77,6 +83,7 @@ from profiler.transfer import Activity, NoActivity, model_inputs
 MODES = ("switch", "pipeline")
 MakeExecutor = Callable[[Board, str], Executor]
 Progress = Callable[[int, int], None]
+FrameInputs = Callable[[int], dict[int, np.ndarray]]  # frame -> {model input tensor: array}
 _STOP = None
 
 
@@ -147,6 +154,54 @@ class MappedRun:
         return self.ts_ns[:, :, TRANSFER_END] - self.ts_ns[:, :, TRANSFER_START]
 
 
+@dataclass(frozen=True)
+class MappingRunConfig:
+    """One Switch or Pipeline run: what runs, for how many frames, and what it talks to."""
+
+    mapping: Mapping  # the --order: layers -> processors, grouped into stages
+    mode: str  # one of MODES
+    frames: int = 30  # measured frames
+    warmup: int = 3  # frames run before them, not measured
+    freq: FreqPlan | None = None  # the --freq SPEC
+    # DVFS domain letter -> governor, for per-layer SPECs (requests only; per-processor
+    # levels are the caller's to set before, with read-back).
+    governors: dict[str, Any] = field(default_factory=dict)
+    queue_depth: int = 2  # frames each queue between stages holds
+    seed: int = 0  # of the default random input
+    inputs: FrameInputs | None = None  # frame -> {model input tensor: array}; default: seeded
+    keep_outputs: bool = False  # keep every measured frame's model outputs (tests compare)
+    model_name: str = "model"  # for the executors' messages
+    # What the run talks to:
+    make: MakeExecutor | None = None  # default: profiler.executors.factory.make_executor
+    power: EnergyMeter | None = None  # energy per frame, when given
+    activity: Activity | None = None  # told when each stage's processor works (sim power)
+    clock: Clock = perf_clock
+    progress: Progress | None = None  # (frames done, total), warm-up included
+
+    @property
+    def measured(self) -> range:
+        """Frame ids of the measured frames (warm-up frames come first)."""
+        return range(self.warmup, self.warmup + self.frames)
+
+    def check(self, n_layers: int) -> None:
+        """Refuse what cannot run: a bad mode or count, a mapping of another length, or
+        pipeline stages that ask one shared DVFS domain for different levels."""
+        if self.mode not in MODES:
+            raise BadInputError(f"--mode {self.mode!r} is not one of {', '.join(MODES)}",
+                                "use --mode switch or --mode pipeline")
+        if self.frames < 1 or self.warmup < 0 or self.queue_depth < 1:
+            raise BadInputError(f"need frames >= 1, warmup >= 0, queue depth >= 1 "
+                                f"(got {self.frames}, {self.warmup}, {self.queue_depth})")
+        if n_layers != self.mapping.n_layers:
+            raise BadInputError(f"the mapping has {self.mapping.n_layers} layers, the model "
+                                f"{n_layers}")
+        if self.mode == "pipeline" and self.freq is not None:
+            clash = pipeline_conflicts(self.freq, self.mapping)
+            if clash:
+                raise BadInputError(f"--freq {self.freq.text}: {clash}",
+                                    "give those stages the same level, or use --mode switch")
+
+
 @dataclass
 class _StagePlan:
     stage: Stage
@@ -184,19 +239,19 @@ def _plans(sliced: Any, mapping: Mapping) -> list[_StagePlan]:
 
 
 class _StageThread(threading.Thread):
+    """One stage: creates its sub-models, then runs every frame it takes (module docstring)."""
+
     def __init__(self, plan: _StagePlan, make: Callable[[], Executor], q_in: queue.Queue[Any],
-                 q_out: queue.Queue[Any], ts: dict[int, np.ndarray],
-                 busy: dict[int, tuple[int, int, int]], freq: FreqPlan | None,
-                 governors: dict[str, Any], clock: Clock, model_name: str,
-                 activity: Activity) -> None:
+                 q_out: queue.Queue[Any], config: MappingRunConfig) -> None:
         super().__init__(name=f"coupprof-stage{plan.stage.index}-{plan.stage.processor}",
                          daemon=True)
         self.plan, self.make, self.q_in, self.q_out = plan, make, q_in, q_out
-        self.ts, self.busy = ts, busy
+        self.ts: dict[int, np.ndarray] = {}  # frame -> (layers, 4) timestamps
+        self.busy: dict[int, tuple[int, int, int]] = {}  # frame -> start, read-out start, end
         self.cpu: dict[int, int] = {}  # frame -> this thread's CPU time on it (ns)
-        self.freq, self.governors, self.clock = freq, governors, clock
-        self.model_name = model_name
-        self.activity = activity
+        self.freq, self.governors, self.clock = config.freq, config.governors, config.clock
+        self.model_name = config.model_name
+        self.activity = config.activity or NoActivity()
         self.ready = threading.Event()
         self.error: BaseException | None = None
         self.subs: list[SubModel] = []
@@ -313,167 +368,278 @@ class _StageThread(threading.Thread):
             free_ns = clock()
 
 
-def run_mapping(
-    sliced: Any,
-    board: Board,
-    mapping: Mapping,
-    mode: str,
-    *,
-    frames: int = 30,
-    warmup: int = 3,
-    freq: FreqPlan | None = None,
-    governors: dict[str, Any] | None = None,
-    queue_depth: int = 2,
-    make: MakeExecutor | None = None,
-    power: EnergyMeter | None = None,
-    activity: Activity | None = None,
-    clock: Clock = perf_clock,
-    seed: int = 0,
-    inputs: Callable[[int], dict[int, np.ndarray]] | None = None,
-    keep_outputs: bool = False,
-    model_name: str = "model",
-    progress: Progress | None = None,
-) -> MappedRun:
-    """Run `frames` measured frames (after `warmup`) of `sliced` mapped by `mapping`.
-
-    governors: DVFS domain letter -> governor, for per-layer SPECs (requests only;
-    per-processor levels are the caller's to set before, with read-back).
-    inputs: frame -> {model input tensor: array}; default one seeded random input.
-    activity: told when each stage's processor works (the sim board's power model).
-    """
-    if mode not in MODES:
-        raise BadInputError(f"--mode {mode!r} is not one of {', '.join(MODES)}",
-                            "use --mode switch or --mode pipeline")
-    if frames < 1 or warmup < 0 or queue_depth < 1:
-        raise BadInputError(f"need frames >= 1, warmup >= 0, queue depth >= 1 "
-                            f"(got {frames}, {warmup}, {queue_depth})")
-    if len(sliced.layers) != mapping.n_layers:
-        raise BadInputError(f"the mapping has {mapping.n_layers} layers, the model "
-                            f"{len(sliced.layers)}")
-    if mode == "pipeline" and freq is not None:
-        clash = pipeline_conflicts(freq, mapping)
-        if clash:
-            raise BadInputError(f"--freq {freq.text}: {clash}",
-                                "give those stages the same level, or use --mode switch")
-    build = make or (lambda bd, letter: make_executor(bd, letter, clock=clock))
-    fixed = model_inputs(sliced, seed)
-    feed = inputs or (lambda f: fixed)
-    plans = _plans(sliced, mapping)
-    n_st = len(plans)
-    qs: list[queue.Queue[Any]] = [queue.Queue(maxsize=queue_depth) for _ in range(n_st + 1)]
-    ts: list[dict[int, np.ndarray]] = [{} for _ in range(n_st)]
-    busy: list[dict[int, tuple[int, int, int]]] = [{} for _ in range(n_st)]
-    threads = [
-        _StageThread(p, (lambda letter=p.stage.processor: build(board, letter)), qs[k],
-                     qs[k + 1], ts[k], busy[k], freq, governors or {}, clock, model_name,
-                     activity or NoActivity())
-        for k, p in enumerate(plans)
-    ]
-    for t in threads:
-        t.start()
-    for t in threads:  # one at a time: sub-model creation logs through one fd
-        t.ready.wait()
-    gc_was_enabled = False
-    cap: StreamCapture | None = None
-    cap_error: ProfilerError | None = None
+def run_mapping(sliced: Any, board: Board, config: MappingRunConfig) -> MappedRun:
+    """Run `config.frames` measured frames (after `config.warmup`) of `sliced` on `board`,
+    its layers placed by `config.mapping`: set up the stages, run the warm-up, measure
+    (with the power source, if any), and gather the result."""
+    config.check(len(sliced.layers))
+    stages = _Stages(sliced, board, config)
+    stages.start()
     try:
-        errors = [t.error for t in threads if t.error is not None]
+        stages.raise_error()
+        driver = _Driver(stages, config, _frame_inputs(sliced, config),
+                         [int(t.index) for t in sliced.model_outputs])
+        driver.batch(range(config.warmup))
+        energy = _measure(driver, config)
+    finally:
+        stages.stop()
+    stages.raise_error()
+    return _result(config, stages, driver, energy)
+
+
+# -- set-up ------------------------------------------------------------------------
+
+
+def _frame_inputs(sliced: Any, config: MappingRunConfig) -> FrameInputs:
+    if config.inputs is not None:
+        return config.inputs
+    fixed = model_inputs(sliced, config.seed)
+    return lambda frame: fixed
+
+
+class _Stages:
+    """The stage threads and the queues that join them: queue k feeds stage k, the
+    last one takes finished frames."""
+
+    def __init__(self, sliced: Any, board: Board, config: MappingRunConfig) -> None:
+        build = config.make or (lambda bd, letter: make_executor(bd, letter, clock=config.clock))
+        plans = _plans(sliced, config.mapping)
+        self.queues: list[queue.Queue[Any]] = [queue.Queue(maxsize=config.queue_depth)
+                                               for _ in range(len(plans) + 1)]
+        self.threads = [
+            _StageThread(p, (lambda letter=p.stage.processor: build(board, letter)),
+                         self.queues[k], self.queues[k + 1], config)
+            for k, p in enumerate(plans)
+        ]
+
+    def start(self) -> None:
+        for t in self.threads:
+            t.start()
+        for t in self.threads:  # one at a time: sub-model creation logs through one fd
+            t.ready.wait()
+
+    def raise_error(self) -> None:
+        errors = [t.error for t in self.threads if t.error is not None]
         if errors:
             raise errors[0]
-        state = _Driver(qs[0], qs[-1], threads, mode, clock, feed, keep_outputs,
-                        sliced, progress, warmup + frames)
-        state.batch(range(warmup))
-        if power is not None and power.streaming:
-            cap = power.capture().start()  # (measures the idle baseline the first time)
-        # As the layer runner does: no garbage-collector pauses in measured frames.
-        gc.collect()
-        gc_was_enabled = gc.isenabled()
-        gc.disable()
-        energy_per_frame: float | None = None
-        counter_span: tuple[int, int, int] | None = None  # t0, t1, frames (counter source)
-        if cap is not None:
-            # Marker high from just before the first measured frame, then a change at
-            # every completion: edges all along the run for the clock fit.
-            level = [1]
-            cap.mark(1)
 
-            def toggle(_: int) -> None:
-                level[0] ^= 1
-                cap.mark(level[0])
-
-            state.on_done = toggle
-            try:
-                state.batch(range(warmup, warmup + frames))
-            finally:
-                state.on_done = None
-                try:
-                    cap.stop()
-                except ProfilerError as err:  # the timings are kept; the caller reports it
-                    cap_error = err
-        elif power is not None:
-            def measured_batches() -> int:
-                # A counter source needs a window of many updates: repeat the batch
-                # (extra frames count for energy only) until the window is long enough.
-                t0, first, done = clock(), warmup, 0
-                while True:
-                    state.batch(range(first + done, first + done + frames))
-                    done += frames
-                    if clock() - t0 >= power.window_ns:
-                        return done
-
-            n_frames, energy, c0, c1 = power.span(measured_batches)
-            energy_per_frame = energy / n_frames
-            counter_span = (int(c0), int(c1), int(n_frames))
-        else:
-            state.batch(range(warmup, warmup + frames))
-    finally:
-        if gc_was_enabled:
-            gc.enable()
+    def stop(self) -> None:
         # Every frame is through (or something failed): tell every stage directly, so a
         # stage behind a dead one is not left waiting.
-        for q in qs[:-1]:
+        for q in self.queues[:-1]:
             with contextlib.suppress(queue.Full):
                 q.put_nowait(_STOP)
-        for t in threads:
+        for t in self.threads:
             t.join(timeout=60)
-    errors = [t.error for t in threads if t.error is not None]
-    if errors:
-        raise errors[0]
 
-    measured = range(warmup, warmup + frames)
-    n_layers = mapping.n_layers
-    all_ts = np.empty((frames, n_layers, 4), dtype=np.int64)
-    stage_busy = np.empty((frames, n_st), dtype=np.int64)
-    stage_read = np.empty((frames, n_st), dtype=np.int64)
-    stage_cpu = np.empty((frames, n_st), dtype=np.int64)
-    for k, p in enumerate(plans):
+
+# -- per-mode execution --------------------------------------------------------------
+
+
+class _Admission:
+    """Pipeline mode: the source feeds frames as fast as the first queue takes them."""
+
+    def before_feed(self) -> None:
+        pass
+
+    def after_done(self) -> None:
+        pass
+
+
+class _OneInFlight(_Admission):
+    """Switch mode: frame f + 1 is admitted only after frame f left the last stage."""
+
+    def __init__(self) -> None:
+        self._turn = threading.Semaphore(1)
+
+    def before_feed(self) -> None:
+        self._turn.acquire()
+
+    def after_done(self) -> None:
+        self._turn.release()
+
+
+class _Driver:
+    """Feeds frames into the first queue and collects them from the last."""
+
+    def __init__(self, stages: _Stages, config: MappingRunConfig, feed: FrameInputs,
+                 output_ids: list[int]) -> None:
+        self.q_first, self.q_last = stages.queues[0], stages.queues[-1]
+        self.stages = stages
+        self.admission = _OneInFlight() if config.mode == "switch" else _Admission()
+        self.feed = feed
+        self.output_ids = output_ids if config.keep_outputs else None
+        self.progress, self.total = config.progress, config.warmup + config.frames
+        self.done: dict[int, int] = {}
+        self.outputs: dict[int, dict[int, np.ndarray]] = {}
+        self.max_in_flight = 0
+        self._in_flight = 0
+        self._lock = threading.Lock()
+        self.source_error: BaseException | None = None
+        self.on_done: Callable[[int], None] | None = None  # after each completion
+
+    def _source(self, ids: Sequence[int]) -> None:
+        try:
+            for f in ids:
+                self.admission.before_feed()
+                tensors = self.feed(f)
+                self.q_first.put(_Msg(f, tensors, -1))
+                with self._lock:
+                    self._in_flight += 1
+                    self.max_in_flight = max(self.max_in_flight, self._in_flight)
+        except BaseException as err:  # pragma: no cover - feed() failing
+            self.source_error = err
+
+    def batch(self, ids: range) -> None:
+        if len(ids) == 0:
+            return
+        src = threading.Thread(target=self._source, args=(ids,), name="coupprof-source",
+                               daemon=True)
+        src.start()
+        for _ in ids:
+            msg = self.q_last.get()
+            if msg is _STOP:
+                break
+            self.done[msg.frame] = msg.sent_ns
+            if self.on_done is not None:
+                self.on_done(msg.frame)
+            if self.output_ids is not None:
+                self.outputs[msg.frame] = {t: msg.tensors[t] for t in self.output_ids
+                                           if t in msg.tensors}
+            with self._lock:
+                self._in_flight -= 1
+            self.admission.after_done()
+            if self.progress:
+                self.progress(len(self.done), self.total)
+        src.join(timeout=60)
+        self.stages.raise_error()
+        if self.source_error is not None:
+            raise self.source_error
+
+
+# -- measurement ---------------------------------------------------------------------
+
+
+@dataclass
+class _Energy:
+    """What the power source gave for the measured frames (nothing without one)."""
+
+    capture: StreamCapture | None = None  # streaming: the stopped capture
+    capture_error: ProfilerError | None = None  # it failed; the timings are kept
+    per_frame_mj: float | None = None  # counter: energy / frames over repeated batches
+    counter_window_ns: tuple[int, int] | None = None
+    counter_frames: int = 0  # frames inside the counter's window
+
+
+def _measure(driver: _Driver, config: MappingRunConfig) -> _Energy:
+    """Run the measured frames, through the power source when there is one."""
+    power = config.power
+    capture = None
+    if power is not None and power.streaming:
+        capture = power.capture().start()  # (measures the idle baseline the first time)
+    with _gc_paused():
+        if capture is not None:
+            return _measure_streaming(driver, config, capture)
+        if power is not None:
+            return _measure_counter(driver, config, power)
+        driver.batch(config.measured)
+        return _Energy()
+
+
+@contextlib.contextmanager
+def _gc_paused() -> Iterator[None]:
+    """As the layer runner does: no garbage-collector pauses in measured frames."""
+    gc.collect()
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
+def _measure_streaming(driver: _Driver, config: MappingRunConfig,
+                       capture: StreamCapture) -> _Energy:
+    # Marker high from just before the first measured frame, then a change at every
+    # completion: edges all along the run for the clock fit.
+    level = [1]
+    capture.mark(1)
+
+    def toggle(_: int) -> None:
+        level[0] ^= 1
+        capture.mark(level[0])
+
+    driver.on_done = toggle
+    error: ProfilerError | None = None
+    try:
+        driver.batch(config.measured)
+    finally:
+        driver.on_done = None
+        try:
+            capture.stop()
+        except ProfilerError as err:  # the timings are kept; the caller reports it
+            error = err
+    return _Energy(capture=capture, capture_error=error)
+
+
+def _measure_counter(driver: _Driver, config: MappingRunConfig, power: EnergyMeter) -> _Energy:
+    def measured_batches() -> int:
+        # A counter source needs a window of many updates: repeat the batch (extra
+        # frames count for energy only) until the window is long enough.
+        t0, done = config.clock(), 0
+        while True:
+            first = config.warmup + done
+            driver.batch(range(first, first + config.frames))
+            done += config.frames
+            if config.clock() - t0 >= power.window_ns:
+                return done
+
+    n_frames, energy, c0, c1 = power.span(measured_batches)
+    return _Energy(per_frame_mj=energy / n_frames, counter_window_ns=(int(c0), int(c1)),
+                   counter_frames=int(n_frames))
+
+
+# -- result --------------------------------------------------------------------------
+
+
+def _result(config: MappingRunConfig, stages: _Stages, driver: _Driver,
+            energy: _Energy) -> MappedRun:
+    """The measured frames' timings from every stage, and their energy."""
+    measured = config.measured
+    n_st = len(stages.threads)
+    all_ts = np.empty((config.frames, config.mapping.n_layers, 4), dtype=np.int64)
+    stage_busy = np.empty((config.frames, n_st), dtype=np.int64)
+    stage_read = np.empty((config.frames, n_st), dtype=np.int64)
+    stage_cpu = np.empty((config.frames, n_st), dtype=np.int64)
+    for k, t in enumerate(stages.threads):
         for row, f in enumerate(measured):
-            all_ts[row, list(p.stage.layers)] = ts[k][f]
-            s, r0, r1 = busy[k][f]
+            all_ts[row, list(t.plan.stage.layers)] = t.ts[f]
+            s, r0, r1 = t.busy[f]
             stage_busy[row, k] = r1 - s
             stage_read[row, k] = r1 - r0
-            stage_cpu[row, k] = threads[k].cpu[f]
+            stage_cpu[row, k] = t.cpu[f]
     fallback: list[bool | None] = []
-    for t in threads:
+    for t in stages.threads:
         fallback += [s.fallback for s in t.subs]
     run = MappedRun(
-        mode=mode, mapping=mapping, ts_ns=all_ts, stage_busy_ns=stage_busy,
+        mode=config.mode, mapping=config.mapping, ts_ns=all_ts, stage_busy_ns=stage_busy,
         stage_readout_ns=stage_read, stage_cpu_ns=stage_cpu,
-        done_ns=np.array([state.done[f] for f in measured], dtype=np.int64),
+        done_ns=np.array([driver.done[f] for f in measured], dtype=np.int64),
         fallback=fallback,
-        executors={t.plan.stage.index: t.executor.describe() for t in threads
+        executors={t.plan.stage.index: t.executor.describe() for t in stages.threads
                    if t.executor is not None},
-        seen=[list(t.seen) for t in threads], max_in_flight=state.max_in_flight,
-        queue_depth=queue_depth, energy_mj=energy_per_frame,
-        outputs={f: state.outputs[f] for f in measured if f in state.outputs},
+        seen=[list(t.seen) for t in stages.threads], max_in_flight=driver.max_in_flight,
+        queue_depth=config.queue_depth, energy_mj=energy.per_frame_mj,
+        outputs={f: driver.outputs[f] for f in measured if f in driver.outputs},
     )
-    if cap is not None:
-        run.power_error = cap_error
-        if cap_error is None:
-            _stream_energy(run, cap, stage_busy)
-    elif counter_span is not None:
-        run.energy_window_ns = counter_span[:2]
-        run.power_info = {"energy_frames": counter_span[2],
+    if energy.capture is not None:
+        run.power_error = energy.capture_error
+        if energy.capture_error is None:
+            _stream_energy(run, energy.capture, stage_busy)
+    elif energy.counter_window_ns is not None:
+        run.energy_window_ns = energy.counter_window_ns
+        run.power_info = {"energy_frames": energy.counter_frames,
                           "energy_method": "counter over repeated batches"}
     return run
 
@@ -507,67 +673,3 @@ def _stream_energy(run: MappedRun, cap: StreamCapture, stage_busy: np.ndarray) -
                       "energy_method": "board energy first..last completion / (frames - 1)"
                       if run.frames >= 2 else "board energy of the one frame",
                       "window_samples": samples, "window_lost_frames": lost, **cap.info}
-
-
-class _Driver:
-    """Feeds frames into the first queue and collects them from the last."""
-
-    def __init__(self, q_first: queue.Queue[Any], q_last: queue.Queue[Any],
-                 threads: Sequence[_StageThread], mode: str, clock: Clock,
-                 feed: Callable[[int], dict[int, np.ndarray]], keep_outputs: bool,
-                 sliced: Any, progress: Progress | None, total: int) -> None:
-        self.q_first, self.q_last, self.threads = q_first, q_last, threads
-        self.mode, self.clock, self.feed = mode, clock, feed
-        self.keep_outputs = keep_outputs
-        self.output_ids = [int(t.index) for t in sliced.model_outputs]
-        self.progress, self.total = progress, total
-        self.done: dict[int, int] = {}
-        self.outputs: dict[int, dict[int, np.ndarray]] = {}
-        self.max_in_flight = 0
-        self._in_flight = 0
-        self._lock = threading.Lock()
-        self._turn = threading.Semaphore(1)
-        self.source_error: BaseException | None = None
-        self.on_done: Callable[[int], None] | None = None  # after each completion
-
-    def _source(self, ids: Sequence[int]) -> None:
-        try:
-            for f in ids:
-                if self.mode == "switch":
-                    self._turn.acquire()
-                tensors = self.feed(f)
-                self.q_first.put(_Msg(f, tensors, -1))
-                with self._lock:
-                    self._in_flight += 1
-                    self.max_in_flight = max(self.max_in_flight, self._in_flight)
-        except BaseException as err:  # pragma: no cover - feed() failing
-            self.source_error = err
-
-    def batch(self, ids: range) -> None:
-        if len(ids) == 0:
-            return
-        src = threading.Thread(target=self._source, args=(ids,), name="coupprof-source",
-                               daemon=True)
-        src.start()
-        for _ in ids:
-            msg = self.q_last.get()
-            if msg is _STOP:
-                break
-            self.done[msg.frame] = msg.sent_ns
-            if self.on_done is not None:
-                self.on_done(msg.frame)
-            if self.keep_outputs:
-                self.outputs[msg.frame] = {t: msg.tensors[t] for t in self.output_ids
-                                           if t in msg.tensors}
-            with self._lock:
-                self._in_flight -= 1
-            if self.mode == "switch":
-                self._turn.release()
-            if self.progress:
-                self.progress(len(self.done), self.total)
-        src.join(timeout=60)
-        errors = [t.error for t in self.threads if t.error is not None]
-        if errors:
-            raise errors[0]
-        if self.source_error is not None:
-            raise self.source_error

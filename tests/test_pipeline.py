@@ -22,7 +22,7 @@ from profiler import zoo
 from profiler.boards.profiles import load_board
 from profiler.errors import BadInputError, HardwareError
 from profiler.mapping import parse_freq, parse_order
-from profiler.pipeline import run_mapping
+from profiler.pipeline import MappingRunConfig, run_mapping
 from profiler.results import LAYER_END, LAYER_START, TRANSFER_END, TRANSFER_START
 from profiler.runtime import make_interpreter
 from profiler.slicing.slicer import slice_model
@@ -60,8 +60,9 @@ def test_every_frame_once_in_order_with_its_own_outputs(resnet, mode: str) -> No
     mapping = parse_order(order_cutting_skips(n), n, board)
     feed = frame_inputs(sliced)
     frames, warmup, depth = 7, 2, 1
-    run = run_mapping(sliced, board, mapping, mode, frames=frames, warmup=warmup,
-                      queue_depth=depth, make=make, inputs=feed, keep_outputs=True)
+    run = run_mapping(sliced, board, MappingRunConfig(
+        mapping, mode, frames=frames, warmup=warmup, queue_depth=depth, make=make,
+        inputs=feed, keep_outputs=True))
     total = frames + warmup
     # Each stage saw every frame exactly once, in order.
     assert run.seen == [list(range(total))] * len(mapping.stages)
@@ -89,7 +90,8 @@ def test_timestamps_follow_the_data(resnet) -> None:
     n = len(sliced.layers)
     mapping = parse_order(order_cutting_skips(n), n, board)
     for mode in ("switch", "pipeline"):
-        run = run_mapping(sliced, board, mapping, mode, frames=5, warmup=1, make=make)
+        run = run_mapping(sliced, board, MappingRunConfig(mapping, mode, frames=5, warmup=1,
+                                                          make=make))
         ts = run.ts_ns
         assert (ts[:, :, TRANSFER_START] <= ts[:, :, TRANSFER_END]).all()
         assert (ts[:, :, TRANSFER_END] <= ts[:, :, LAYER_START]).all()
@@ -113,8 +115,8 @@ def test_per_layer_dvfs_requests_reach_the_governor(resnet) -> None:
     plan = parse_freq(",".join(levels), mapping, sim)
     govs = {d: make_governor(sim, sim.processor(d)) for d in ("B", "G")}
     with RestoreGuard(list(govs.values())):
-        run_mapping(sliced, sim, mapping, "switch", frames=2, warmup=0, freq=plan,
-                    governors=govs)
+        run_mapping(sliced, sim, MappingRunConfig(mapping, "switch", frames=2, warmup=0,
+                                                  freq=plan, governors=govs))
         # Each domain was last asked for its last layer's level.
         assert govs["B"].read_khz() == sim.processor("B").freqs_khz[3 - 1]
         assert govs["G"].read_khz() == sim.processor("G").freqs_khz[4 - 1]
@@ -130,7 +132,8 @@ def test_a_stage_that_cannot_start_raises_instead_of_hanging(resnet) -> None:
         mapping = parse_order(order, n, bad)
         t0 = time.monotonic()
         with pytest.raises(HardwareError, match="4095"):
-            run_mapping(sliced, bad, mapping, "pipeline", frames=3, warmup=0, make=make)
+            run_mapping(sliced, bad, MappingRunConfig(mapping, "pipeline", frames=3, warmup=0,
+                                                      make=make))
         assert time.monotonic() - t0 < 30  # no stage left waiting for a frame (join timeout)
 
 
@@ -141,7 +144,7 @@ def test_pipeline_refuses_clashing_levels_on_a_shared_domain(resnet) -> None:
     mapping = parse_order("B" * (n - 2) + "NN", n, sim)
     plan = parse_freq("8/3", mapping, sim)  # N runs at B's level: 8 vs 3 at the same time
     with pytest.raises(BadInputError, match="same time"):
-        run_mapping(sliced, sim, mapping, "pipeline", frames=1, freq=plan)
+        run_mapping(sliced, sim, MappingRunConfig(mapping, "pipeline", frames=1, freq=plan))
 
 
 def cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
@@ -212,8 +215,9 @@ def test_energy_per_frame_from_a_counter_source_is_power_over_throughput(resnet)
     n = len(sliced.layers)
     mapping = parse_order("B" * (n // 2) + "L" * (n - n // 2), n, board)
     with Ramp("ramp", perf_clock) as src:
-        run = run_mapping(sliced, board, mapping, "pipeline", frames=3, warmup=1, make=make,
-                          power=EnergyMeter(src, min_updates=300))
+        run = run_mapping(sliced, board, MappingRunConfig(
+            mapping, "pipeline", frames=3, warmup=1, make=make,
+            power=EnergyMeter(src, min_updates=300)))
     assert run.energy_mj is not None and run.energy_mj > 0
     # 3 W over the counter's window, shared by the frames run inside it. The window's
     # ends are read just after a counter update (start) and up to one 1 ms update after

@@ -21,7 +21,7 @@ from profiler.clock import StepClock
 from profiler.mapping import parse_order
 from profiler.markers import open_marker
 from profiler.meter import EnergyMeter
-from profiler.pipeline import run_mapping
+from profiler.pipeline import MappingRunConfig, run_mapping
 from profiler.power.sources import SourceHardware, open_power_source
 from profiler.predict import measure_costs, predict
 from profiler.results import TRANSFER_START
@@ -131,8 +131,8 @@ def test_switch_energy_per_frame_matches_the_model_and_the_layer_tables(rig) -> 
     mapping = parse_order(ORDER, len(sliced.layers), SIM)
     costs, transfers = measure_costs(sliced, SIM, mapping, frames=8, warmup=1, power=meter,
                                      activity=model)
-    run = run_mapping(sliced, SIM, mapping, "switch", frames=20, warmup=2, power=meter,
-                      activity=model)
+    run = run_mapping(sliced, SIM, MappingRunConfig(mapping, "switch", frames=20, warmup=2,
+                                                    power=meter, activity=model))
     assert meter.baseline_w == pytest.approx(model.baseline_w, rel=0.01)
     assert run.power_error is None and run.energy_window_ns is not None
     d0, d1 = run.energy_window_ns
@@ -189,8 +189,8 @@ def test_switch_energy_per_frame_matches_the_model_and_the_layer_tables(rig) -> 
 def test_pipeline_energy_per_frame_counts_every_concurrent_stage(rig) -> None:
     sliced, model, meter = rig
     mapping = parse_order(ORDER, len(sliced.layers), SIM)
-    run = run_mapping(sliced, SIM, mapping, "pipeline", frames=40, warmup=2, power=meter,
-                      activity=model)
+    run = run_mapping(sliced, SIM, MappingRunConfig(mapping, "pipeline", frames=40, warmup=2,
+                                                    power=meter, activity=model))
     assert run.power_error is None and run.energy_window_ns is not None
     d0, d1 = run.energy_window_ns
     frames = run.frames - 1

@@ -183,7 +183,7 @@ def run(args: argparse.Namespace) -> int:
     from governors import RestoreGuard
     from profiler.executors.logs import quiet_native_exit
     from profiler.mapping import parse_freq, parse_order
-    from profiler.pipeline import run_mapping
+    from profiler.pipeline import MappingRunConfig, run_mapping
     from profiler.predict import measure_costs, predict, read_layer_tables
     from profiler.results import environment
     from profiler.tflite.model_io import sha256_bytes
@@ -220,11 +220,11 @@ def run(args: argparse.Namespace) -> int:
                 transfers = measured_transfers
                 notes.append("transfers measured just before the run")
         total = args.warmup + args.frames
-        result = run_mapping(
-            sliced, board, mapping, args.mode, frames=args.frames, warmup=args.warmup,
-            freq=plan, governors=govs, queue_depth=args.queue_depth, power=meter,
-            activity=sim_model, seed=args.seed, model_name=model.name,
-            progress=(lambda d, n: bar("frames", d, total)) if bar else None)
+        result = run_mapping(sliced, board, MappingRunConfig(
+            mapping, args.mode, frames=args.frames, warmup=args.warmup, freq=plan,
+            governors=govs, queue_depth=args.queue_depth, power=meter, activity=sim_model,
+            seed=args.seed, model_name=model.name,
+            progress=(lambda d, n: bar("frames", d, total)) if bar else None))
     pred = None if args.no_predict or layer_costs is None else \
         predict(mapping, args.mode, layer_costs, transfers, plan)
     if pred is not None and pred.missing:
