@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import functools
 import os
+import subprocess
+import sys
 import threading
 from dataclasses import replace
 from pathlib import Path
@@ -30,7 +32,13 @@ from profiler.executors import (
     make_executor,
     with_accelerators,
 )
-from profiler.executors.accelerator import vulkan_icds
+from profiler.executors.accelerator import (
+    VULKAN_LOADER_ENV,
+    vulkan_icds,
+    vulkan_loader_error,
+    webgpu_only,
+)
+from profiler.executors.logs import native_stderr
 from profiler.runner import LayerRunner
 from profiler.runtime import make_interpreter
 from profiler.slicing.slicer import slice_model
@@ -174,13 +182,64 @@ def test_load_before_open_is_refused() -> None:
 @pytest.mark.skipif(bool(vulkan_icds()), reason="this machine has a Vulkan driver")
 def test_missing_gpu_is_an_exit_3_error_naming_what_is_missing(tmp_path: Path) -> None:
     sliced = slice_model(model("resnet50"), "layer", cache_dir=tmp_path)
-    with AcceleratorExecutor(GPU) as ex, pytest.raises(RuntimeUnavailableError) as err:
+    # Without a Vulkan loader opening fails already; with one but no driver, loading does.
+    with pytest.raises(RuntimeUnavailableError) as err, AcceleratorExecutor(GPU) as ex:
         ex.load(sliced.layers[0].model_bytes, "layer 0")
     msg = str(err.value)
     assert err.value.exit_code == 3
-    assert "GPU accelerator for processor G is unavailable" in msg
+    assert "processor G" in msg
     assert "Vulkan" in msg or "adapter" in msg.lower()  # LiteRT's reason, not a stack frame
-    assert "VK_DRIVER_FILES" in msg or "Vulkan loader" in msg  # the fix
+    assert "VK_DRIVER_FILES" in msg or "libvulkan1" in msg  # the fix
+
+
+@pytest.mark.skipif(not webgpu_only(), reason="this LiteRT has a GPU accelerator besides WebGPU")
+def test_missing_vulkan_loader_is_named_before_litert_is_asked(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """Any machine: the loader variable names a file that is not there."""
+    monkeypatch.setenv(VULKAN_LOADER_ENV, str(tmp_path / "libvulkan.so.1"))
+    ex = AcceleratorExecutor(GPU)
+    with pytest.raises(RuntimeUnavailableError) as err:
+        ex.open()
+    msg = str(err.value)
+    assert err.value.exit_code == 3
+    assert msg.startswith("processor G: no Vulkan loader (")
+    assert str(tmp_path / "libvulkan.so.1") in msg  # the dynamic linker's own words
+    assert "libvulkan1" in msg and "ICD" in msg  # how to install it
+    assert "NPU" not in msg and "penVINO" not in msg  # no other plugin's failures
+    assert not ex.is_open and ex.env is None  # LiteRT was never asked
+
+
+def test_vulkan_loader_check_loads_the_library_it_names(tmp_path: Path) -> None:
+    assert vulkan_loader_error("libc.so.6") is None  # any loadable library stands in
+    why = vulkan_loader_error(str(tmp_path / "libvulkan.so.1"))
+    assert why is not None and "No such file" in why
+
+
+@pytest.mark.parametrize("libs,expected", [
+    (["libLiteRtWebGpuAccelerator.so"], True),
+    (["libLiteRtWebGpuAccelerator.so", "libLiteRtGpuAccelerator.so"], False),  # OpenCL too
+    (["libLiteRtOpenClAccelerator.so"], False),
+    ([], False),
+])
+def test_vulkan_is_required_only_when_webgpu_is_the_only_gpu_accelerator(
+        tmp_path: Path, libs: list[str], expected: bool) -> None:
+    for name in libs:
+        (tmp_path / name).write_bytes(b"")
+    assert webgpu_only(tmp_path) is expected
+
+
+def test_native_output_capture_takes_litert_lines_on_stdout_too(capfd: pytest.CaptureFixture[str],
+                                                               ) -> None:
+    """TFLite's tools logger writes INFO to std::cout (e.g. 'Loaded OpenCL library')."""
+    print("before", flush=False)  # Python's buffer must reach the real stdout first
+    with native_stderr() as log:
+        os.write(1, b"INFO: Loaded OpenCL library with dlopen.\n")
+        os.write(2, b"INFO: [gpu_environment.h:155] Created LiteRT GpuEnvironment.\n")
+    print("after")
+    out, err = capfd.readouterr()
+    assert out == "before\nafter\n" and err == ""
+    assert log.lines == ["INFO: Loaded OpenCL library with dlopen.",
+                         "INFO: [gpu_environment.h:155] Created LiteRT GpuEnvironment."]
 
 
 def test_npu_without_a_usable_dispatch_library_falls_back_or_refuses(tmp_path: Path) -> None:
@@ -272,3 +331,23 @@ def test_host_board_gets_the_litert_gpu_when_asked() -> None:
     g = with_g.processor("G")
     assert g.accelerator == "gpu" and g.host == "B" and g.cores == host.processor("B").cores
     assert "G" not in host.processors  # the original board is untouched
+
+
+@pytest.mark.skipif(not webgpu_only(), reason="this LiteRT has a GPU accelerator besides WebGPU")
+def test_layers_on_g_without_vulkan_is_one_line_naming_the_loader(tmp_path: Path) -> None:
+    """The real CLI in a subprocess; the loader variable names a file that is not there."""
+    repo = Path(__file__).resolve().parent.parent
+    env = dict(os.environ, PYTHONPATH=str(repo),
+               **{VULKAN_LOADER_ENV: str(tmp_path / "libvulkan.so.1")})
+    env.pop("COUPPROF_LITERT_LOG", None)
+    out = subprocess.run(
+        [sys.executable, "-m", "profiler", "layers", "--board", "host", "--processor", "G",
+         "--frames", "2", "--warmup", "0", "--csv", str(tmp_path / "g.csv")],
+        env=env, capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert out.returncode == 3, out.stderr
+    assert out.stdout == ""
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1, out.stderr
+    assert lines[0].startswith("coupprof layers: error: processor G: no Vulkan loader")
+    assert "libvulkan1" in lines[0] and "NPU" not in lines[0]
+    assert not (tmp_path / "g.csv").exists()

@@ -9,7 +9,10 @@ count as "accelerated" too.
 
 A missing accelerator (no Vulkan loader, no GPU adapter, no NPU dispatch library) is
 a `RuntimeUnavailableError` (exit 3) naming what is missing, taken from LiteRT's own
-log lines, which `native_stderr` keeps off the terminal.
+log lines, which `native_stderr` keeps off the terminal. The Vulkan loader is looked
+for before LiteRT is asked at all when WebGPU is this LiteRT's only GPU accelerator:
+LiteRT's own failure lists every plugin it could not load (NPU, OpenVINO) before it
+gets to Vulkan.
 
 Timing: `run()` is `run_by_index` followed by reading every output into host memory.
 The read blocks until the device has finished, so a layer's time covers its work and
@@ -27,10 +30,13 @@ the tests use it on machines without a GPU.
 from __future__ import annotations
 
 import contextlib
+import ctypes
+import ctypes.util
 import gc
 import glob
 import os
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -42,6 +48,8 @@ from profiler.executors.base import Executor, Stretch, SubModel, TensorIO
 from profiler.executors.logs import NativeLog, native_stderr
 
 ACCELERATORS = ("gpu", "npu", "cpu")
+# LiteRT's GPU accelerators that do not run over Vulkan (OpenCL, OpenGL).
+OTHER_GPU_LIBS = {"libLiteRtGpuAccelerator.so", "libLiteRtOpenClAccelerator.so"}
 READBACKS = ("run", "lazy")
 
 # LiteRT's words when ops of a model cannot all run on the requested accelerator.
@@ -57,6 +65,16 @@ MISSING = ("No adapters found", "Couldn't load Vulkan", "Failed to initialize We
 ICD_DIRS = ("/usr/share/vulkan/icd.d", "/etc/vulkan/icd.d", "/usr/local/share/vulkan/icd.d",
             "/usr/local/nvidia/share/vulkan/icd.d")
 ICD_ENV = ("VK_DRIVER_FILES", "VK_ICD_FILENAMES")
+#: The Vulkan loader's soname, and a variable that names another (tests point it at a
+#: file that is not there to see the missing-loader error on any machine).
+VULKAN_LOADER = "libvulkan.so.1"
+VULKAN_LOADER_ENV = "COUPPROF_VULKAN_LOADER"
+VULKAN_FIX = ("install the Vulkan loader and the GPU driver's Vulkan ICD (Debian/Ubuntu: "
+              "`sudo apt-get install libvulkan1` plus the driver's Vulkan package, e.g. "
+              "mesa-vulkan-drivers, or the NVIDIA driver), or map the layers to a CPU "
+              "processor (L or B)")
+# LiteRT log lines about other accelerators, which say nothing about why the GPU failed.
+NOT_GPU = ("NPU accelerator", "CompilerPlugin", "compiler plugin", "dispatch")
 
 
 def _litert() -> Any:
@@ -76,6 +94,44 @@ def vulkan_icds() -> list[str]:
     for d in ICD_DIRS:
         found += sorted(glob.glob(os.path.join(d, "*.json")))
     return found
+
+
+def vulkan_loader_error(loader: str | None = None) -> str | None:
+    """Why the Vulkan loader cannot be loaded (the dynamic linker's words), or None.
+
+    loader: a soname or path; default $COUPPROF_VULKAN_LOADER, else libvulkan.so.1.
+    Loading it is what Dawn (LiteRT's WebGPU) does first, so this is the same test.
+    """
+    name = loader or os.environ.get(VULKAN_LOADER_ENV) or VULKAN_LOADER
+    try:
+        ctypes.CDLL(name)
+    except OSError as err:
+        return str(err)
+    return None
+
+
+def webgpu_only(litert_dir: Path | None = None) -> bool:
+    """True when this LiteRT's only GPU accelerator is WebGPU (so G needs Vulkan).
+
+    litert_dir: the ai_edge_litert package folder (default: the installed one, and then
+    the system's library path counts too, since LiteRT also loads accelerators by name).
+    """
+    base = litert_dir or _litert_dir()
+    if base is None:
+        return False
+    libs = {p.name for p in base.glob("libLiteRt*Accelerator.so")}
+    if litert_dir is None:
+        libs |= {n for n in OTHER_GPU_LIBS
+                 if ctypes.util.find_library(n.removeprefix("lib").removesuffix(".so"))}
+    return "libLiteRtWebGpuAccelerator.so" in libs and not libs & OTHER_GPU_LIBS
+
+
+def _litert_dir() -> Path | None:
+    try:
+        import ai_edge_litert
+    except ImportError:
+        return None
+    return Path(ai_edge_litert.__file__).parent
 
 
 def ensure_vulkan_icd() -> str | None:
@@ -204,6 +260,11 @@ class AcceleratorExecutor(Executor):
     def _open_runtime(self) -> None:
         cm = _litert()
         if self.accelerator == "gpu":
+            missing = vulkan_loader_error() if webgpu_only() else None
+            if missing:
+                raise RuntimeUnavailableError(
+                    f"processor {self.proc.letter}: no Vulkan loader ({missing}); LiteRT's "
+                    "GPU accelerator here is WebGPU, which runs over Vulkan", VULKAN_FIX)
             icd = ensure_vulkan_icd()
             if icd:
                 self.notes.append(f"VK_DRIVER_FILES={icd} (set by coupprof)")
@@ -277,7 +338,10 @@ class AcceleratorExecutor(Executor):
         return sub
 
     def _unavailable(self, what: str, log: NativeLog) -> RuntimeUnavailableError:
-        reasons = [_short(line) for line in log.matching(*MISSING)]
+        lines = log.matching(*MISSING)
+        if self.accelerator == "gpu":  # the GPU's own reasons first, other plugins' after
+            lines = sorted(lines, key=lambda line: _says(line, NOT_GPU))
+        reasons = [_short(line) for line in lines]
         seen: list[str] = []
         for r in reasons:
             if r not in seen:

@@ -1,11 +1,14 @@
 """Keep LiteRT's native log lines out of the user's terminal, and keep them for diagnosis.
 
 LiteRT writes INFO/WARNING lines (accelerator registration, plugin loading, WebGPU
-adapter errors) straight to file descriptor 2 from C++; no environment variable turns
-them off. `native_stderr()` points fd 2 at a temporary file while sub-models are
-created or destroyed and hands the text back, so executors can tell *why* an
-accelerator is missing (e.g. "libvulkan.so.1: cannot open shared object file") or
-that ops fell back to the CPU, and the CLI prints only its own lines.
+adapter errors) straight to file descriptor 2 from C++, and a few to fd 1: its GPU
+code logs through TFLite's tools logger, which sends INFO and WARN to std::cout
+("INFO: Loaded OpenCL library with dlopen." when the GPU environment is created,
+also on WebGPU runs). No environment variable turns either off. `native_stderr()`
+points fds 1 and 2 at one temporary file while sub-models are created or destroyed
+and hands the text back, so executors can tell *why* an accelerator is missing (e.g.
+"libvulkan.so.1: cannot open shared object file") or that ops fell back to the CPU,
+and the CLI prints only its own lines.
 
 Redirecting a process-wide descriptor is not thread-local, so every capture holds one
 lock: pipeline stages that create their sub-models concurrently take turns.
@@ -39,26 +42,40 @@ class NativeLog:
         return [line for line in self.lines if any(n in line.lower() for n in low)]
 
 
+#: The descriptors LiteRT logs to: stdout (TFLite's tools logger) and stderr.
+CAPTURED_FDS = (1, 2)
+
+
+def _flush_python() -> None:
+    # Python's own buffers go out first, to where they were meant to go.
+    for stream in (sys.stdout, sys.stderr):
+        with suppress(AttributeError, ValueError):
+            stream.flush()
+
+
 @contextmanager
 def native_stderr() -> Iterator[NativeLog]:
-    """Capture everything written to fd 2 (C++ and Python alike) inside the block."""
+    """Capture everything written to fds 1 and 2 (C++ and Python alike) inside the block.
+
+    Only LiteRT calls belong inside: coupprof's own output is printed outside these blocks.
+    """
     log = NativeLog()
     if os.environ.get(PASS_THROUGH_ENV):
         yield log
         return
     with _LOCK:
-        with suppress(AttributeError, ValueError):
-            sys.stderr.flush()
-        saved = os.dup(2)
+        _flush_python()
+        saved = {fd: os.dup(fd) for fd in CAPTURED_FDS}
         with tempfile.TemporaryFile() as tmp:
-            os.dup2(tmp.fileno(), 2)
+            for fd in CAPTURED_FDS:
+                os.dup2(tmp.fileno(), fd)
             try:
                 yield log
             finally:
-                with suppress(AttributeError, ValueError):
-                    sys.stderr.flush()
-                os.dup2(saved, 2)
-                os.close(saved)
+                _flush_python()
+                for fd, copy in saved.items():
+                    os.dup2(copy, fd)
+                    os.close(copy)
                 tmp.seek(0)
                 log.text = tmp.read().decode(errors="replace")
                 log.lines = [line.strip() for line in log.text.splitlines() if line.strip()]
