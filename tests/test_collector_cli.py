@@ -122,3 +122,86 @@ def test_bad_input_is_one_line(tmp_path: Path, args: list[str], code: int, needl
     assert r.returncode == code, r.stderr
     assert needle in r.stderr
     assert len(r.stderr.strip().splitlines()) == 1 and "Traceback" not in r.stderr
+
+
+def test_parquet_output_holds_the_trace_directory_values(tmp_path: Path) -> None:
+    import pyarrow.parquet as pq
+
+    from profiler.power.trace import Trace
+
+    out = tmp_path / "trace.parquet"
+    r = collect("--port", "virtual", "--seconds", "0.5", "-o", str(out), "--rate", "4000",
+                "--trace-dir", str(tmp_path / "bin"))
+    assert r.returncode == 0, r.stderr
+    assert f"wrote {out}, {tmp_path / 'trace.edges.parquet'}, {tmp_path / 'trace.json'}" in r.stdout
+    kept = Trace.load(tmp_path / "bin")
+    assert kept.clock is not None  # collect saved its clock map into the kept directory
+    got = pq.read_table(out).to_pandas()
+    assert len(got) == kept.samples.size > 1500
+    assert np.array_equal(got["t_us"], kept.t_us)
+    assert np.array_equal(got["power_w"], kept.power_w)
+    assert np.array_equal(got["host_ns"], kept.host_ns)
+    assert np.array_equal(got["markers"], kept.markers)
+    edges = pq.read_table(tmp_path / "trace.edges.parquet").to_pandas()
+    assert edges["t_us"].tolist() == kept.edges["t_us"].tolist() and len(edges) >= 3
+    meta = json.loads((tmp_path / "trace.json").read_text())
+    assert meta["files"] == {"samples": "trace.parquet", "edges": "trace.edges.parquet"}
+    assert meta["samples"] == len(got)
+
+
+def test_kept_trace_directory_re_exports_the_same_csv(tmp_path: Path) -> None:
+    from profiler.power.trace import Trace
+
+    r = collect("--port", "virtual", "--seconds", "0.4", "-o", str(tmp_path / "a.csv"),
+                "--rate", "4000", "--trace-dir", str(tmp_path / "bin"))
+    assert r.returncode == 0, r.stderr
+    Trace.load(tmp_path / "bin").to_csv(tmp_path / "b.csv", chunk=123)
+    assert (tmp_path / "a.csv").read_bytes() == (tmp_path / "b.csv").read_bytes()
+    assert (tmp_path / "a.edges.csv").read_bytes() == (tmp_path / "b.edges.csv").read_bytes()
+
+
+def test_parquet_without_pyarrow_is_one_line_exit_2_before_capturing(tmp_path: Path) -> None:
+    # pyarrow made unimportable for this one process (None in sys.modules: ImportError)
+    code = ("import sys; sys.modules['pyarrow'] = None; from profiler.cli import main; "
+            "sys.exit(main(sys.argv[1:]))")
+    t0 = time.monotonic()
+    r = subprocess.run([sys.executable, "-c", code, "collect", "--port", "virtual",
+                        "--seconds", "30", "-o", str(tmp_path / "t.parquet")],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2, r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1 and "Traceback" not in r.stderr
+    assert "pip install 'coupprof[parquet]'" in r.stderr
+    assert time.monotonic() - t0 < 20  # refused at once, not after the 30 s capture
+    assert not list(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize(("sig", "code", "name"), [("SIGINT", 130, "Ctrl-C"),
+                                                    ("SIGTERM", 143, "SIGTERM")])
+def test_interrupted_capture_writes_what_was_measured(tmp_path: Path, sig: str, code: int,
+                                                      name: str) -> None:
+    import signal
+
+    out = tmp_path / "cut.csv"
+    proc = subprocess.Popen([*COUPPROF, "collect", "--port", "virtual", "--seconds", "60",
+                             "--rate", "4000", "-o", str(out), "--trace-dir", str(tmp_path / "bin")],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        samples = tmp_path / "bin" / "samples.bin"
+        # 1 s of samples on disk (13 bytes each): the capture is under way
+        _wait(lambda: (samples.exists() and samples.stat().st_size > 4000 * 13)
+              or proc.poll() is not None, "the capture to start")
+        proc.send_signal(getattr(signal, sig))
+        stdout, stderr = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert proc.returncode == code, stderr
+    assert "Traceback" not in stderr and len(stderr.strip().splitlines()) <= 1
+    assert f"capture ended early: interrupted by {name}" in stdout
+    s = pd.read_csv(out)
+    assert len(s) >= 4000 and np.all(np.diff(s["t_us"]) == 250)
+    meta = json.loads((tmp_path / "cut.json").read_text())
+    assert meta["error"] == f"interrupted by {name}" and meta["samples"] == len(s)
+    assert meta["counters"]["lost_frames"] == 0
+    # the logger was told to stop: its last STATUS counts every sample received
+    assert meta["counters"]["device_samples_total"] == len(s)
+    assert json.loads((tmp_path / "bin" / "meta.json").read_text())["error"] == meta["error"]

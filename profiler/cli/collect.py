@@ -2,18 +2,23 @@
 
 Opens the logger's serial port, identifies it, records for ``--seconds``, and
 writes the samples as CSV (``t_us, host_ns, current_a, bus_v, power_w,
-markers``), the marker edges beside it (``<stem>.edges.csv``) and a JSON
-sidecar with the logger's identity and the frame counters. ``--port virtual``
+markers``) or, for ``-o NAME.parquet``, as Parquet (the ``parquet`` extra), the
+marker edges beside it (``<stem>.edges.csv`` / ``.edges.parquet``) and a JSON
+sidecar with the logger's identity and the frame counters. Samples stream to a
+binary trace directory while recording and are exported from it in chunks, so
+memory does not grow with ``--seconds``. ``--port virtual``
 starts the Python virtual logger, toggles its marker 0 every 50 ms and maps
 its clock onto the host's, so ``host_ns`` is filled in.
 
 If the port vanishes or the logger falls silent mid-run, what was measured is
-still written and the command exits 4.
+still written and the command exits 4; on Ctrl-C (SIGTERM, SIGHUP) it is written
+too and the command exits 130 (143, 129).
 """
 
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 import threading
 from collections.abc import Iterator
@@ -26,9 +31,18 @@ from profiler.cli.options import positive_float, positive_int
 from profiler.clock import perf_clock
 from profiler.errors import BadInputError, PowerSourceError
 from profiler.power.collector import Collector, ProgressFn
+from profiler.power.export import export_files, require_pyarrow
 from profiler.power.trace import CaptureCounters, Trace
 
 VIRTUAL_PORT = "virtual"
+
+
+class _Signalled(Exception):
+    """SIGTERM or SIGHUP arrived during the capture."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
 
 
 def register(subparsers: Any) -> None:
@@ -37,16 +51,18 @@ def register(subparsers: Any) -> None:
         help=command_help(__name__),
         description="Record the power logger's samples and marker edges for a while and write "
         "them as CSV (samples), <stem>.edges.csv (edges) and <stem>.json (logger identity, "
-        "frame counters, lost-frame gaps). Exit codes: 3 if the port cannot be opened, 4 if "
-        "the logger does not answer or fails mid-run (what was measured until then is "
-        "written), 2 for bad arguments.",
+        "frame counters, lost-frame gaps); -o NAME.parquet writes Parquet instead (needs "
+        "pip install 'coupprof[parquet]'). Exit codes: 3 if the port cannot be opened, 4 if "
+        "the logger does not answer or fails mid-run, 130 on Ctrl-C (what was measured until "
+        "then is written in both cases), 2 for bad arguments.",
     )
     p.add_argument("--port", required=True, metavar="URL",
                    help="serial port or pyserial URL of the logger (/dev/ttyACM0, /dev/pts/N "
                    "of the simavr rig, loop://), or `virtual` for the built-in virtual logger")
     p.add_argument("--seconds", type=positive_float, required=True, help="how long to record")
-    p.add_argument("-o", "--output", type=Path, required=True, metavar="CSV",
-                   help="samples CSV to write; edges and metadata go beside it")
+    p.add_argument("-o", "--output", type=Path, required=True, metavar="FILE",
+                   help="samples file to write: NAME.parquet (or .pq) for Parquet, anything "
+                   "else CSV; edges and metadata go beside it")
     p.add_argument("--rate", type=positive_int, default=None, metavar="HZ",
                    help="ask the logger for this sample rate (default: its current one)")
     p.add_argument("--baud", type=positive_int, default=2_000_000,
@@ -54,8 +70,9 @@ def register(subparsers: Any) -> None:
     p.add_argument("--timeout", type=positive_float, default=3.0, metavar="S",
                    help="how long to wait for the logger to answer (default: 3 s)")
     p.add_argument("--trace-dir", type=Path, default=None, metavar="DIR",
-                   help="also keep the binary trace directory here (re-readable with "
-                   "profiler.power.trace.Trace.load); by default a temporary one is removed")
+                   help="also keep the binary trace directory here, the most compact form "
+                   "(13 bytes a sample; re-readable with profiler.power.trace.Trace.load); by "
+                   "default a temporary one is removed")
     p.add_argument("--raw", action="store_true",
                    help="keep the raw serial bytes in the trace directory (raw.bin)")
     p.set_defaults(func=run)
@@ -123,6 +140,8 @@ def run(args: argparse.Namespace) -> int:
     if not out.parent.exists():
         raise BadInputError(f"--output directory {out.parent} does not exist",
                             fix="create it first or choose another path")
+    if export_files(out).format == "parquet":
+        require_pyarrow()  # say so now, not after the whole capture
     import shutil
     import tempfile
 
@@ -157,9 +176,9 @@ def _collect(col: Collector, args: argparse.Namespace, virtual: Any) -> int:
         info = col.set_rate(args.rate)
         if info.rate_hz != args.rate:
             print(f"note: the logger runs at {info.rate_hz} S/s, the nearest it can do to {args.rate}")
-    failure: PowerSourceError | None = None
+    failure: BaseException | None = None
     demo = _DemoMarkers(virtual) if virtual is not None else None
-    with progress_bar(sys.stderr.isatty(), args.seconds) as bar:
+    with progress_bar(sys.stderr.isatty(), args.seconds) as bar, _signals_raise():
         try:
             if demo is not None:
                 with demo:
@@ -169,6 +188,10 @@ def _collect(col: Collector, args: argparse.Namespace, virtual: Any) -> int:
         except PowerSourceError as err:
             failure = err
             trace = err.trace  # type: ignore[attr-defined]
+        except (KeyboardInterrupt, _Signalled) as err:
+            # Stopped by the user: finish and write what was measured, then exit 130/128+sig.
+            failure = err
+            trace = _finish_interrupted(col, err)
     if demo is not None and trace.edges.size:
         from profiler.power.clockmap import fit_clock_map
 
@@ -177,11 +200,58 @@ def _collect(col: Collector, args: argparse.Namespace, virtual: Any) -> int:
                             host_levels=demo.levels[: len(demo.host_ns)],
                             tol_ns=demo.period_s * 0.4e9)
         trace = trace.with_clock(fit.clock)
-    files = trace.to_csv(args.output) if trace.info is not None else []
+    if args.trace_dir is not None and trace.path is not None:
+        trace.save_meta()  # the kept directory gets the clock map (and why it ended early)
+    files = trace.export(args.output) if trace.info is not None else []
     _summary(trace, info.front_end_name, info.fw_version, files)
+    if isinstance(failure, _Signalled):
+        print(f"coupprof collect: stopped by {failure}", file=sys.stderr)
+        return 128 + failure.signum
     if failure is not None:
         raise failure
     return 0
+
+
+@contextmanager
+def _signals_raise() -> Iterator[None]:
+    """SIGTERM/SIGHUP raise _Signalled (SIGINT already raises KeyboardInterrupt)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum: int, frame: Any) -> None:
+        raise _Signalled(signum)
+
+    old = {sig: signal.signal(sig, handler) for sig in (signal.SIGTERM, signal.SIGHUP)}
+    try:
+        yield
+    finally:
+        for sig, h in old.items():
+            signal.signal(sig, h)
+
+
+def _finish_interrupted(col: Collector, err: BaseException) -> Trace:
+    name = "Ctrl-C" if isinstance(err, KeyboardInterrupt) else str(err)
+    # Ignore further signals while the partial trace is finished, so it is not lost too.
+    with _signals_ignored():
+        trace = col.stop(send=True, raise_on_error=False) if col.recording else \
+            Trace(info=col.info, port=col.port)
+    trace.error = trace.error or f"interrupted by {name}"
+    return trace
+
+
+@contextmanager
+def _signals_ignored() -> Iterator[None]:
+    sigs = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    old = {sig: signal.signal(sig, signal.SIG_IGN) for sig in sigs}
+    try:
+        yield
+    finally:
+        for sig, h in old.items():
+            signal.signal(sig, h)
 
 
 def _summary(trace: Trace, front_end: str, fw: str, files: list[Path]) -> None:

@@ -27,7 +27,6 @@ trace)::
 
 from __future__ import annotations
 
-import csv
 import json
 import os
 from dataclasses import asdict, dataclass, field, replace
@@ -35,7 +34,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import pandas as pd
 
 from profiler.jsonfile import write_json_atomic
 from profiler.power.clockmap import ClockMap
@@ -225,6 +223,12 @@ class Trace:
         write_json_atomic(d / "meta.json", {**self.meta(), "complete": True})
         return d
 
+    def save_meta(self) -> None:
+        """Rewrite meta.json of the directory this trace was loaded from (clock, error)."""
+        if self.path is None:
+            raise ValueError("trace has no directory: use save()")
+        write_json_atomic(self.path / "meta.json", {**self.meta(), "complete": True})
+
     @classmethod
     def load(cls, directory: str | os.PathLike[str], mmap: bool = True) -> Trace:
         d = Path(directory)
@@ -260,55 +264,24 @@ class Trace:
 
         Sample columns: t_us, host_ns (empty without a clock map), current_a,
         bus_v, power_w, markers. Edge columns: t_us, host_ns, markers, changed.
-        Written in chunks so a long trace is never expanded in memory at once.
+        Written ``chunk`` records at a time (``profiler.power.export``), so peak
+        memory does not grow with the trace's length.
         """
-        p = Path(path)
-        info = self._info()
-        stem = p.with_suffix("") if p.suffix == ".csv" else p
-        edges_p = stem.with_name(stem.name + ".edges.csv")
-        meta_p = stem.with_name(stem.name + ".json")
-        with open(p, "w", newline="") as f:
-            for i in range(0, max(self.samples.size, 1), chunk):
-                s = self.samples[i : i + chunk]
-                cur = info.current_a(s["current"])
-                bus = info.bus_v(s["bus"])
-                df = pd.DataFrame(
-                    {
-                        "t_us": s["t_us"],
-                        "host_ns": (
-                            self.clock.to_host_ns(s["t_us"]) if self.clock
-                            else pd.array([pd.NA] * s.size, dtype="Int64")
-                        ),
-                        "current_a": cur,
-                        "bus_v": bus,
-                        "power_w": cur * bus,
-                        "markers": s["markers"],
-                    }
-                )
-                df.to_csv(f, header=i == 0, index=False, float_format="%.9g", na_rep="")
-        with open(edges_p, "w", newline="") as f:
-            w = csv.writer(f)
-            w.writerow(["t_us", "host_ns", "markers", "changed"])
-            host_e = self.clock.to_host_ns(self.edges["t_us"]) if self.clock else None
-            for i, e in enumerate(self.edges.tolist()):
-                w.writerow([e[0], "" if host_e is None else int(host_e[i]), e[1], e[2]])
-        sidecar = {
-            **{k: v for k, v in self.meta().items() if k != "dtypes"},
-            "samples": int(self.samples.size),
-            "edges": int(self.edges.size),
-            "duration_s": self.duration_s,
-            "rate_hz": self.rate_hz,
-            "gaps": [
-                {"t_before_us": int(g[0]), "t_after_us": int(g[1]), "missing": int(g[2])}
-                for g in self.gaps.tolist()
-            ],
-            "files": {"samples": p.name, "edges": edges_p.name},
-        }
-        if self.info is not None:
-            sidecar["power_source"] = "arduino"
-            sidecar["front_end"] = self.info.front_end_name
-        write_json_atomic(meta_p, sidecar)
-        return [p, edges_p, meta_p]
+        from profiler.power.export import export
+
+        return export(self, path, chunk, fmt="csv")
+
+    def to_parquet(self, path: str | os.PathLike[str], chunk: int = 200_000) -> list[Path]:
+        """The same columns as ``to_csv`` as Parquet (needs pyarrow), one row group per chunk."""
+        from profiler.power.export import export
+
+        return export(self, path, chunk, fmt="parquet")
+
+    def export(self, path: str | os.PathLike[str], chunk: int = 200_000) -> list[Path]:
+        """``to_parquet`` for a .parquet/.pq name, else ``to_csv``."""
+        from profiler.power.export import export
+
+        return export(self, path, chunk)
 
 
 def _read_records(path: Path, dtype: np.dtype, mmap: bool) -> np.ndarray:
