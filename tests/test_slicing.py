@@ -16,7 +16,6 @@ from profiler.errors import BadInputError
 from profiler.runtime import make_interpreter
 from profiler.slicing import SlicedModel, slice_model, verify
 from profiler.slicing.cache import MANIFEST
-from profiler.slicing.extract import AlignedBufferT
 from profiler.tflite.model_io import op_name, parse_model, serialize_model, sha256_bytes
 from tests.models import topologies
 
@@ -181,9 +180,7 @@ def _tamper(layer_bytes: bytes, how: str) -> bytes:
     else:  # int8: flip the sign of every weight
         arr = -np.frombuffer(bytes(buf.data), np.int8).astype(np.int16)
         arr = np.clip(arr, -127, 127).astype(np.int8)
-    new = AlignedBufferT()
-    new.data = np.frombuffer(arr.tobytes(), np.uint8)
-    m.buffers[w.buffer] = new
+    m.buffers[w.buffer] = schema.BufferT(data=np.frombuffer(arr.tobytes(), np.uint8))
     return serialize_model(m)
 
 

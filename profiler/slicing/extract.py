@@ -6,6 +6,7 @@ inputs/outputs given by the caller. Quantization parameters are shared with
 the source tensors, so they are kept exactly. Metadata and the source's
 signature defs no longer apply and are dropped; one signature
 ("serving_default") naming the new inputs and outputs is rebuilt.
+`profiler.tflite.model_io.serialize_model` writes it with the weights aligned.
 """
 
 from __future__ import annotations
@@ -13,32 +14,9 @@ from __future__ import annotations
 import copy
 from collections.abc import Sequence
 
-import numpy as np
 from ai_edge_litert import schema_py_generated as schema
 
 from profiler.slicing.graph import Graph
-
-BUFFER_ALIGNMENT = 16  # what LiteRT's own writer uses (schema `force_align: 16`)
-
-
-class AlignedBufferT(schema.BufferT):
-    """A buffer whose data is packed 16-byte aligned, so kernels can read weights in place."""
-
-    def Pack(self, builder):  # noqa: N802 - flatbuffers object-API name
-        data = None
-        if self.data is not None and len(self.data) > 0:
-            payload = np.ascontiguousarray(self.data, dtype=np.uint8).tobytes()
-            builder.StartVector(1, len(payload), BUFFER_ALIGNMENT)
-            builder.head = builder.Head() - len(payload)
-            builder.Bytes[builder.Head(): builder.Head() + len(payload)] = payload
-            builder.vectorNumElems = len(payload)
-            data = builder.EndVector()
-        schema.BufferStart(builder)
-        if data is not None:
-            schema.BufferAddData(builder, data)
-        schema.BufferAddOffset(builder, self.offset)
-        schema.BufferAddSize(builder, self.size)
-        return schema.BufferEnd(builder)
 
 
 def boundaries(g: Graph, groups: Sequence[Sequence[int]]) -> list[tuple[list[int], list[int]]]:
@@ -88,11 +66,8 @@ def build_submodel(g: Graph, ops: Sequence[int], inputs: Sequence[int],
 
     def new_buffer(old: int) -> int:
         if old not in bmap:
-            src_buf = model.buffers[old]
-            buf = AlignedBufferT()
-            buf.data, buf.offset, buf.size = src_buf.data, 0, 0
             bmap[old] = len(buffers)
-            buffers.append(buf)
+            buffers.append(schema.BufferT(data=model.buffers[old].data))
         return bmap[old]
 
     def buffer_of(tensor: schema.TensorT) -> int:

@@ -26,7 +26,6 @@ import numpy as np
 
 from profiler.errors import BadInputError, ModelError
 from profiler.runtime import make_interpreter
-from profiler.slicing.extract import AlignedBufferT
 from profiler.slicing.specs import Layer, SlicedModel, TensorSpec
 from profiler.tflite.model_io import parse_model, serialize_model, sha256_bytes
 
@@ -127,10 +126,6 @@ def _tapped_model(model_bytes: bytes, taps: Sequence[int]) -> bytes:
     sg = model.subgraphs[0]
     outs = [int(t) for t in (sg.outputs if sg.outputs is not None else [])]
     sg.outputs = outs + [t for t in dict.fromkeys(taps) if t not in outs]
-    for n, buf in enumerate(model.buffers or []):
-        aligned = AlignedBufferT()
-        aligned.data, aligned.offset, aligned.size = buf.data, buf.offset, buf.size
-        model.buffers[n] = aligned
     return serialize_model(model)
 
 

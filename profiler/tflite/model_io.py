@@ -2,20 +2,28 @@
 
 All flatbuffer parsing goes through here, so that malformed files become one
 `ModelError` with the file name and a fix, never a flatbuffers traceback.
+`serialize_model` is the one .tflite writer (zoo models, sliced sub-models): it
+packs every buffer's data 16-byte aligned.
 """
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import struct
+from dataclasses import dataclass
 from pathlib import Path
 
 import flatbuffers
+import numpy as np
 from ai_edge_litert import schema_py_generated as schema
 
 from profiler.errors import ModelError
 
 FILE_IDENTIFIER = b"TFL3"
+# The schema's `force_align: 16` on Buffer.data, which LiteRT's own writer honours so
+# kernels can read weights in place; the generated Python code aligns to 1.
+BUFFER_ALIGNMENT = 16
 
 # BuiltinOperator code -> name, e.g. 3 -> "CONV_2D".
 OP_NAMES: dict[int, str] = {
@@ -74,10 +82,41 @@ def load_model(path: str | Path) -> tuple[schema.ModelT, bytes]:
 
 
 def serialize_model(model: schema.ModelT) -> bytes:
-    """Pack a `ModelT` into .tflite bytes (with the TFL3 identifier)."""
+    """Pack a `ModelT` into .tflite bytes (with the TFL3 identifier), every buffer's
+    data 16-byte aligned. `model` itself is left as it was."""
+    packed = copy.copy(model)
+    if model.buffers is not None:
+        packed.buffers = [_AlignedBuffer(buf) for buf in model.buffers]
     builder = flatbuffers.Builder(1024)
-    builder.Finish(model.Pack(builder), file_identifier=FILE_IDENTIFIER)
+    builder.Finish(packed.Pack(builder), file_identifier=FILE_IDENTIFIER)
     return bytes(builder.Output())
+
+
+@dataclass(frozen=True)
+class _AlignedBuffer:
+    """Stands in for a `BufferT` while `ModelT.Pack` runs, packing its data aligned.
+
+    Only Builder methods that flatc's generated code calls are used, no attributes:
+    `Prep(16, n)` pads so that the n bytes written next start on a 16-byte boundary of
+    the finished file, and `CreateNumpyVector` writes them with no further padding, as
+    its own alignment (4 for the length, 1 for uint8) is then met. The bytes equal
+    `StartVector(1, n, 16)` followed by the data. Empty data is left out (no vector).
+    """
+
+    buf: schema.BufferT
+
+    def Pack(self, builder: flatbuffers.Builder) -> int:  # noqa: N802 - object-API name
+        data = None
+        if self.buf.data is not None and len(self.buf.data) > 0:
+            payload = np.ascontiguousarray(self.buf.data, dtype=np.uint8).reshape(-1)
+            builder.Prep(BUFFER_ALIGNMENT, payload.size)
+            data = builder.CreateNumpyVector(payload)
+        schema.BufferStart(builder)
+        if data is not None:
+            schema.BufferAddData(builder, data)
+        schema.BufferAddOffset(builder, self.buf.offset)
+        schema.BufferAddSize(builder, self.buf.size)
+        return schema.BufferEnd(builder)
 
 
 def op_name(model: schema.ModelT, op: schema.OperatorT) -> str:

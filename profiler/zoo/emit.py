@@ -38,10 +38,6 @@ TENSOR_TYPES = {
     np.dtype(np.int32): schema.TensorType.INT32,
 }
 
-# Buffers are aligned like the converter aligns them, so kernels may read weights in place.
-BUFFER_ALIGNMENT = 16
-
-
 @dataclass(frozen=True)
 class QuantParams:
     """Affine quantization of one tensor: real = scale * (q - zero_point)."""
@@ -56,25 +52,6 @@ class QuantParams:
         q.zeroPoint = [int(z) for z in self.zero_point]
         q.quantizedDimension = self.dim
         return q
-
-
-class AlignedBufferT(schema.BufferT):
-    """A BufferT whose data vector is packed 16-byte aligned (the generated code
-    aligns to 1, ignoring the schema's `force_align: 16`)."""
-
-    def Pack(self, builder: Any) -> int:  # noqa: N802 (flatbuffers' name)
-        data_off = None
-        if self.data is not None:
-            raw = np.ascontiguousarray(self.data, dtype=np.uint8).tobytes()
-            builder.StartVector(1, len(raw), BUFFER_ALIGNMENT)
-            builder.head = builder.head - len(raw)
-            builder.Bytes[builder.head : builder.head + len(raw)] = raw
-            builder.vectorNumElems = len(raw)
-            data_off = builder.EndVector()
-        schema.BufferStart(builder)
-        if data_off is not None:
-            schema.BufferAddData(builder, data_off)
-        return schema.BufferEnd(builder)
 
 
 def draw_constants(graph: Graph, seed: int) -> dict[int, np.ndarray]:
@@ -170,13 +147,11 @@ def to_model(
     model = schema.ModelT()
     model.version = 3
     model.description = f"coupprof zoo: {graph.name}"
-    model.buffers = [AlignedBufferT()]  # buffer 0: the empty sentinel
+    model.buffers = [schema.BufferT()]  # buffer 0: the empty sentinel
 
     def new_buffer(raw: bytes | None) -> int:
-        b = AlignedBufferT()
-        if raw is not None:
-            b.data = np.frombuffer(raw, dtype=np.uint8)
-        model.buffers.append(b)
+        data = None if raw is None else np.frombuffer(raw, dtype=np.uint8)
+        model.buffers.append(schema.BufferT(data=data))
         return len(model.buffers) - 1
 
     sg = schema.SubGraphT()
@@ -242,4 +217,5 @@ def _tensor_map(name: str, index: int) -> schema.TensorMapT:
 
 
 def to_bytes(model: schema.ModelT) -> bytes:
+    """The .tflite bytes, weights 16-byte aligned like the converter writes them."""
     return serialize_model(model)
