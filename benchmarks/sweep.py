@@ -40,14 +40,8 @@ from profiler.executors.factory import make_executor  # noqa: E402
 from profiler.results import LayerInfo, LayerRun, RunInfo  # noqa: E402
 from profiler.runner import LayerRunner  # noqa: E402
 from profiler.slicing.slicer import slice_model  # noqa: E402
-from profiler.sweep import (  # noqa: E402
-    Sweep,
-    SweepSettings,
-    frame_time_ns,
-    parse_freqs,
-    parse_processors,
-    plan_pairs,
-)
+from profiler.sweep import Sweep, SweepSettings, frame_time_ns  # noqa: E402
+from profiler.sweep_plan import parse_freqs, parse_processors, plan_pairs  # noqa: E402
 from profiler.tables import run_tables, write_tables  # noqa: E402
 from profiler.zoo import default_model_path  # noqa: E402
 

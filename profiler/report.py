@@ -225,7 +225,7 @@ def _layer_section(report: Report, f: Found) -> pd.DataFrame:
 
 def _sweep_section(report: Report, f: Found) -> None:
     from profiler.plots import efficiency_figure, layers_figure
-    from profiler.sweep import read_sweep
+    from profiler.sweep_schema import read_sweep
 
     data = read_sweep(f.csv)
     s = data.meta.get("settings", {})

@@ -1,6 +1,6 @@
-"""Sweeps: every (processor, DVFS level) pair of a board, measured into one CSV.
+"""Running a sweep: every planned (processor, DVFS level) pair measured into one CSV.
 
-    plan = plan_pairs(board, ["B", "G"], parse_freqs("all"))
+    plan = plan_pairs(board, ["B", "G"], parse_freqs("all"))  # profiler.sweep_plan
     sweep = Sweep(board, model_path, plan, out_dir, SweepSettings(frames=30))
     result = sweep.run(progress)
 
@@ -11,24 +11,15 @@ restored afterwards by `governors.RestoreGuard`, also on Ctrl-C and SIGTERM).
 A sweep therefore costs close to the sum of the frames it runs
 (`benchmarks/sweep.py` measures the ratio).
 
-Files in the output directory:
-
-- ``sweep.csv``: the layer rows of every finished pair, `profiler.tables`
-  layer columns (ID columns first: board, simulated, model, processor,
-  freq_level, freq_khz), one row per (processor, level, layer). Each pair is
-  appended in one write followed by flush + fsync, so a crash loses at most the
-  pair being measured.
-- ``sweep.json``: the settings, the environment and per pair the requested and
-  read-back frequency, warnings and per-frame totals; rewritten atomically after
-  each pair. The CSV is the record of which pairs are done (``--resume``).
+Per pair: set the level and wait until it is in effect, run the frames (with the
+power session's markers, if any), append the layer rows to ``sweep.csv`` and
+rewrite ``sweep.json``. Which pairs are left to do is `profiler.sweep_plan`; the
+files and reading them back, `profiler.sweep_schema`.
 """
 
 from __future__ import annotations
 
 import gc
-import io
-import json
-import os
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import ExitStack, contextmanager
@@ -36,118 +27,22 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-import pandas as pd
-
-from profiler.boards.model import PROCESSOR_LETTERS, Board, ProcessorSpec
-from profiler.errors import BadInputError, BoardError, PermissionDeniedError
+from profiler.boards.model import Board, ProcessorSpec
+from profiler.errors import BadInputError
 from profiler.jsonfile import write_json_atomic
 from profiler.results import LAYER_END, TRANSFER_START, LayerInfo, LayerRun, LayerTimings, RunInfo
 from profiler.runner import LayerHooks
-from profiler.tables import ID_COLUMNS, NULLABLE_INT_COLUMNS, layer_table, totals
-
-SWEEP_FORMAT = "coupprof-sweep/1"
-CSV_NAME = "sweep.csv"
-JSON_NAME = "sweep.json"
-
-# Settings that must match for --resume to add rows to an existing sweep.
-RESUME_KEYS = ("board", "model_sha256", "granularity", "cuts", "frames", "warmup", "threads", "seed",
-               "power_source")
-
-
-@dataclass(frozen=True, order=True)
-class Pair:
-    """One point of the sweep. `level` None: the frequency is left as it is."""
-
-    processor: str
-    level: int | None = None
-    freq_khz: int | None = None
-
-    @property
-    def key(self) -> tuple[str, int | None]:
-        return (self.processor, self.level)
-
-    def label(self) -> str:
-        if self.level is None:
-            return f"{self.processor} at the current frequency"
-        return f"{self.processor} level {self.level} ({(self.freq_khz or 0) / 1000:g} MHz)"
-
-
-# -- planning ----------------------------------------------------------------------
-
-FreqSpec = str | list[int]  # "all", "current" or explicit 1-based levels
-
-
-def parse_freqs(text: str) -> FreqSpec:
-    """`all`, `current` (leave the frequency alone) or `1,3,5` (levels, 1-based)."""
-    t = text.strip().lower()
-    if t in ("all", "current"):
-        return t
-    try:
-        levels = sorted({int(tok) for tok in t.split(",") if tok.strip()})
-    except ValueError:
-        raise BadInputError(f"--freqs '{text}' is not 'all', 'current' or a list of levels",
-                            "e.g. --freqs all, or --freqs 1,3,5") from None
-    if not levels or levels[0] < 1:
-        raise BadInputError(f"--freqs '{text}': levels are 1-based whole numbers",
-                            "e.g. --freqs 1,3,5 (`coupprof boards show BOARD` lists the levels)")
-    return levels
-
-
-def parse_processors(text: str | None, board: Board) -> list[str]:
-    """'L,B,G' -> ['L', 'B', 'G'] (default: every processor of the board)."""
-    if not text:
-        return [k for k in PROCESSOR_LETTERS if k in board.processors]
-    letters = [tok.strip().upper() for tok in text.split(",") if tok.strip()]
-    if not letters:
-        raise BadInputError(f"--processors '{text}' names no processor", "e.g. --processors L,B,G")
-    for letter in letters:
-        board.processor(letter)  # unknown letters: BoardError listing the board's processors
-    return list(dict.fromkeys(letters))
-
-
-def dvfs_target(board: Board, letter: str) -> ProcessorSpec:
-    """The processor whose table a level of `letter` indexes (N: its host cluster)."""
-    from governors import dvfs_processor
-
-    return dvfs_processor(board, letter)
-
-
-def plan_pairs(board: Board, processors: Sequence[str], freqs: FreqSpec) -> list[Pair]:
-    """Every (processor, level) pair, processors in the given order, levels ascending."""
-    pairs: list[Pair] = []
-    for letter in processors:
-        proc = board.processor(letter)
-        if freqs == "current":
-            pairs.append(Pair(proc.letter))
-            continue
-        target = dvfs_target(board, letter)
-        if not target.freqs_khz:
-            raise BoardError(
-                f"cannot set frequencies: processor {proc.letter} on board '{board.name}' has no "
-                "DVFS levels (no frequency table"
-                + (" in this machine's cpufreq files" if board.name == "host" else "") + ")",
-                "use --freqs current to sweep at the current frequency, or --board sim for the "
-                "simulated board (`coupprof boards` lists boards)",
-            )
-        n = len(target.freqs_khz)
-        levels = list(range(1, n + 1)) if freqs == "all" else list(freqs)
-        bad = [k for k in levels if k > n]
-        if bad:
-            raise BoardError(
-                f"--freqs: level {bad[0]} is out of range for processor {proc.letter} on board "
-                f"'{board.name}'" + (f" (it uses {target.letter}'s table)" if target is not proc else ""),
-                f"valid levels: {target.levels_text()}",
-            )
-        pairs += [Pair(proc.letter, k, target.freqs_khz[k - 1]) for k in levels]
-    return pairs
-
+from profiler.sweep_plan import Pair, ResumeState, resume_state
+from profiler.sweep_schema import CSV_NAME, JSON_NAME, make_output_dir, sidecar_key
+from profiler.tables import layer_table, totals
 
 # -- settings and results ------------------------------------------------------------
 
 
 @dataclass(frozen=True)
 class SweepSettings:
+    """How each pair is run (recorded in the sidecar; `RESUME_KEYS` must match to resume)."""
+
     frames: int = 30
     warmup: int = 3
     threads: int | None = None
@@ -212,89 +107,25 @@ def frame_time_ns(timings: LayerTimings) -> int:
     return int((ts[:, -1, LAYER_END] - ts[:, 0, TRANSFER_START]).sum())
 
 
-# -- the CSV -----------------------------------------------------------------------
-
-
-def read_sweep_csv(path: str | Path) -> pd.DataFrame:
-    """A sweep CSV as a DataFrame with the ID columns typed (nullable integer levels)."""
-    dtypes = {c: "Int64" for c in NULLABLE_INT_COLUMNS}
-    return pd.read_csv(path, dtype=dtypes)
-
-
-class SweepCSV:
-    """Appends each pair's rows in one write, then flush + fsync."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        self.columns: list[str] | None = None
-
-    def load(self, layers_per_pair: int) -> set[tuple[str, int | None]]:
-        """Read an existing sweep: drop a torn last line and incomplete pairs; return done pairs."""
-        raw = self.path.read_bytes()
-        if raw and not raw.endswith(b"\n"):  # a write cut short by a crash
-            raw = raw[: raw.rfind(b"\n") + 1]
-            self._replace(raw)
-        if not raw.strip():
-            return set()
-        try:
-            df = read_sweep_csv(io.BytesIO(raw))
-        except (ValueError, pd.errors.ParserError) as err:
-            raise BadInputError(f"cannot read {self.path}: {err}",
-                                "pass another -o DIR, or delete the file to start over") from None
-        missing = [c for c in ("processor", "freq_level", "layer") if c not in df.columns]
-        if missing:
-            raise BadInputError(f"{self.path} is not a coupprof sweep CSV (no {', '.join(missing)})",
-                                "pass another -o DIR")
-        self.columns = list(df.columns)
-        keys = list(zip(df["processor"].astype(str), _levels(df["freq_level"]), strict=True))
-        counts: dict[tuple[str, int | None], int] = {}
-        for k in keys:
-            counts[k] = counts.get(k, 0) + 1
-        done = {k for k, n in counts.items() if n == layers_per_pair}
-        if len(done) != len(counts):  # rows of a pair cut short: measure it again
-            keep = np.array([k in done for k in keys])
-            buf = io.StringIO()
-            df[keep].to_csv(buf, index=False)
-            self._replace(buf.getvalue().encode())
-        return done
-
-    def append(self, df: pd.DataFrame) -> None:
-        if self.columns is None:
-            self.columns = list(df.columns)
-            header = True
-        else:
-            extra = [c for c in df.columns if c not in self.columns]
-            if extra:
-                raise BadInputError(
-                    f"{self.path} has no columns {', '.join(extra)} that this run produces "
-                    "(it was started with other settings or another power source)",
-                    "pass another -o DIR, or drop --resume after deleting the file")
-            df = df.reindex(columns=self.columns)
-            header = False
-        text = df.to_csv(index=False, header=header)
-        try:
-            with open(self.path, "a", encoding="utf-8", newline="") as f:
-                f.write(text)
-                f.flush()
-                os.fsync(f.fileno())
-        except OSError as err:
-            raise BadInputError(f"cannot write {self.path}: {err.strerror}",
-                                "choose a writable directory with -o") from None
-
-    def _replace(self, data: bytes) -> None:
-        tmp = self.path.with_suffix(".csv.tmp")
-        tmp.write_bytes(data)
-        os.replace(tmp, self.path)
-
-
-def _levels(col: pd.Series) -> list[int | None]:
-    return [None if pd.isna(v) else int(v) for v in col]
-
-
 # -- running -----------------------------------------------------------------------
 
 
 ExecutorFactory = Callable[[ProcessorSpec, "int | None"], Any]
+
+
+@dataclass
+class _Job:
+    """One `Sweep.run`'s state, shared by its steps."""
+
+    sliced: Any
+    sha: str  # of the model file
+    output: ResumeState  # the CSV and sidecar being written
+    progress: SweepProgress
+    result: SweepResult
+    env: dict[str, str] = field(default_factory=dict)
+    layer_infos: list[LayerInfo] = field(default_factory=list)
+    index: int = 0  # pairs measured so far in this run
+    told: set[str] = field(default_factory=set)  # processors whose governor method was said
 
 
 class Sweep:
@@ -346,7 +177,31 @@ class Sweep:
         self.csv_path = self.out_dir / CSV_NAME
         self.json_path = self.out_dir / JSON_NAME
 
+    def run(self, progress: SweepProgress | None = None) -> SweepResult:
+        """Slice, find what is left to do, and measure it pair by pair."""
+        t_start = time.perf_counter_ns()
+        job = self._prepare(progress or SweepProgress())
+        todo = job.output.todo(self.pairs)
+        job.progress.start(todo, job.result.skipped, self.settings.warmup + self.settings.frames)
+        if todo:
+            self._run_pairs(job, todo)
+        job.result.wall_ns = time.perf_counter_ns() - t_start
+        return job.result
+
     # ---- set-up ------------------------------------------------------------------
+
+    def _prepare(self, progress: SweepProgress) -> _Job:
+        from profiler.slicing.slicer import slice_model
+        from profiler.tflite.model_io import read_model_bytes, sha256_bytes
+
+        sha = sha256_bytes(read_model_bytes(self.model_path))
+        s = self.settings
+        sliced = self.sliced or slice_model(self.model_path, s.granularity, s.cuts)
+        make_output_dir(self.out_dir)
+        output = resume_state(self.csv_path, self.json_path, self._settings_dict(sha, sliced),
+                              self.resume)
+        result = SweepResult(self.csv_path, self.json_path, skipped=output.skipped(self.pairs))
+        return _Job(sliced, sha, output, progress, result)
 
     def _settings_dict(self, sha: str, sliced: Any) -> dict[str, Any]:
         s = self.settings
@@ -359,78 +214,21 @@ class Sweep:
             "power_source": self.power.source.spec if self.power is not None else "none",
         }
 
-    def _open_output(self, settings: dict[str, Any]) -> tuple[SweepCSV, dict[str, Any], set]:
-        csv = SweepCSV(self.csv_path)
-        try:
-            self.out_dir.mkdir(parents=True, exist_ok=True)
-        except OSError as err:
-            raise BadInputError(f"cannot create {self.out_dir}: {err.strerror}",
-                                "choose a writable directory with -o") from None
-        exists = self.csv_path.exists()
-        if exists and not self.resume:
-            raise BadInputError(f"{self.csv_path} already exists",
-                                "pass --resume to add the missing pairs to it, or another -o DIR")
-        meta: dict[str, Any] = {"format": SWEEP_FORMAT, "csv": CSV_NAME, "settings": settings,
-                                "pairs": {}}
-        done: set = set()
-        if exists:
-            old = self._read_sidecar()
-            if old is not None:
-                theirs = old.get("settings", {})
-                diff = [k for k in RESUME_KEYS if theirs.get(k) != settings.get(k)]
-                if diff:
-                    what = ", ".join(f"{k} {theirs.get(k)!r} there, {settings.get(k)!r} now"
-                                     for k in diff)
-                    raise BadInputError(f"cannot resume {self.csv_path}: it was measured with "
-                                        f"other settings ({what})",
-                                        "repeat the original options, or use another -o DIR")
-                meta["pairs"] = old.get("pairs", {})
-                meta["environment"] = old.get("environment", {})
-            done = csv.load(settings["layers"])
-            meta["pairs"] = {k: v for k, v in meta["pairs"].items()
-                             if (v.get("processor"), v.get("level")) in done}
-        return csv, meta, done
-
-    def _read_sidecar(self) -> dict[str, Any] | None:
-        if not self.json_path.exists():
-            return None
-        try:
-            meta = json.loads(self.json_path.read_text())
-        except (OSError, ValueError) as err:
-            raise BadInputError(f"cannot read {self.json_path}: {err}",
-                                "delete it (the CSV alone is enough to resume) or use another -o DIR"
-                                ) from None
-        if meta.get("format") != SWEEP_FORMAT:
-            raise BadInputError(f"{self.json_path} is not a coupprof sweep sidecar",
-                                "use another -o DIR")
-        return meta
-
     def _governors(self, todo: Sequence[Pair]) -> dict[str, Any]:
         """processor letter -> governor, for the letters that have levels to set."""
-        from governors import make_governor
+        from governors import writable_governor
 
         govs: dict[str, Any] = {}
-        by_target: dict[str, Any] = {}
+        by_domain: dict[str, Any] = {}
         for pair in todo:
             if pair.level is None or pair.processor in govs:
                 continue
-            target = dvfs_target(self.board, pair.processor)
-            if target.letter not in by_target:
-                gov = make_governor(self.board, target, self.sysfs_root)
-                if gov.kind == "none":
-                    raise BoardError(
-                        f"cannot set frequencies: processor {target.letter} on board "
-                        f"'{self.board.name}' has governor 'none'",
-                        "use --freqs current to sweep at the current frequency")
-                bad = [c for c in gov.checks() if not c.ok]
-                if bad:
-                    raise PermissionDeniedError(
-                        f"cannot set frequencies of processor {target.letter} on board "
-                        f"'{self.board.name}': {bad[0].what} is not writable"
-                        + (f" (and {len(bad) - 1} more)" if len(bad) > 1 else ""),
-                        bad[0].fix or "run as root")
-                by_target[target.letter] = gov
-            govs[pair.processor] = by_target[target.letter]
+            domain = self.board.dvfs_domain(pair.processor).letter
+            if domain not in by_domain:
+                by_domain[domain] = writable_governor(
+                    self.board, pair.processor, self.sysfs_root,
+                    none_fix="use --freqs current to sweep at the current frequency")
+            govs[pair.processor] = by_domain[domain]
         return govs
 
     def _executor(self, proc: ProcessorSpec) -> Any:
@@ -440,36 +238,16 @@ class Sweep:
 
         return make_executor(self.board, proc.letter, threads=self.settings.threads)
 
-    # ---- the sweep ---------------------------------------------------------------
+    # ---- the pairs ---------------------------------------------------------------
 
-    def run(self, progress: SweepProgress | None = None) -> SweepResult:
+    def _run_pairs(self, job: _Job, todo: Sequence[Pair]) -> None:
         from governors import RestoreGuard
         from profiler.results import environment
-        from profiler.runner import LayerRunner
-        from profiler.slicing.slicer import slice_model
-        from profiler.tflite.model_io import read_model_bytes, sha256_bytes
 
-        prog = progress or SweepProgress()
-        t_start = time.perf_counter_ns()
-        data = read_model_bytes(self.model_path)
-        sha = sha256_bytes(data)
-        s = self.settings
-        sliced = self.sliced or slice_model(self.model_path, s.granularity, s.cuts)
-        settings = self._settings_dict(sha, sliced)
-        csv, meta, done = self._open_output(settings)
-        todo = [p for p in self.pairs if p.key not in done]
-        skipped = [p for p in self.pairs if p.key in done]
-        result = SweepResult(self.csv_path, self.json_path, skipped=skipped)
-        prog.start(todo, skipped, s.warmup + s.frames)
-        if not todo:
-            result.wall_ns = time.perf_counter_ns() - t_start
-            return result
-        env = environment(self.argv)
-        meta.setdefault("environment", {}).update(env)
-        layer_infos = [LayerInfo.from_layer(layer) for layer in sliced.layers]
-
+        job.env = environment(self.argv)
+        job.output.meta.setdefault("environment", {}).update(job.env)
+        job.layer_infos = [LayerInfo.from_layer(layer) for layer in job.sliced.layers]
         govs = self._governors(todo)
-        index = 0
         # The runner collects garbage before each run's timed frames; with everything
         # alive so far frozen, that collection scans only what each pair adds (a full
         # one costs tens of ms per pair with pandas and LiteRT loaded).
@@ -479,46 +257,47 @@ class Sweep:
             if self.power is not None:
                 power_stack.enter_context(self.power)
             for letter in dict.fromkeys(p.processor for p in todo):
-                proc = self.board.processor(letter)
-                gov = govs.get(letter)
-                told = False
-                with ExitStack() as stack:
-                    executor = stack.enter_context(self._executor(proc))
-                    runner = LayerRunner(sliced, executor, hooks=self.hooks, seed=s.seed,
-                                         model_name=self.model_path.name)  # hooks: per pair
-                    for pair in (p for p in todo if p.processor == letter):
-                        prog.pair_started(index, pair)
-                        t0 = time.perf_counter_ns()
-                        effective, warning = None, None
-                        if pair.level is not None:
-                            assert gov is not None
-                            res = gov.set_level(pair.level, s.settle_s)
-                            effective, warning = res.effective_khz, res.warning
-                            _wait_in_effect(gov, res.requested_khz, s.settle_s)
-                            if not told:  # the method is known once the first level is set
-                                prog.note(f"{letter}: frequencies set via {gov.describe()}")
-                                told = True
-                            if warning:
-                                prog.note(f"warning: {warning}")
-                        timings, energy = self._measure(runner, proc, pair, prog)
-                        info = self._info(pair, proc, executor, sliced, sha, env)
-                        run = LayerRun(info, layer_infos, timings,
-                                       dict(energy.columns) if energy is not None else {},
-                                       dict(energy.totals) if energy is not None else {})
-                        rows = layer_table(run)
-                        csv.append(rows)
-                        pr = PairResult(pair, effective, warning, totals(run), len(rows),
-                                        frame_time_ns(timings), time.perf_counter_ns() - t0)
-                        entry = pr.to_dict()
-                        if energy is not None:
-                            entry["power"] = energy.info
-                        meta["pairs"][f"{pair.processor}@{pair.level or 'current'}"] = entry
-                        write_json_atomic(self.json_path, meta)
-                        result.done.append(pr)
-                        prog.pair_done(index, pr)
-                        index += 1
-        result.wall_ns = time.perf_counter_ns() - t_start
-        return result
+                self._run_processor(job, letter, [p for p in todo if p.processor == letter],
+                                    govs.get(letter))
+
+    def _run_processor(self, job: _Job, letter: str, pairs: list[Pair], gov: Any) -> None:
+        """One executor and one runner for all of a processor's pairs."""
+        from profiler.runner import LayerRunner
+
+        proc = self.board.processor(letter)
+        with self._executor(proc) as executor:
+            runner = LayerRunner(job.sliced, executor, hooks=self.hooks, seed=self.settings.seed,
+                                 model_name=self.model_path.name)  # hooks: per pair
+            for pair in pairs:
+                job.progress.pair_started(job.index, pair)
+                t0 = time.perf_counter_ns()
+                effective, warning = self._set_level(job, pair, gov)
+                timings, energy = self._measure(runner, proc, pair, job.progress)
+                info = self._info(pair, proc, executor, job)
+                run = LayerRun(info, job.layer_infos, timings,
+                               dict(energy.columns) if energy is not None else {},
+                               dict(energy.totals) if energy is not None else {})
+                rows = layer_table(run)
+                job.output.csv.append(rows)
+                self._record(job, PairResult(pair, effective, warning, totals(run), len(rows),
+                                             frame_time_ns(timings), time.perf_counter_ns() - t0),
+                             energy)
+
+    def _set_level(self, job: _Job, pair: Pair, gov: Any) -> tuple[int | None, str | None]:
+        """Set the pair's level (if it has one) and wait until it is in effect: the
+        read-back frequency and a warning when it differs."""
+        if pair.level is None:
+            return None, None
+        assert gov is not None
+        settle_s = self.settings.settle_s
+        res = gov.set_level(pair.level, settle_s)
+        _wait_in_effect(gov, res.requested_khz, settle_s)
+        if pair.processor not in job.told:  # the method is known once the first level is set
+            job.progress.note(f"{pair.processor}: frequencies set via {gov.describe()}")
+            job.told.add(pair.processor)
+        if res.warning:
+            job.progress.note(f"warning: {res.warning}")
+        return res.effective_khz, res.warning
 
     def _measure(self, runner: Any, proc: ProcessorSpec, pair: Pair,
                  prog: SweepProgress) -> tuple[LayerTimings, Any]:
@@ -546,19 +325,29 @@ class Sweep:
             raise energy.error
         return timings, energy
 
-    def _info(self, pair: Pair, proc: ProcessorSpec, executor: Any, sliced: Any, sha: str,
-              env: dict[str, str]) -> RunInfo:
+    def _info(self, pair: Pair, proc: ProcessorSpec, executor: Any, job: _Job) -> RunInfo:
         return RunInfo(
             board=self.board.name, simulated=self.board.simulated,
-            model_path=str(self.model_path.resolve()), model_sha256=sha,
+            model_path=str(self.model_path.resolve()), model_sha256=job.sha,
             processor=proc.letter, processor_name=proc.name,
             cores=tuple(getattr(executor, "cores", proc.cores)),
             threads=int(getattr(executor, "threads", self.settings.threads or len(proc.cores))),
             frames=self.settings.frames, warmup=self.settings.warmup,
-            granularity=sliced.granularity, cuts=tuple(sliced.cuts),
+            granularity=job.sliced.granularity, cuts=tuple(job.sliced.cuts),
             freq_level=pair.level, freq_khz=pair.freq_khz,
-            power_source=self.power.source.spec if self.power is not None else "none", **env,
+            power_source=self.power.source.spec if self.power is not None else "none", **job.env,
         )
+
+    def _record(self, job: _Job, pr: PairResult, energy: Any) -> None:
+        """The pair's rows are on disk: note it in the sidecar, the result and progress."""
+        entry = pr.to_dict()
+        if energy is not None:
+            entry["power"] = energy.info
+        job.output.meta["pairs"][sidecar_key(pr.pair.processor, pr.pair.level)] = entry
+        write_json_atomic(self.json_path, job.output.meta)
+        job.result.done.append(pr)
+        job.progress.pair_done(job.index, pr)
+        job.index += 1
 
 
 class _Chain(LayerHooks):
@@ -604,41 +393,6 @@ def _unfreeze_after() -> Iterator[None]:
         gc.unfreeze()
 
 
-# -- reading a sweep back ------------------------------------------------------------
-
-
-@dataclass
-class SweepData:
-    """A sweep directory loaded: layer rows and the sidecar."""
-
-    layers: pd.DataFrame
-    meta: dict[str, Any]
-
-    def pairs(self) -> list[tuple[str, int | None]]:
-        df = self.layers
-        order = {k: i for i, k in enumerate(PROCESSOR_LETTERS)}
-        return sorted(set(zip(df["processor"].astype(str), _levels(df["freq_level"]), strict=True)),
-                      key=lambda k: (order.get(k[0], 99), k[0], -1 if k[1] is None else k[1]))
-
-
-def read_sweep(path: str | Path) -> SweepData:
-    """Load DIR (or DIR/sweep.csv) written by `coupprof sweep`."""
-    p = Path(path)
-    csv_p = p / CSV_NAME if p.is_dir() else p
-    json_p = csv_p.with_suffix(".json")
-    if not csv_p.is_file():
-        raise BadInputError(f"sweep results not found: {csv_p}",
-                            "pass the directory written by `coupprof sweep -o DIR`")
-    meta = json.loads(json_p.read_text()) if json_p.is_file() else {}
-    df = read_sweep_csv(csv_p)
-    if not set(ID_COLUMNS) <= set(df.columns):
-        raise BadInputError(f"{csv_p} lacks the columns {', '.join(sorted(set(ID_COLUMNS) - set(df.columns)))}",
-                            "pass a CSV written by `coupprof sweep`")
-    return SweepData(df, meta)
-
-
 __all__ = [
-    "Pair", "PairResult", "Sweep", "SweepCSV", "SweepData", "SweepProgress", "SweepResult",
-    "SweepSettings", "frame_time_ns", "parse_freqs", "parse_processors", "plan_pairs",
-    "read_sweep", "read_sweep_csv",
+    "PairResult", "Sweep", "SweepProgress", "SweepResult", "SweepSettings", "frame_time_ns",
 ]

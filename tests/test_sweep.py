@@ -25,15 +25,9 @@ from profiler.errors import BadInputError, BoardError
 from profiler.executors.cpu import CpuExecutor
 from profiler.runner import LayerHooks
 from profiler.slicing.slicer import slice_model
-from profiler.sweep import (
-    Pair,
-    Sweep,
-    SweepSettings,
-    parse_freqs,
-    parse_processors,
-    plan_pairs,
-    read_sweep,
-)
+from profiler.sweep import Sweep, SweepSettings
+from profiler.sweep_plan import Pair, parse_freqs, parse_processors, plan_pairs
+from profiler.sweep_schema import read_sweep
 from profiler.tables import ID_COLUMNS
 from profiler.zoo import default_model_path
 

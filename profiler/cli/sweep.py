@@ -31,7 +31,8 @@ from profiler.cli.options import (
     stdout_console,
 )
 from profiler.cli.pin import add_board_args, say, sysfs_root
-from profiler.sweep import Pair, PairResult, SweepProgress, SweepResult
+from profiler.sweep import PairResult, SweepProgress, SweepResult
+from profiler.sweep_plan import Pair
 
 
 def register(subparsers: Any) -> None:
@@ -186,7 +187,8 @@ def summary_table(result: SweepResult) -> Table:
 
 def run(args: argparse.Namespace) -> int:
     from profiler.boards.profiles import select_board
-    from profiler.sweep import Sweep, SweepSettings, parse_freqs, parse_processors, plan_pairs
+    from profiler.sweep import Sweep, SweepSettings
+    from profiler.sweep_plan import parse_freqs, parse_processors, plan_pairs
 
     if args.model is None:
         from profiler.zoo import default_model_path

@@ -1,0 +1,191 @@
+"""A sweep's files: their names, format, crash-safe appends, and reading them back.
+
+- ``sweep.csv``: the layer rows of every finished pair, `profiler.tables` layer
+  columns (ID columns first: board, simulated, model, processor, freq_level,
+  freq_khz), one row per (processor, level, layer). Each pair is appended in one
+  write followed by flush + fsync, so a crash loses at most the pair being measured.
+- ``sweep.json``: the settings, the environment and per pair (keyed by
+  `sidecar_key`) the requested and read-back frequency, warnings and per-frame
+  totals; rewritten atomically after each pair. The CSV is the record of which pairs
+  are done (``--resume``, `profiler.sweep_plan`).
+
+Who writes them: `profiler.sweep`; who reads them back: `read_sweep` (reports,
+notebooks).
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from profiler.boards.model import PROCESSOR_LETTERS
+from profiler.errors import BadInputError
+from profiler.tables import ID_COLUMNS, NULLABLE_INT_COLUMNS
+
+SWEEP_FORMAT = "coupprof-sweep/1"
+CSV_NAME = "sweep.csv"
+JSON_NAME = "sweep.json"
+
+PairKey = tuple[str, int | None]  # (processor letter, 1-based level; None: current frequency)
+
+
+def read_sweep_csv(path: str | Path | io.BytesIO) -> pd.DataFrame:
+    """A sweep CSV as a DataFrame with the ID columns typed (nullable integer levels)."""
+    dtypes = {c: "Int64" for c in NULLABLE_INT_COLUMNS}
+    return pd.read_csv(path, dtype=dtypes)
+
+
+class SweepCSV:
+    """Appends each pair's rows in one write, then flush + fsync."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.columns: list[str] | None = None
+        self._loaded: tuple[pd.DataFrame, list[PairKey]] | None = None
+
+    def load(self) -> list[PairKey]:
+        """Read an existing sweep, dropping a torn last line: the pair of every row."""
+        raw = self.path.read_bytes()
+        if raw and not raw.endswith(b"\n"):  # a write cut short by a crash
+            raw = raw[: raw.rfind(b"\n") + 1]
+            self._replace(raw)
+        if not raw.strip():
+            return []
+        try:
+            df = read_sweep_csv(io.BytesIO(raw))
+        except (ValueError, pd.errors.ParserError) as err:
+            raise BadInputError(f"cannot read {self.path}: {err}",
+                                "pass another -o DIR, or delete the file to start over") from None
+        missing = [c for c in ("processor", "freq_level", "layer") if c not in df.columns]
+        if missing:
+            raise BadInputError(f"{self.path} is not a coupprof sweep CSV (no {', '.join(missing)})",
+                                "pass another -o DIR")
+        self.columns = list(df.columns)
+        keys = list(zip(df["processor"].astype(str), _levels(df["freq_level"]), strict=True))
+        self._loaded = (df, keys)
+        return keys
+
+    def keep(self, done: set[PairKey]) -> None:
+        """Rewrite the loaded file with only the rows of the pairs in `done`."""
+        if self._loaded is None:
+            return
+        df, keys = self._loaded
+        if all(k in done for k in keys):
+            return
+        buf = io.StringIO()
+        df[np.array([k in done for k in keys])].to_csv(buf, index=False)
+        self._replace(buf.getvalue().encode())
+
+    def append(self, df: pd.DataFrame) -> None:
+        if self.columns is None:
+            self.columns = list(df.columns)
+            header = True
+        else:
+            extra = [c for c in df.columns if c not in self.columns]
+            if extra:
+                raise BadInputError(
+                    f"{self.path} has no columns {', '.join(extra)} that this run produces "
+                    "(it was started with other settings or another power source)",
+                    "pass another -o DIR, or drop --resume after deleting the file")
+            df = df.reindex(columns=self.columns)
+            header = False
+        text = df.to_csv(index=False, header=header)
+        try:
+            with open(self.path, "a", encoding="utf-8", newline="") as f:
+                f.write(text)
+                f.flush()
+                os.fsync(f.fileno())
+        except OSError as err:
+            raise BadInputError(f"cannot write {self.path}: {err.strerror}",
+                                "choose a writable directory with -o") from None
+
+    def _replace(self, data: bytes) -> None:
+        tmp = self.path.with_suffix(".csv.tmp")
+        tmp.write_bytes(data)
+        os.replace(tmp, self.path)
+
+
+def _levels(col: pd.Series) -> list[int | None]:
+    return [None if pd.isna(v) else int(v) for v in col]
+
+
+# -- the sidecar -----------------------------------------------------------------------
+
+
+def make_output_dir(out_dir: Path) -> None:
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise BadInputError(f"cannot create {out_dir}: {err.strerror}",
+                            "choose a writable directory with -o") from None
+
+
+def new_sidecar(settings: dict[str, Any]) -> dict[str, Any]:
+    return {"format": SWEEP_FORMAT, "csv": CSV_NAME, "settings": settings, "pairs": {}}
+
+
+def sidecar_key(processor: str, level: int | None) -> str:
+    """A pair's key in the sidecar's ``pairs``, e.g. ``B@3`` or ``G@current``."""
+    return f"{processor}@{level or 'current'}"
+
+
+def read_sidecar(path: Path) -> dict[str, Any] | None:
+    """An existing sweep.json (None when there is none); refuses another format."""
+    if not path.exists():
+        return None
+    try:
+        meta = json.loads(path.read_text())
+    except (OSError, ValueError) as err:
+        raise BadInputError(f"cannot read {path}: {err}",
+                            "delete it (the CSV alone is enough to resume) or use another -o DIR"
+                            ) from None
+    if meta.get("format") != SWEEP_FORMAT:
+        raise BadInputError(f"{path} is not a coupprof sweep sidecar", "use another -o DIR")
+    return meta
+
+
+# -- reading a sweep back ----------------------------------------------------------------
+
+
+@dataclass
+class SweepData:
+    """A sweep directory loaded: layer rows and the sidecar."""
+
+    layers: pd.DataFrame
+    meta: dict[str, Any]
+
+    def pairs(self) -> list[PairKey]:
+        df = self.layers
+        order = {k: i for i, k in enumerate(PROCESSOR_LETTERS)}
+        return sorted(set(zip(df["processor"].astype(str), _levels(df["freq_level"]), strict=True)),
+                      key=lambda k: (order.get(k[0], 99), k[0], -1 if k[1] is None else k[1]))
+
+
+def read_sweep(path: str | Path) -> SweepData:
+    """Load DIR (or DIR/sweep.csv) written by `coupprof sweep`."""
+    p = Path(path)
+    csv_p = p / CSV_NAME if p.is_dir() else p
+    json_p = csv_p.with_suffix(".json")
+    if not csv_p.is_file():
+        raise BadInputError(f"sweep results not found: {csv_p}",
+                            "pass the directory written by `coupprof sweep -o DIR`")
+    meta = json.loads(json_p.read_text()) if json_p.is_file() else {}
+    df = read_sweep_csv(csv_p)
+    if not set(ID_COLUMNS) <= set(df.columns):
+        raise BadInputError(f"{csv_p} lacks the columns {', '.join(sorted(set(ID_COLUMNS) - set(df.columns)))}",
+                            "pass a CSV written by `coupprof sweep`")
+    return SweepData(df, meta)
+
+
+__all__ = [
+    "CSV_NAME", "JSON_NAME", "SWEEP_FORMAT", "PairKey", "SweepCSV", "SweepData",
+    "make_output_dir", "new_sidecar", "read_sidecar", "read_sweep", "read_sweep_csv",
+    "sidecar_key",
+]
