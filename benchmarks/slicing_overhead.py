@@ -31,7 +31,7 @@ from profiler.runner import LayerRunner
 from profiler.slicing.slicer import slice_model
 from profiler.tflite.model_io import serialize_model
 from profiler.zoo.emit import draw_constants, to_model
-from profiler.zoo.graph import Graph
+from profiler.zoo.graph import GraphBuilder
 
 TARGETS = {"default": 1.10, "resnet50": 1.05}
 INSTRUMENTATION_TARGET_US = 5.0
@@ -82,7 +82,7 @@ def ratio(data: bytes, executor: CpuExecutor, frames: int, warmup: int) -> dict[
 
 def add_chain(n: int, shape: tuple[int, ...] = (1, 8)) -> bytes:
     """x -> x+x -> ... : n ADD operators on a tiny tensor (invoke cost ~ nothing)."""
-    g = Graph("add_chain")
+    g = GraphBuilder("add_chain")
     cur = g.input("x", shape)
     for i in range(n):
         cur = g.add(cur, cur, act="NONE", name=f"add{i}")

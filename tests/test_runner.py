@@ -16,7 +16,7 @@ from profiler.executors.cpu import CpuExecutor
 from profiler.runner import LayerHooks, LayerRunner
 from profiler.slicing.specs import Layer, TensorSpec
 from profiler.zoo.emit import draw_constants, to_bytes, to_model
-from profiler.zoo.graph import Graph
+from profiler.zoo.graph import GraphBuilder
 
 SHAPE = (1, 4, 4, 3)
 
@@ -27,7 +27,7 @@ def spec(index: int, name: str) -> TensorSpec:
 
 def add_layer(index: int, a: TensorSpec, b: TensorSpec, out: TensorSpec) -> Layer:
     """A one-ADD sub-model out = a + b whose inputs are [a, b] (or [a] when a is b)."""
-    g = Graph(f"layer{index}")
+    g = GraphBuilder(f"layer{index}")
     ins = [a] if a.index == b.index else [a, b]
     ts = [g.input(s.name, s.shape, signature_name=s.name) for s in ins]
     y = g.add(ts[0], ts[-1], act="NONE", name=out.name)

@@ -8,15 +8,15 @@ from __future__ import annotations
 
 import math
 
-from profiler.slicing.graph import Graph
+from profiler.slicing.graph import ModelView
 
 
-def _shape(g: Graph, t: int) -> list[int]:
+def _shape(g: ModelView, t: int) -> list[int]:
     s = g.tensor(t).shape
     return [] if s is None else [int(d) for d in s]
 
 
-def op_macs(g: Graph, i: int) -> int:
+def op_macs(g: ModelView, i: int) -> int:
     name = g.op_names[i]
     ins, outs = g.op_inputs(i), g.op_outputs(i)
     if not outs:
@@ -51,7 +51,7 @@ def op_macs(g: Graph, i: int) -> int:
     return 0
 
 
-def constant_bytes(g: Graph, tensors: set[int] | list[int]) -> int:
+def constant_bytes(g: ModelView, tensors: set[int] | list[int]) -> int:
     """Bytes of the distinct constant buffers behind `tensors`."""
     seen: set[int] = set()
     total = 0

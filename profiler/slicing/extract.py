@@ -16,10 +16,11 @@ from collections.abc import Sequence
 
 from ai_edge_litert import schema_py_generated as schema
 
-from profiler.slicing.graph import Graph
+from profiler.slicing.graph import ModelView
 
 
-def boundaries(g: Graph, groups: Sequence[Sequence[int]]) -> list[tuple[list[int], list[int]]]:
+def boundaries(g: ModelView,
+               groups: Sequence[Sequence[int]]) -> list[tuple[list[int], list[int]]]:
     """(inputs, outputs) tensor indices of every group.
 
     inputs: runtime tensors its ops read but that are produced outside it (or are
@@ -56,7 +57,7 @@ def boundaries(g: Graph, groups: Sequence[Sequence[int]]) -> list[tuple[list[int
     return result
 
 
-def build_submodel(g: Graph, ops: Sequence[int], inputs: Sequence[int],
+def build_submodel(g: ModelView, ops: Sequence[int], inputs: Sequence[int],
                    outputs: Sequence[int], description: str = "") -> schema.ModelT:
     model, src = g.model, g.subgraph
     tensors: list[schema.TensorT] = []

@@ -1,4 +1,6 @@
-"""Read-only views of a model's primary subgraph: op names, producers, consumers, constants."""
+"""`ModelView`: the slicer's read-only view of a loaded model's primary subgraph (op
+names, producers, consumers, constants). The zoo builds models with another type,
+`profiler.zoo.graph.GraphBuilder`."""
 
 from __future__ import annotations
 
@@ -11,8 +13,8 @@ from profiler.tflite.model_io import op_name
 
 
 @dataclass
-class Graph:
-    """Subgraph 0 of a `ModelT` with the indices the slicer needs."""
+class ModelView:
+    """Subgraph 0 of a loaded `ModelT` with the indices the slicer needs."""
 
     model: schema.ModelT
     subgraph: schema.SubGraphT
@@ -23,7 +25,7 @@ class Graph:
     outputs: list[int]  # subgraph outputs
 
     @classmethod
-    def of(cls, model: schema.ModelT) -> Graph:
+    def of(cls, model: schema.ModelT) -> ModelView:
         sg = model.subgraphs[0]
         ops = sg.operators or []
         names = [op_name(model, op) for op in ops]

@@ -32,7 +32,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from profiler.errors import BadInputError
-from profiler.slicing.graph import Graph
+from profiler.slicing.graph import ModelView
 
 COMPUTE_OPS: frozenset[str] = frozenset({
     "CONV_2D", "DEPTHWISE_CONV_2D", "FULLY_CONNECTED", "TRANSPOSE_CONV", "BATCH_MATMUL",
@@ -50,7 +50,7 @@ def is_compute(name: str) -> bool:
     return name in COMPUTE_OPS
 
 
-def default_groups(g: Graph) -> list[list[int]]:
+def default_groups(g: ModelView) -> list[list[int]]:
     layer_of: list[int] = []  # layer index of each op
     current = -1  # layer being built
     kind = ""  # compute op that opened the current layer ("" while it has none yet)
@@ -75,7 +75,7 @@ def default_groups(g: Graph) -> list[list[int]]:
     return [grp for grp in groups if grp]
 
 
-def _joins_depthwise(g: Graph, i: int, name: str, kind: str, pw_joined: bool,
+def _joins_depthwise(g: ModelView, i: int, name: str, kind: str, pw_joined: bool,
                      layer_of: list[int], current: int) -> bool:
     """A 1x1 CONV_2D right after a depthwise conv, reading its layer's output."""
     if name != "CONV_2D" or kind != "DEPTHWISE_CONV_2D" or pw_joined:
@@ -90,7 +90,7 @@ def _joins_depthwise(g: Graph, i: int, name: str, kind: str, pw_joined: bool,
     return src is not None and layer_of[src] == current
 
 
-def _pads_next_compute(g: Graph, i: int) -> bool:
+def _pads_next_compute(g: ModelView, i: int) -> bool:
     outs = g.op_outputs(i)
     if len(outs) != 1 or outs[0] in g.outputs:
         return False
@@ -99,7 +99,7 @@ def _pads_next_compute(g: Graph, i: int) -> bool:
         is_compute(g.op_names[r]) for r in readers)
 
 
-def constant_ops(g: Graph) -> list[int]:
+def constant_ops(g: ModelView) -> list[int]:
     """Ops whose inputs are all constants or outputs of such ops (e.g. DEQUANTIZE of
     fp16 weights) and whose outputs are read by other ops only."""
     derived: set[int] = set()
@@ -113,7 +113,7 @@ def constant_ops(g: Graph) -> list[int]:
     return found
 
 
-def attach_constant_ops(g: Graph, groups: list[list[int]]) -> list[list[int]]:
+def attach_constant_ops(g: ModelView, groups: list[list[int]]) -> list[list[int]]:
     """Give every layer its own copy of the constant ops it reads.
 
     Weights derived from constants then never cross a layer boundary (XNNPACK
@@ -154,7 +154,7 @@ def groups_from_cuts(num_ops: int, cuts: Sequence[int]) -> list[list[int]]:
     return [list(range(a, b)) for a, b in zip(bounds, bounds[1:], strict=False) if b > a]
 
 
-def group_ops(g: Graph, granularity: str = "layer",
+def group_ops(g: ModelView, granularity: str = "layer",
               cuts: Sequence[int] | None = None) -> list[list[int]]:
     """Op indices of each layer, in execution order."""
     if g.num_ops == 0:

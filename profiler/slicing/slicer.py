@@ -9,7 +9,7 @@ from profiler.errors import BadInputError
 from profiler.slicing import cache
 from profiler.slicing.costs import constant_bytes, op_macs
 from profiler.slicing.extract import boundaries, build_submodel
-from profiler.slicing.graph import Graph
+from profiler.slicing.graph import ModelView
 from profiler.slicing.grouping import GRANULARITIES, group_ops
 from profiler.slicing.specs import Layer, SlicedModel, TensorSpec
 from profiler.tflite.model_io import (
@@ -98,7 +98,7 @@ def slice_model(
 
 def _slice(data: bytes, name: str, sha: str, mode: str, granularity: str,
            cuts: list[int] | None, progress: Progress | None) -> SlicedModel:
-    g = Graph.of(parse_model(data, name))
+    g = ModelView.of(parse_model(data, name))
     groups = group_ops(g, granularity, cuts)
     bounds = boundaries(g, groups)
 

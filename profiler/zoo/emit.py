@@ -1,4 +1,4 @@
-"""Turn a `Graph` plus its constant data into a LiteRT `ModelT` (and .tflite bytes).
+"""Turn a `GraphBuilder` plus its constant data into a LiteRT `ModelT` (and .tflite bytes).
 
 Weights are drawn here, in tensor order, from one seeded numpy RNG, so a given
 (architecture, parameters, seed) always yields the same bytes. The same emitter
@@ -16,7 +16,7 @@ import numpy as np
 from ai_edge_litert import schema_py_generated as schema
 
 from profiler.tflite.model_io import serialize_model
-from profiler.zoo.graph import Graph
+from profiler.zoo.graph import GraphBuilder
 
 # Operator versions as the TFLite converter writes them (FP32, int8).
 OP_VERSIONS: dict[str, tuple[int, int]] = {
@@ -54,7 +54,7 @@ class QuantParams:
         return q
 
 
-def draw_constants(graph: Graph, seed: int) -> dict[int, np.ndarray]:
+def draw_constants(graph: GraphBuilder, seed: int) -> dict[int, np.ndarray]:
     """Draw every constant tensor of `graph` from one RNG, in tensor order."""
     rng = np.random.default_rng(seed)
     data: dict[int, np.ndarray] = {}
@@ -66,7 +66,7 @@ def draw_constants(graph: Graph, seed: int) -> dict[int, np.ndarray]:
             arr *= np.float32(t.init.std)
         elif t.init.kind == "values":
             arr = np.asarray(t.init.values, dtype=np.dtype(t.dtype)).reshape(t.shape)
-        else:  # pragma: no cover - Graph only creates the two kinds
+        else:  # pragma: no cover - GraphBuilder only creates the two kinds
             raise ValueError(f"unknown init {t.init.kind!r} for {t.name}")
         data[t.index] = arr
     return data
@@ -127,7 +127,7 @@ def _options(kind: str, o: dict[str, Any]) -> tuple[int, Any]:
 
 
 def to_model(
-    graph: Graph,
+    graph: GraphBuilder,
     constants: dict[int, np.ndarray],
     *,
     activation_dtype: type = np.float32,

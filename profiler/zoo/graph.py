@@ -1,6 +1,6 @@
-"""A tiny NHWC graph description that zoo architectures are written in.
+"""`GraphBuilder`: a tiny NHWC graph description that zoo architectures are written in.
 
-Architectures call layer methods (`conv`, `dwconv`, `maxpool`, ...) on a `Graph`;
+Architectures call layer methods (`conv`, `dwconv`, `maxpool`, ...) on a `GraphBuilder`;
 each call records an `Op` and the tensors it creates, with their shapes worked out
 the way LiteRT does (SAME / VALID padding). Constant tensors record only *how* to
 initialise them (`Init`), so a graph can be described, counted (ops, MACs,
@@ -70,8 +70,9 @@ def conv_out(size: int, kernel: int, stride: int, padding: str) -> int:
     raise ValueError(f"unknown padding {padding!r}")
 
 
-class Graph:
-    """A single-subgraph NHWC model under construction (batch 1)."""
+class GraphBuilder:
+    """A single-subgraph NHWC model under construction (batch 1); `emit.to_model`
+    turns it into a LiteRT `ModelT`."""
 
     def __init__(self, name: str) -> None:
         self.name = name

@@ -1,4 +1,4 @@
-"""Full-integer int8 post-training quantization of a zoo `Graph`.
+"""Full-integer int8 post-training quantization of a zoo `GraphBuilder`.
 
 The scheme is the one LiteRT's int8 kernels expect (and the TFLite converter writes):
 activations int8 asymmetric per tensor; conv / depthwise / fully-connected weights
@@ -17,7 +17,7 @@ import numpy as np
 
 from profiler.runtime import make_interpreter
 from profiler.zoo.emit import QuantParams, to_bytes, to_model
-from profiler.zoo.graph import Graph
+from profiler.zoo.graph import GraphBuilder
 
 # Calibration inputs are drawn from a stream separate from the weights' stream.
 CALIBRATION_SEED_OFFSET = 10_007
@@ -28,7 +28,7 @@ WEIGHT_OPS = {"CONV_2D": 0, "DEPTHWISE_CONV_2D": 3, "FULLY_CONNECTED": 0}  # cha
 QUANTIZABLE = set(SAME_SCALE_OPS) | set(WEIGHT_OPS) | {"ADD", "SOFTMAX"}
 
 
-def calibration_inputs(graph: Graph, samples: int, seed: int) -> list[list[np.ndarray]]:
+def calibration_inputs(graph: GraphBuilder, samples: int, seed: int) -> list[list[np.ndarray]]:
     rng = np.random.default_rng(seed + CALIBRATION_SEED_OFFSET)
     return [
         [rng.uniform(*INPUT_RANGE, size=graph.shape(i)).astype(np.float32) for i in graph.inputs]
@@ -36,7 +36,7 @@ def calibration_inputs(graph: Graph, samples: int, seed: int) -> list[list[np.nd
     ]
 
 
-def calibrate(graph: Graph, constants: dict[int, np.ndarray],
+def calibrate(graph: GraphBuilder, constants: dict[int, np.ndarray],
               inputs: list[list[np.ndarray]]) -> dict[int, tuple[float, float]]:
     """Observed (min, max) of every activation tensor over `inputs`, run in LiteRT."""
     produced = [o for op in graph.ops for o in op.outputs]
@@ -93,7 +93,7 @@ class _Groups:
         self.parent[self.find(a)] = self.find(b)
 
 
-def quantize(graph: Graph, constants: dict[int, np.ndarray],
+def quantize(graph: GraphBuilder, constants: dict[int, np.ndarray],
              ranges: dict[int, tuple[float, float]]
              ) -> tuple[dict[int, np.ndarray], dict[int, QuantParams]]:
     """int8/int32 constants and quantization parameters for every tensor of `graph`."""
@@ -144,8 +144,8 @@ def _per_channel(w: np.ndarray, axis: int) -> tuple[np.ndarray, np.ndarray]:
     return q, scale.astype(np.float32)
 
 
-def quantize_model(graph: Graph, constants: dict[int, np.ndarray], *, samples: int, seed: int,
-                   metadata: dict[str, Any] | None = None) -> bytes:
+def quantize_model(graph: GraphBuilder, constants: dict[int, np.ndarray], *, samples: int,
+                   seed: int, metadata: dict[str, Any] | None = None) -> bytes:
     """Calibrate `graph` in LiteRT and return the full-integer int8 .tflite bytes."""
     ranges = calibrate(graph, constants, calibration_inputs(graph, samples, seed))
     qconst, quant = quantize(graph, constants, ranges)

@@ -23,7 +23,7 @@ from profiler.zoo.arch.mobilenet import mobilenet_v1
 from profiler.zoo.arch.resnet import resnet50
 from profiler.zoo.arch.squeezenet import squeezenet
 from profiler.zoo.emit import draw_constants, to_bytes, to_model
-from profiler.zoo.graph import Graph
+from profiler.zoo.graph import GraphBuilder
 
 #: Bumped whenever a builder change alters the bytes of any model; part of cache names.
 ZOO_VERSION = 1
@@ -50,7 +50,7 @@ class ZooEntry:
     description: str
     params: dict[str, str]
     default_params: dict[str, Any]
-    graph_fn: Callable[..., Graph] = field(repr=False, compare=False)
+    graph_fn: Callable[..., GraphBuilder] = field(repr=False, compare=False)
     quantized: bool = False
     specs: dict[str, Param] = field(default_factory=dict, repr=False, compare=False)
 
@@ -58,7 +58,7 @@ class ZooEntry:
 SEED = Param(0, "seed of the weight RNG", 0)
 
 
-def _entry(name: str, description: str, graph_fn: Callable[..., Graph],
+def _entry(name: str, description: str, graph_fn: Callable[..., GraphBuilder],
            specs: dict[str, Param], *, quantized: bool = False) -> ZooEntry:
     specs = {**specs, "seed": SEED}
     if quantized:
@@ -173,12 +173,12 @@ def _as_int(raw: Any) -> int:
     return int(str(raw), 10)
 
 
-def graph(name: str, **params: Any) -> Graph:
+def graph(name: str, **params: Any) -> GraphBuilder:
     """The model's graph (shapes, op list, MACs) without drawing any weights."""
     return _make_graph(get_entry(name), resolve_params(name, params))
 
 
-def _make_graph(entry: ZooEntry, full: dict[str, Any]) -> Graph:
+def _make_graph(entry: ZooEntry, full: dict[str, Any]) -> GraphBuilder:
     arch = {k: v for k, v in full.items() if k not in ("seed", "calib_samples")}
     try:
         return entry.graph_fn(**arch)

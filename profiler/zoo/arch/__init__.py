@@ -1,1 +1,1 @@
-"""Zoo architectures, one module each; every module has a function returning a `Graph`."""
+"""Zoo architectures, one module each; every module has a function returning a `GraphBuilder`."""

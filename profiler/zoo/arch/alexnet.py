@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import math
 
-from profiler.zoo.graph import Graph
+from profiler.zoo.graph import GraphBuilder
 
 
-def alexnet(size: int = 227, classes: int = 1000, fc_width: int = 1024, lrn: int = 1) -> Graph:
-    g = Graph(f"alexnet size={size} fc_width={fc_width}")
+def alexnet(size: int = 227, classes: int = 1000, fc_width: int = 1024,
+            lrn: int = 1) -> GraphBuilder:
+    g = GraphBuilder(f"alexnet size={size} fc_width={fc_width}")
     x = g.input("input", (1, size, size, 3))
     x = g.conv(x, 96, 11, stride=4, padding="VALID", name="conv1")
     if lrn:

@@ -8,7 +8,7 @@ auxiliary training classifiers and dropout are not part of inference and are lef
 
 from __future__ import annotations
 
-from profiler.zoo.graph import Graph
+from profiler.zoo.graph import GraphBuilder
 
 # name: (#1x1, #3x3 reduce, #3x3, #5x5 reduce, #5x5, pool proj); None marks a stride-2 max pool.
 BLOCKS: tuple[tuple[str, tuple[int, int, int, int, int, int]] | None, ...] = (
@@ -26,7 +26,7 @@ BLOCKS: tuple[tuple[str, tuple[int, int, int, int, int, int]] | None, ...] = (
 )
 
 
-def inception(g: Graph, x: int, name: str, spec: tuple[int, int, int, int, int, int]) -> int:
+def inception(g: GraphBuilder, x: int, name: str, spec: tuple[int, int, int, int, int, int]) -> int:
     n1, r3, n3, r5, n5, pp = spec
     scope = f"inception_{name}"
     b1 = g.conv(x, n1, 1, name=f"{scope}/1x1")
@@ -36,8 +36,8 @@ def inception(g: Graph, x: int, name: str, spec: tuple[int, int, int, int, int, 
     return g.concat([b1, b2, b3, b4], name=f"{scope}/output")
 
 
-def googlenet(size: int = 224, classes: int = 1000, lrn: int = 1) -> Graph:
-    g = Graph(f"googlenet size={size}")
+def googlenet(size: int = 224, classes: int = 1000, lrn: int = 1) -> GraphBuilder:
+    g = GraphBuilder(f"googlenet size={size}")
     x = g.input("input", (1, size, size, 3))
     x = g.conv(x, 64, 7, stride=2, name="conv1/7x7_s2")
     x = g.maxpool(x, 3, 2, name="pool1/3x3_s2")

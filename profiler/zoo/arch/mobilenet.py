@@ -6,7 +6,7 @@ a 1x1 CONV_2D classifier, RESHAPE and SOFTMAX: 31 operators.
 
 from __future__ import annotations
 
-from profiler.zoo.graph import Graph
+from profiler.zoo.graph import GraphBuilder
 
 # (stride of the depthwise conv, pointwise output channels at alpha = 1), Table 1 of the paper.
 BLOCKS: tuple[tuple[int, int], ...] = (
@@ -27,8 +27,8 @@ def depth(channels: int, alpha: float) -> int:
     return max(int(channels * alpha), MIN_DEPTH)
 
 
-def mobilenet_v1(alpha: float = 1.0, size: int = 224, classes: int = 1000) -> Graph:
-    g = Graph(f"mobilenet_v1 alpha={alpha} size={size}")
+def mobilenet_v1(alpha: float = 1.0, size: int = 224, classes: int = 1000) -> GraphBuilder:
+    g = GraphBuilder(f"mobilenet_v1 alpha={alpha} size={size}")
     x = g.input("input", (1, size, size, 3))
     x = g.conv(x, depth(32, alpha), 3, stride=2, act="RELU6", name="MobilenetV1/Conv2d_0")
     for i, (stride, channels) in enumerate(BLOCKS, start=1):

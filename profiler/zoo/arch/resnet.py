@@ -9,7 +9,7 @@ Keras' explicit zero padding of conv1/pool1 (same output sizes).
 
 from __future__ import annotations
 
-from profiler.zoo.graph import Graph
+from profiler.zoo.graph import GraphBuilder
 
 # (bottleneck width, blocks, stride of the first block) for stages conv2..conv5.
 STAGES: tuple[tuple[int, int, int], ...] = ((64, 3, 1), (128, 4, 2), (256, 6, 2), (512, 3, 2))
@@ -19,8 +19,8 @@ EXPANSION = 4
 RESIDUAL_GAIN = 0.5
 
 
-def resnet50(size: int = 224, classes: int = 1000) -> Graph:
-    g = Graph(f"resnet50 size={size}")
+def resnet50(size: int = 224, classes: int = 1000) -> GraphBuilder:
+    g = GraphBuilder(f"resnet50 size={size}")
     x = g.input("input", (1, size, size, 3))
     x = g.conv(x, 64, 7, stride=2, act="RELU", name="conv1_conv")
     x = g.maxpool(x, 3, 2, padding="SAME", name="pool1_pool")

@@ -7,7 +7,7 @@ expand (SAME), which gives the reference 111 / 55 / 27 / 13 maps at 224x224.
 
 from __future__ import annotations
 
-from profiler.zoo.graph import Graph
+from profiler.zoo.graph import GraphBuilder
 
 # (fire number, squeeze 1x1, expand 1x1, expand 3x3); None marks a 3x3/2 max pool.
 LAYERS: tuple[tuple[int, int, int, int] | None, ...] = (
@@ -17,7 +17,7 @@ LAYERS: tuple[tuple[int, int, int, int] | None, ...] = (
 )
 
 
-def fire(g: Graph, x: int, n: int, squeeze: int, e1: int, e3: int) -> int:
+def fire(g: GraphBuilder, x: int, n: int, squeeze: int, e1: int, e3: int) -> int:
     scope = f"fire{n}"
     s = g.conv(x, squeeze, 1, padding="VALID", name=f"{scope}/squeeze1x1")
     a = g.conv(s, e1, 1, padding="VALID", name=f"{scope}/expand1x1")
@@ -25,8 +25,8 @@ def fire(g: Graph, x: int, n: int, squeeze: int, e1: int, e3: int) -> int:
     return g.concat([a, b], name=f"{scope}/concat")
 
 
-def squeezenet(size: int = 224, classes: int = 1000) -> Graph:
-    g = Graph(f"squeezenet1.1 size={size}")
+def squeezenet(size: int = 224, classes: int = 1000) -> GraphBuilder:
+    g = GraphBuilder(f"squeezenet1.1 size={size}")
     x = g.input("input", (1, size, size, 3))
     x = g.conv(x, 64, 3, stride=2, padding="VALID", name="conv1")
     x = g.maxpool(x, 3, 2, padding="VALID", name="pool1")
