@@ -34,7 +34,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "tests"))  # the fake host tree builder
 
-from governors import RestoreGuard, dvfs_processor, make_governor  # noqa: E402
+from governors import RestoreGuard, make_governor  # noqa: E402
 from profiler.boards.profiles import load_board  # noqa: E402
 from profiler.executors.factory import make_executor  # noqa: E402
 from profiler.results import LayerInfo, LayerRun, RunInfo  # noqa: E402
@@ -54,7 +54,7 @@ def naive(board: Any, model: Path, pairs: list, out: Path, frames: int, warmup: 
     for i, pair in enumerate(pairs):
         sliced = slice_model(model)
         proc = board.processor(pair.processor)
-        gov = make_governor(board, dvfs_processor(board, pair.processor), sysfs_root)
+        gov = make_governor(board, board.dvfs_domain(pair.processor), sysfs_root)
         with RestoreGuard([gov]):
             if pair.level is not None:
                 gov.set_level(pair.level)

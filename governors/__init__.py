@@ -6,12 +6,12 @@ saves and restores them, `Governor.set_khz` (per run, with read-back) and
 """
 
 from governors.base import Check, Governor, SavedState, SetResult
-from governors.factory import GOVERNOR_KINDS, dvfs_processor, make_governor
+from governors.factory import GOVERNOR_KINDS, make_governor, writable_governor
 from governors.restore import RestoreGuard, Terminated
 from governors.sysfs_io import SYSFS_ROOT_ENV, SysfsIO, sysfs_root_from_env
 
 __all__ = [
-    "Check", "Governor", "SavedState", "SetResult", "GOVERNOR_KINDS", "dvfs_processor",
+    "Check", "Governor", "SavedState", "SetResult", "GOVERNOR_KINDS", "writable_governor",
     "make_governor", "RestoreGuard", "Terminated", "SYSFS_ROOT_ENV", "SysfsIO",
     "sysfs_root_from_env",
 ]

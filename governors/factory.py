@@ -12,7 +12,7 @@ from governors.sim import SimGovernor, SimTree
 from governors.sysfs_io import SysfsIO, sysfs_root_from_env
 from governors.vendor import KgslGovernor, MpgpuGovernor
 from profiler.boards.model import Board, ProcessorSpec
-from profiler.errors import BoardError
+from profiler.errors import BoardError, PermissionDeniedError
 
 KINDS: dict[str, type[Governor]] = {
     "cpufreq": CpufreqGovernor,
@@ -21,18 +21,6 @@ KINDS: dict[str, type[Governor]] = {
     "mpgpu": MpgpuGovernor,
 }
 GOVERNOR_KINDS = (*KINDS, "sim", "none")
-
-
-def dvfs_processor(board: Board, letter: str) -> ProcessorSpec:
-    """The processor whose frequency `--freq` sets for `letter`.
-
-    A processor without DVFS of its own (the NPU) uses its host CPU cluster's table
-    and governor, as ARM-CO-UP does (its Fig. 16d).
-    """
-    proc = board.processor(letter)
-    if not proc.freqs_khz and proc.host:
-        return board.processor(proc.host)
-    return proc
 
 
 def make_governor(board: Board, proc: ProcessorSpec, sysfs_root: Path | None = None, *,
@@ -52,3 +40,27 @@ def make_governor(board: Board, proc: ProcessorSpec, sysfs_root: Path | None = N
                          f"use one of: {', '.join(GOVERNOR_KINDS)}")
     root = sysfs_root if sysfs_root is not None else sysfs_root_from_env()
     return cls(proc, SysfsIO(root), spec.path)
+
+
+def writable_governor(board: Board, letter: str, sysfs_root: Path | None = None, *,
+                      none_fix: str = "drop --freq") -> Governor:
+    """The governor of ``letter``'s DVFS domain, checked writable before anything runs:
+    BoardError when it cannot set frequencies (``none_fix`` says what to do instead),
+    PermissionDeniedError naming the first file it may not write."""
+    domain = board.dvfs_domain(letter)
+    if not domain.has_dvfs:
+        raise BoardError(f"cannot set frequencies: processor {domain.letter} on board "
+                         f"'{board.name}' has no DVFS levels", none_fix)
+    gov = make_governor(board, domain, sysfs_root)
+    if gov.kind == "none":
+        raise BoardError(f"cannot set frequencies: processor {domain.letter} on board "
+                         f"'{board.name}' has governor 'none'", none_fix)
+    bad = [c for c in gov.checks() if not c.ok]
+    if bad:
+        raise PermissionDeniedError(
+            f"cannot set frequencies of processor {domain.letter} on board '{board.name}': "
+            f"{bad[0].what} is not writable"
+            + (f" (and {len(bad) - 1} more)" if len(bad) > 1 else ""),
+            bad[0].fix or "run as root, or grant write access (`coupprof doctor` prints a "
+            "udev rule)")
+    return gov

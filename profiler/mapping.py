@@ -32,7 +32,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from profiler.boards.model import PROCESSOR_LETTERS, Board, ProcessorSpec, resolve_level
+from profiler.boards.model import PROCESSOR_LETTERS, Board, resolve_level
 from profiler.errors import BadInputError, BoardError
 
 ORDER_FIX = "write one processor letter per layer, e.g. --order GGBBBBNN (or G2B4N2)"
@@ -184,16 +184,8 @@ class FreqPlan:
         return "per layer: " + ",".join("-" if lv is None else str(lv) for lv in self.level)
 
 
-def dvfs_domain(board: Board, letter: str) -> ProcessorSpec:
-    """The processor whose table and governor a level for `letter` uses."""
-    proc = board.processor(letter)
-    if not proc.has_dvfs and proc.host:
-        return board.processor(proc.host)
-    return proc
-
-
 def _level(board: Board, letter: str, token: str, what: str) -> tuple[int, int]:
-    dom = dvfs_domain(board, letter)
+    dom = board.dvfs_domain(letter)
     if not dom.has_dvfs:
         raise BoardError(f"--freq {what}: processor {letter} on board '{board.name}' has no "
                          "DVFS levels", "leave that processor out of --freq")
@@ -205,7 +197,7 @@ def _level(board: Board, letter: str, token: str, what: str) -> tuple[int, int]:
 def parse_freq(spec: str | None, mapping: Mapping, board: Board) -> FreqPlan:
     """Turn a --freq SPEC into a per-layer plan (see the module docstring)."""
     n = mapping.n_layers
-    domains = tuple(dvfs_domain(board, p).letter for p in mapping.order)
+    domains = tuple(board.dvfs_domain(p).letter for p in mapping.order)
     none: tuple[None, ...] = (None,) * n
     text = (spec or "").strip()
     if not text:
@@ -234,7 +226,7 @@ def parse_freq(spec: str | None, mapping: Mapping, board: Board) -> FreqPlan:
     # One level for every processor of the mapping.
     setup: dict[str, tuple[int, int]] = {}
     for letter in mapping.processors:
-        dom = dvfs_domain(board, letter).letter
+        dom = board.dvfs_domain(letter).letter
         setup[dom] = _level(board, letter, text, text)
     return FreqPlan(text, "per-processor", domains,
                     tuple(setup[d][0] for d in domains), tuple(setup[d][1] for d in domains),
@@ -251,7 +243,7 @@ def _per_processor(text: str, mapping: Mapping, board: Board,
             raise BadInputError(f"--freq {text!r}: {part!r} is not LETTER=LEVEL", FREQ_FIX)
         letter, tok = m.group(1).upper(), m.group(2)
         board.processor(letter)  # unknown letters: BoardError listing the board's
-        dom = dvfs_domain(board, letter).letter
+        dom = board.dvfs_domain(letter).letter
         level = _level(board, letter, tok, part)
         if dom in setup and setup[dom] != level:
             raise BadInputError(

@@ -159,13 +159,13 @@ class SimPowerModel:
         return fn()
 
     def _freq_reader(self, letter: str) -> Callable[[], int | None]:
-        from governors.factory import dvfs_processor, make_governor
+        from governors.factory import make_governor
         from governors.sim import SimGovernor
 
         proc = self.board.processor(letter)
         if not proc.has_dvfs:
             return lambda: None  # the NPU: its nominal operating point
-        gov = make_governor(self.board, dvfs_processor(self.board, letter))
+        gov = make_governor(self.board, self.board.dvfs_domain(letter))
         if not isinstance(gov, SimGovernor):
             return lambda: None
         table = set(proc.freqs_khz)

@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 from energy_truth import layer_truth_mj
 
-from governors import RestoreGuard, dvfs_processor, make_governor
+from governors import RestoreGuard, make_governor
 from profiler.boards.model import resolve_level
 from profiler.boards.profiles import select_board
 from profiler.errors import LoggerTimeoutError, PortLostError
@@ -118,7 +118,7 @@ class Run:
 def layers_setup():
     board = select_board("sim", None, announce=lambda _msg: None)
     sliced = slice_model(default_model_path(), "layer", CUTS)
-    gov = make_governor(board, dvfs_processor(board, "L"))
+    gov = make_governor(board, board.dvfs_domain("L"))
     level, khz = resolve_level(board.processor("L"), "1", board.name) or (1, 0)
     with RestoreGuard([gov]):
         gov.set_khz(khz, level=level)

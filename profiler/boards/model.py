@@ -70,6 +70,15 @@ class Board:
             )
         return self.processors[key]
 
+    def dvfs_domain(self, letter: str) -> ProcessorSpec:
+        """The processor whose frequency table and governor a DVFS level of ``letter``
+        uses: its own, or for one without DVFS (the NPU) its host CPU cluster's, as
+        ARM-CO-UP does (its Fig. 16d)."""
+        proc = self.processor(letter)
+        if not proc.has_dvfs and proc.host:
+            return self.processor(proc.host)
+        return proc
+
 
 def resolve_level(proc: ProcessorSpec, spec: str | int | None, board: str = "") -> tuple[int, int] | None:
     """Turn a --freq value ("4", "min", "max") into (1-based level, freq_khz).

@@ -19,7 +19,7 @@ from rich import box
 from rich.progress import Progress
 from rich.table import Table
 
-from governors import RestoreGuard, dvfs_processor, make_governor
+from governors import RestoreGuard, make_governor
 from governors.latency import (
     BusyLoop,
     LatencyPlan,
@@ -33,8 +33,8 @@ from governors.latency import (
 from governors.sim import SimGovernor, SimTree
 from profiler.boards.profiles import select_board
 from profiler.cli import command_help
-from profiler.cli.options import stdout_console
-from profiler.cli.pin import add_board_args, say, sysfs_root
+from profiler.cli.options import add_board_args, stdout_console
+from profiler.cli.plumbing import say, sysfs_root
 from profiler.errors import BadInputError
 
 SIDECAR_FORMAT = "coupprof-dvfs-latency/1"
@@ -91,7 +91,7 @@ def run(args: argparse.Namespace) -> int:
         raise BadInputError(f"--chunk-us {args.chunk_us} must be positive")
     root = sysfs_root(args)
     board = select_board(args.board, root, announce=say)
-    target = dvfs_processor(board, args.processor)
+    target = board.dvfs_domain(args.processor)
     if not target.freqs_khz:
         raise BadInputError(f"processor {target.letter} on board '{board.name}' has no DVFS levels",
                             "pick a processor with a frequency table (`coupprof boards show`)")

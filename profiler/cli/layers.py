@@ -9,27 +9,31 @@ from __future__ import annotations
 
 import argparse
 import sys
-import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 from profiler.boards.host import format_cpu_list
-from profiler.boards.model import Board, ProcessorSpec, resolve_level
 from profiler.cli import command_help
 from profiler.cli.options import (
+    add_board_args,
     add_model_options,
     add_power_options,
     nonneg_int,
-    open_power,
     positive_int,
     stdout_console,
 )
-from profiler.cli.pin import add_board_args, say, sysfs_root
-from profiler.errors import BoardError, ProfilerError
+from profiler.cli.plumbing import (
+    choose_board,
+    load_model,
+    open_power,
+    resolve_freq,
+    say,
+    sysfs_root,
+)
+from profiler.cli.progress import step, task_progress
+from profiler.errors import ProfilerError
 from profiler.results import LayerInfo, LayerRun, RunInfo, environment
-from profiler.tflite.model_io import read_model_bytes, sha256_bytes
+from profiler.tflite.model_io import sha256_bytes
 
 
 def register(subparsers: Any) -> None:
@@ -64,125 +68,31 @@ def register(subparsers: Any) -> None:
     p.set_defaults(func=run)
 
 
-def board_summary(board: Board) -> str:
-    """'B = CPU x2 (cores 0-1), no DVFS levels; L = ...' for error messages."""
-    parts = []
-    for letter, proc in board.processors.items():
-        levels = f"levels {proc.levels_text()}" if proc.has_dvfs else "no DVFS levels"
-        parts.append(f"{letter} = {proc.name}, {levels}")
-    return "; ".join(parts)
-
-
-def load_board(name: str | None, root: Path) -> Board:
-    """The board by name or profile path; with none given, the detected one or `sim`."""
-    from profiler.boards.profiles import select_board
-    from profiler.executors.factory import with_accelerators
-
-    board = select_board(name, root, announce=say)
-    return with_accelerators(board)
-
-
-def resolve_freq(board: Board, proc: ProcessorSpec, freq: str | None) -> tuple[int, int] | None:
-    """--freq K for `proc` (for N: its host cluster's levels, as on ARM-CO-UP's board)."""
-    if freq is None:
-        return None
-    from governors import dvfs_processor
-
-    domain = dvfs_processor(board, proc.letter)
-    if not domain.has_dvfs:
-        raise BoardError(
-            f"--freq {freq}: processor {proc.letter} on board '{board.name}' has no DVFS levels "
-            f"(board has: {board_summary(board)})",
-            "drop --freq, or pick a processor/board with a frequency table",
-        )
-    return resolve_level(domain, freq, board.name)  # range errors list the valid levels
-
-
-def open_governor(board: Board, proc: ProcessorSpec, root: Path) -> Any:
-    """The governor of `proc`'s DVFS domain, checked writable before anything runs."""
-    from governors import dvfs_processor, make_governor
-    from profiler.errors import PermissionDeniedError
-
-    domain = dvfs_processor(board, proc.letter)
-    gov = make_governor(board, domain, root)
-    if gov.kind == "none":
-        raise BoardError(f"--freq: processor {domain.letter} on board '{board.name}' has no "
-                         "governor that can set frequencies", "drop --freq")
-    bad = [c for c in gov.checks() if not c.ok]
-    if bad:
-        raise PermissionDeniedError(
-            f"--freq: cannot set processor {domain.letter}'s frequency: {bad[0].what}",
-            bad[0].fix or "run as root, or grant write access to the cpufreq/devfreq files")
-    return gov
-
-
 def default_csv_path(model: Path, letter: str) -> Path:
     return Path("coupprof-out") / f"layers-{model.stem}-{letter}.csv"
-
-
-@contextmanager
-def progress_bar(enabled: bool) -> Iterator[Callable[[str, int, int], None] | None]:
-    """A rich progress bar on a terminal; nothing in pipes.
-
-    No auto-refresh thread: a Python thread drawing the bar would hold the GIL when
-    an invoke returns and delay the layer's end timestamp. The bar is redrawn from
-    the measuring thread between frames instead, at most ten times a second.
-    """
-    if not enabled:
-        yield None
-        return
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
-
-    tasks: dict[str, Any] = {}
-    last = [0.0]
-    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                  transient=True, auto_refresh=False) as bar:
-
-        def update(what: str, done: int, total: int) -> None:
-            if what not in tasks:
-                tasks[what] = bar.add_task(what, total=total)
-            bar.update(tasks[what], completed=done, total=total)
-            now = time.monotonic()
-            if now - last[0] >= 0.1 or done == total:
-                last[0] = now
-                bar.refresh()
-
-        yield update
 
 
 def run(args: argparse.Namespace) -> int:
     from contextlib import ExitStack
 
-    from governors import RestoreGuard
+    from governors import RestoreGuard, writable_governor
     from profiler.executors.factory import make_executor
     from profiler.executors.logs import quiet_native_exit
     from profiler.runner import LayerRunner
-    from profiler.slicing.slicer import slice_model
     from profiler.tables import render, run_tables, write_tables
 
     quiet_native_exit()
-    if args.model is None:
-        from profiler.zoo import default_model_path
-
-        args.model = default_model_path()
-    model: Path = args.model
-    data = read_model_bytes(model)
-
-    root = sysfs_root(args)
-    board = load_board(args.board, root)
+    board = choose_board(args)
     proc = board.processor(args.processor)
     level = resolve_freq(board, proc, args.freq)
-    csv_path = args.csv or default_csv_path(model, proc.letter)
 
     power_error: ProfilerError | None = None
     power = None
     gov_result = None
-    with ExitStack() as stack, progress_bar(sys.stderr.isatty()) as bar:
-        sliced = slice_model(
-            model, args.granularity, args.cuts,
-            progress=(lambda d, n: bar("slicing", d, n)) if bar else None,
-        )
-        gov = open_governor(board, proc, root) if level else None
+    with ExitStack() as stack, task_progress(sys.stderr.isatty()) as bar:
+        model, data, sliced = load_model(args, bar)
+        csv_path = args.csv or default_csv_path(model, proc.letter)
+        gov = writable_governor(board, proc.letter, sysfs_root(args)) if level else None
         # Frequencies are restored on success, errors, Ctrl-C and SIGTERM.
         stack.enter_context(RestoreGuard([gov] if gov else []))
         session, sim_model = open_power(args, board, csv_path.with_suffix(".trace"))
@@ -205,7 +115,7 @@ def run(args: argparse.Namespace) -> int:
         try:
             timings = runner.run(
                 frames=args.frames, warmup=args.warmup,
-                progress=(lambda d, n: bar("frames", d, n)) if bar else None,
+                progress=step(bar, "frames"),
             )
         except BaseException:
             if session is not None:
@@ -214,7 +124,7 @@ def run(args: argparse.Namespace) -> int:
         if session is not None:
             power = session.finish(
                 timings, [runner.layer_call(i) for i in range(len(sliced.layers))],
-                progress=(lambda d, n: bar("energy per layer", d, n)) if bar else None)
+                progress=step(bar, "energy per layer"))
             power_error = power.error
         fallback = fallback_columns(runner)
 

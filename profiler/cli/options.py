@@ -1,4 +1,5 @@
-"""Argument types and option groups shared by several subcommands."""
+"""Argument types and option groups shared by several subcommands (no command owns
+this module); what they do once parsed is in `profiler.cli.plumbing`."""
 
 from __future__ import annotations
 
@@ -7,10 +8,7 @@ import math
 import os
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
-
-from profiler.boards.model import Board
-from profiler.errors import BadInputError, BoardError
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -57,6 +55,17 @@ def positive_float(text: str) -> float:
     return value
 
 
+def add_board_args(p: argparse.ArgumentParser) -> None:
+    """--board and --sysfs-root."""
+    p.add_argument("--board", default=None, metavar="NAME|PATH",
+                   help="board profile name or .toml path (default: detect from the device tree,"
+                   " else the simulated board 'sim'); `coupprof boards` lists them, 'host' is "
+                   "this machine")
+    p.add_argument("--sysfs-root", default=None, metavar="DIR",
+                   help="sysfs root the host board and governors use "
+                   "(default: $COUPPROF_SYSFS_ROOT or /sys)")
+
+
 def add_model_options(p: argparse.ArgumentParser, *, model: bool = True) -> None:
     """--model (unless the command takes MODEL positionally), --granularity, --cuts."""
     if model:
@@ -98,56 +107,10 @@ def add_power_options(p: argparse.ArgumentParser, *, baseline_s: float = 0.5,
                     help="ask the logger for this sample rate (default: the firmware's)")
 
 
-def open_source(args: argparse.Namespace, board: Board,
-                trace_dir: Path | None = None) -> tuple[Any, Any, Any]:
-    """(PowerSource or None, Marker or None, SimPowerModel or None) for --power/--marker,
-    not opened yet. ``trace_dir``: where a streaming source keeps its capture (None: memory).
-
-    --power defaults to sim on the simulated board, else none; a streaming source needs a
-    marker wired to the logger (sim's is the virtual logger's own input)."""
-    from profiler.markers import open_marker
-    from profiler.power.sources import NoneSource, SourceHardware, open_power_source
-
-    if args.baseline_s < 0:
-        raise BadInputError(f"--baseline-s {args.baseline_s} is negative", "give seconds >= 0")
-    spec = args.power or ("sim" if board.simulated else "none")
-    model = None
-    extra: dict[str, Any] = {"trace_dir": trace_dir, "rate_hz": getattr(args, "rate", None)}
-    if spec.split(":")[0].lower() == "sim":
-        if not board.simulated:
-            raise BoardError(f"--power sim needs the simulated board, not '{board.name}'",
-                             "use --board sim, or a real source such as arduino:PORT")
-        from profiler.simboard import SimPowerModel
-
-        model = SimPowerModel(board)
-        extra["sim_power_model"] = model
-    source = open_power_source(spec, SourceHardware(extra=extra))
-    if isinstance(source, NoneSource):
-        return None, None, None
-    marker_spec = args.marker or ("sim" if source.kind == "sim" else "none")
-    if source.mode == "stream" and marker_spec.split(":")[0].lower() == "none":
-        raise BadInputError(
-            f"--power {spec} attributes energy by marker edges, but no --marker was given",
-            "wire a GPIO line to the logger's D2 input and pass --marker gpiod:CHIP:LINE "
-            "(or sysfs:NUMBER)")
-    marker = None
-    if source.mode == "stream":
-        from governors import sysfs_root_from_env
-
-        # --sysfs-root / COUPPROF_SYSFS_ROOT move /sys/class/gpio too (containers, tests).
-        root = Path(getattr(args, "sysfs_root", None) or sysfs_root_from_env())
-        marker = open_marker(marker_spec, sim_sink=source if source.kind == "sim" else None,
-                             sysfs_root=root / "class" / "gpio")
-    return source, marker, model
-
-
-def open_power(args: argparse.Namespace, board: Board,
-               trace_dir: Path | None = None) -> tuple[Any, Any]:
-    """(PowerSession or None, SimPowerModel or None) for --power/--marker (see open_source)."""
-    from profiler.power.session import PowerSession
-
-    source, marker, model = open_source(args, board, trace_dir)
-    if source is None:
-        return None, None
-    return PowerSession(source, marker, baseline_s=args.baseline_s,
-                        counter_updates=getattr(args, "counter_updates", 20)), model
+def add_multi_processor_options(p: argparse.ArgumentParser) -> None:
+    """The options of commands that run a model across processors (transfer-matrix, run):
+    model, board, power (no counter windows) and --seed."""
+    add_model_options(p)
+    add_board_args(p)
+    add_power_options(p, counter=False)
+    p.add_argument("--seed", type=int, default=0, help="seed of the random input (default: 0)")

@@ -12,33 +12,15 @@ from __future__ import annotations
 
 import argparse
 import subprocess
-import sys
-from pathlib import Path
 from typing import Any
 
-from governors import RestoreGuard, dvfs_processor, make_governor, sysfs_root_from_env
+from governors import RestoreGuard, make_governor
 from profiler.boards.model import resolve_level
 from profiler.boards.profiles import select_board
 from profiler.cli import command_help
+from profiler.cli.options import add_board_args
+from profiler.cli.plumbing import say, sysfs_root
 from profiler.errors import BadInputError
-
-
-def add_board_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--board", default=None, metavar="NAME|PATH",
-                   help="board profile name or .toml path (default: detect from the device tree,"
-                   " else the simulated board 'sim'); `coupprof boards` lists them, 'host' is "
-                   "this machine")
-    p.add_argument("--sysfs-root", default=None, metavar="DIR",
-                   help="sysfs root the host board and governors use "
-                   "(default: $COUPPROF_SYSFS_ROOT or /sys)")
-
-
-def sysfs_root(args: argparse.Namespace) -> Path:
-    return Path(args.sysfs_root) if args.sysfs_root else sysfs_root_from_env()
-
-
-def say(text: str) -> None:
-    print(f"coupprof: {text}", file=sys.stderr, flush=True)
 
 
 def register(subparsers: Any) -> None:
@@ -69,7 +51,7 @@ def run(args: argparse.Namespace) -> int:
                             "put the command after --, e.g. `coupprof pin -p B --freq 3 -- sleep 5`")
     root = sysfs_root(args)
     board = select_board(args.board, root, announce=say)
-    target = dvfs_processor(board, args.processor)
+    target = board.dvfs_domain(args.processor)
     level = resolve_level(target, args.freq, board.name)
     assert level is not None
     idx, freq_khz = level

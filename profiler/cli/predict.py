@@ -18,8 +18,7 @@ from rich import box
 from rich.table import Table
 
 from profiler.cli import command_help
-from profiler.cli.options import stdout_console
-from profiler.cli.pin import add_board_args
+from profiler.cli.options import add_board_args, stdout_console
 
 
 def register(subparsers: Any) -> None:
@@ -63,7 +62,7 @@ def run(args: argparse.Namespace) -> int:
     n_layers = int(costs.table["layer"].max()) + 1
     board = None
     if args.freq:
-        from profiler.cli.transfer_matrix import choose_board
+        from profiler.cli.plumbing import choose_board
 
         letters = [c for c in args.order.upper() if c.isalpha()]
         board = choose_board(args, letters)

@@ -27,17 +27,22 @@ from rich import box
 from rich.table import Table
 
 from profiler.cli import command_help
-from profiler.cli.layers import progress_bar
-from profiler.cli.options import nonneg_int, positive_int, stdout_console
-from profiler.cli.pin import say, sysfs_root
-from profiler.cli.transfer_matrix import (
-    add_model_args,
+from profiler.cli.options import (
+    add_multi_processor_options,
+    nonneg_int,
+    positive_int,
+    stdout_console,
+)
+from profiler.cli.plumbing import (
     apply_setup_levels,
     choose_board,
     governors_for,
     load_model,
     open_meter,
+    say,
+    sysfs_root,
 )
+from profiler.cli.progress import task_progress
 
 SIDECAR_FORMAT = "coupprof-run/1"
 
@@ -68,7 +73,7 @@ def register(subparsers: Any) -> None:
     p.add_argument("--mode", choices=("switch", "pipeline"), required=True,
                    help="switch: one frame at a time; pipeline: stages run concurrently")
     p.add_argument("--freq", default=None, metavar="SPEC", help="DVFS SPEC (see below)")
-    add_model_args(p)
+    add_multi_processor_options(p)
     p.add_argument("--frames", type=positive_int, default=50,
                    help="measured frames (default: 50)")
     p.add_argument("--warmup", type=nonneg_int, default=5,
@@ -193,7 +198,7 @@ def run(args: argparse.Namespace) -> int:
     letters = [c for c in args.order.upper() if c.isalpha()]
     board = choose_board(args, letters)
     notes: list[str] = []
-    with ExitStack() as stack, progress_bar(sys.stderr.isatty()) as bar:
+    with ExitStack() as stack, task_progress(sys.stderr.isatty()) as bar:
         model, data, sliced = load_model(args, bar)
         mapping = parse_order(args.order, len(sliced.layers), board)
         plan = parse_freq(args.freq, mapping, board)

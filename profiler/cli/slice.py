@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import shutil
 import sys
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 from profiler.cli import command_help
 from profiler.cli.options import add_model_options, stdout_console
+from profiler.cli.progress import step, task_progress
 from profiler.errors import BadInputError, VerificationError
 
 
@@ -33,26 +32,6 @@ def register(subparsers: Any) -> None:
     p.add_argument("-o", "--output", type=Path, default=None, metavar="DIR",
                    help="write layer_000.tflite ... and manifest.json to DIR")
     p.set_defaults(func=run)
-
-
-@contextmanager
-def _progress(enabled: bool) -> Iterator[Callable[[str, int, int], None] | None]:
-    """A rich progress bar on a terminal; nothing in pipes."""
-    if not enabled:
-        yield None
-        return
-    from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
-
-    tasks: dict[str, Any] = {}
-    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                  console=Console(stderr=True), transient=True) as bar:
-        def update(what: str, done: int, total: int) -> None:
-            if what not in tasks:
-                tasks[what] = bar.add_task(what, total=total)
-            bar.update(tasks[what], completed=done, total=total)
-
-        yield update
 
 
 # Short names keep the table inside 80 columns.
@@ -81,9 +60,9 @@ def run(args: Any) -> int:
     if args.cuts is not None and args.granularity != "layer":
         raise BadInputError("--cuts and --granularity op exclude each other", "give one of them")
     data = read_model_bytes(args.model)
-    with _progress(sys.stderr.isatty()) as bar:
+    with task_progress(sys.stderr.isatty()) as bar:
         sliced = slice_model(data, args.granularity, cuts=args.cuts, name=str(args.model),
-                             progress=(lambda d, n: bar("slicing", d, n)) if bar else None)
+                             progress=step(bar, "slicing"))
 
     if args.output is not None:
         _write(sliced, args.output)
@@ -112,9 +91,9 @@ def run(args: Any) -> int:
 
     if not args.verify:
         return 0
-    with _progress(sys.stderr.isatty()) as bar:
+    with task_progress(sys.stderr.isatty()) as bar:
         result = verify(sliced, data, seed=args.seed,
-                        progress=(lambda d, n: bar("verifying", d, n)) if bar else None)
+                        progress=step(bar, "verifying"))
     if not result.ok:
         raise VerificationError(result.summary(), "the sub-models in the cache or -o DIR "
                                 "are not faithful; report the model and this message")

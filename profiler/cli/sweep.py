@@ -23,14 +23,14 @@ from rich.table import Table
 
 from profiler.cli import command_help
 from profiler.cli.options import (
+    add_board_args,
     add_model_options,
     add_power_options,
     nonneg_int,
-    open_power,
     positive_int,
     stdout_console,
 )
-from profiler.cli.pin import add_board_args, say, sysfs_root
+from profiler.cli.plumbing import open_power, say, sysfs_root
 from profiler.sweep import PairResult, SweepProgress, SweepResult
 from profiler.sweep_plan import Pair
 

@@ -9,15 +9,12 @@ sub-model's inputs being written on dst, each processor driven by its own thread
 its own cores (ARM-CO-UP Fig. 18). Long CSV: boundary, src, dst, bytes, tensors,
 time_ms_{mean,median,p95,std}, reps, and energy_mj when --power gives a source.
 See profiler/transfer.py for exactly what is timed.
-
-The helpers here (model, board, power, governors) are shared by `coupprof run`.
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Sequence
 from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
@@ -25,117 +22,25 @@ from typing import Any
 from rich import box
 from rich.table import Table
 
-from profiler.boards.model import Board
 from profiler.cli import command_help
-from profiler.cli.layers import progress_bar
 from profiler.cli.options import (
-    add_model_options,
-    add_power_options,
+    add_multi_processor_options,
     nonneg_int,
-    open_source,
     positive_int,
     stdout_console,
 )
-from profiler.cli.pin import add_board_args, say, sysfs_root
-from profiler.errors import BadInputError, BoardError, PermissionDeniedError
-
-
-def add_model_args(p: argparse.ArgumentParser) -> None:
-    add_model_options(p)
-    add_board_args(p)
-    add_power_options(p, counter=False)
-    p.add_argument("--seed", type=int, default=0, help="seed of the random input (default: 0)")
-
-
-def load_model(args: argparse.Namespace, bar: Any) -> tuple[Path, bytes, Any]:
-    """(path, bytes, SlicedModel) for --model (or the bundled default)."""
-    from profiler.slicing.slicer import slice_model
-    from profiler.tflite.model_io import read_model_bytes
-
-    if args.model is None:
-        from profiler.zoo import default_model_path
-
-        args.model = default_model_path()
-    model: Path = args.model
-    data = read_model_bytes(model)
-    sliced = slice_model(model, args.granularity, args.cuts,
-                         progress=(lambda d, n: bar("slicing", d, n)) if bar else None)
-    return model, data, sliced
-
-
-def choose_board(args: argparse.Namespace, letters: Sequence[str] = ()) -> Board:
-    """--board, or the detected board, or `sim` (said on stderr). On `host`, asking for G
-    adds LiteRT's GPU accelerator (checked when the layers compile)."""
-    from profiler.boards.profiles import select_board
-    from profiler.executors.factory import with_accelerators
-
-    board = select_board(args.board, sysfs_root(args), announce=say)
-    if "G" in letters:
-        board = with_accelerators(board)
-    return board
-
-
-def parse_letters(text: str | None, board: Board) -> list[str]:
-    if not text:
-        return list(board.processors)
-    letters = [t.strip().upper() for t in text.replace(" ", "").split(",") if t.strip()]
-    if not letters:
-        raise BadInputError(f"--processors {text!r} names no processor",
-                            f"e.g. --processors {','.join(board.processors)}")
-    for letter in letters:
-        board.processor(letter)  # BoardError listing the board's processors
-    return list(dict.fromkeys(letters))
-
-
-def open_meter(args: argparse.Namespace, board: Board, stack: ExitStack,
-               csv_path: Path) -> tuple[Any, Any]:
-    """(EnergyMeter or None, the sim board's power model or None) for --power/--marker,
-    opened and closed with `stack`. As `coupprof layers`: --power defaults to sim on the
-    simulated board, and a streaming source needs a marker wired to the logger (sim's
-    is the virtual logger's own input). A streaming capture keeps its raw trace beside
-    the results (the CSV path with .trace)."""
-    from profiler.meter import EnergyMeter
-
-    source, marker, model = open_source(args, board, Path(csv_path).with_suffix(".trace"))
-    if source is None:
-        return None, None
-    stack.enter_context(source)
-    if marker is not None:
-        stack.enter_context(marker)  # closed (driven low) before the source
-    return EnergyMeter(source, marker=marker, baseline_s=args.baseline_s), model
-
-
-def governors_for(board: Board, letters: Sequence[str], root: Path) -> dict[str, Any]:
-    """DVFS domain letter -> governor for every processor in `letters` that has DVFS."""
-    from governors import make_governor
-    from profiler.mapping import dvfs_domain
-
-    govs: dict[str, Any] = {}
-    for letter in letters:
-        dom = dvfs_domain(board, letter)
-        if not dom.has_dvfs or dom.letter in govs:
-            continue
-        gov = make_governor(board, dom, root)
-        if gov.kind == "none":
-            raise BoardError(f"cannot set frequencies: processor {dom.letter} on board "
-                             f"'{board.name}' has governor 'none'", "drop --freq")
-        bad = [c for c in gov.checks() if not c.ok]
-        if bad:
-            raise PermissionDeniedError(
-                f"cannot set frequencies of processor {dom.letter} on board '{board.name}': "
-                f"{bad[0].what} is not writable", bad[0].fix or "run as root")
-        govs[dom.letter] = gov
-    return govs
-
-
-def apply_setup_levels(plan: Any, govs: dict[str, Any]) -> list[str]:
-    """Per-processor SPECs: set each domain once, read back; returns warnings."""
-    warnings = []
-    for dom, (level, _khz) in plan.setup.items():
-        result = govs[dom].set_level(level)
-        if result.warning:
-            warnings.append(result.warning)
-    return warnings
+from profiler.cli.plumbing import (
+    apply_setup_levels,
+    choose_board,
+    governors_for,
+    load_model,
+    open_meter,
+    parse_letters,
+    say,
+    sysfs_root,
+)
+from profiler.cli.progress import step, task_progress
+from profiler.errors import BadInputError
 
 
 def register(subparsers: Any) -> None:
@@ -151,7 +56,7 @@ def register(subparsers: Any) -> None:
         "mean/median/p95/std, energy_mj with a power source) and a JSON sidecar; prints a "
         "src x dst summary and the per-boundary view.",
     )
-    add_model_args(p)
+    add_multi_processor_options(p)
     p.add_argument("--processors", default=None, metavar="L,B,G,N",
                    help="processors to pair (default: every processor of the board; on "
                    "'host', G is LiteRT's GPU accelerator and must be asked for)")
@@ -252,7 +157,7 @@ def run(args: argparse.Namespace) -> int:
     from governors import RestoreGuard
 
     govs = governors_for(board, letters, sysfs_root(args)) if plan is not None else {}
-    with ExitStack() as stack, progress_bar(sys.stderr.isatty()) as bar:
+    with ExitStack() as stack, task_progress(sys.stderr.isatty()) as bar:
         model, data, sliced = load_model(args, bar)
         if len(sliced.layers) < 2:
             raise BadInputError(f"{model} has {len(sliced.layers)} layer: no boundary to hand "
@@ -267,7 +172,7 @@ def run(args: argparse.Namespace) -> int:
         matrix = measure_transfer_matrix(
             sliced, board, letters, reps=args.frames, warmup=args.warmup, boundaries=bounds,
             power=meter, activity=sim_model, seed=args.seed, model_name=model.name,
-            progress=(lambda d, n: bar("hand-overs", d, n)) if bar else None)
+            progress=step(bar, "hand-overs"))
     df = matrix.table()
     sim = " (simulated board)" if board.simulated else ""
     title = (f"{model.name} on {board.name}{sim}: transfer matrix, "

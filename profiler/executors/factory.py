@@ -73,10 +73,10 @@ def sim_cores(proc: ProcessorSpec, available: tuple[int, ...] | None = None) -> 
 def sim_stretch(board: Board, proc: ProcessorSpec) -> Stretch:
     """t_sim / t_host for `proc` at the frequency its (simulated) governor has in effect."""
     from governors import sim_model
-    from governors.factory import dvfs_processor, make_governor
+    from governors.factory import make_governor
     from governors.sim import SimGovernor
 
-    domain = dvfs_processor(board, proc.letter)
+    domain = board.dvfs_domain(proc.letter)
     gov = make_governor(board, domain) if domain.has_dvfs else None
     if isinstance(gov, SimGovernor) and proc.has_dvfs:
         return lambda: sim_model.stretch_factor(proc, gov.effective_khz())

@@ -29,7 +29,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from governors import RestoreGuard, dvfs_processor, make_governor
+from governors import RestoreGuard, make_governor
 from profiler.attribution import Attribution
 from profiler.boards.model import resolve_level
 from profiler.boards.profiles import select_board
@@ -117,7 +117,7 @@ def run_layers_on_rig(front_end: str, frames: int = FRAMES, workdir: Path | None
     sliced = slice_model(default_model_path(), "layer", CUTS)
     with oversleep(oversleep_us), Rig(ELFS[front_end], WAVES[front_end], workdir=workdir) as rig:
         sink = RecordingSink(rig)
-        gov = make_governor(board, dvfs_processor(board, "L"))
+        gov = make_governor(board, board.dvfs_domain("L"))
         with RestoreGuard([gov]):
             level, khz = resolve_level(board.processor("L"), "1", board.name) or (1, 0)
             gov.set_khz(khz, level=level)
