@@ -19,13 +19,16 @@ from __future__ import annotations
 
 import gc
 from collections.abc import Callable, Sequence
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from profiler.clock import Clock, perf_clock
 from profiler.errors import ModelError
 from profiler.results import LayerTimings
+
+if TYPE_CHECKING:  # a type only: importing profiler.executors loads LiteRT's runtimes
+    from profiler.executors.base import Executor
 
 
 class LayerHooks:
@@ -47,10 +50,6 @@ class LayerHooks:
         """Right after the layer's invoke was timed."""
 
 
-class Executor(Protocol):
-    def interpreter(self, model_bytes: bytes, name: str = "model") -> Any: ...
-
-
 def _overridden(hooks: LayerHooks | None, name: str) -> Callable[..., None] | None:
     if hooks is None or getattr(type(hooks), name) is getattr(LayerHooks, name):
         return None
@@ -70,7 +69,7 @@ def random_input(shape: Sequence[int], dtype: np.dtype | type, rng: np.random.Ge
 
 
 class LayerRunner:
-    """Builds one interpreter per layer through `executor` and runs frames.
+    """Builds one interpreter per layer through `executor.interpreter` and runs frames.
 
     `sliced` is a `profiler.slicing.SlicedModel` (anything with `.layers`, each
     having `.index`, `.model_bytes`, `.inputs`/`.outputs` lists of tensor specs with
