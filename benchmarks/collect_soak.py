@@ -5,8 +5,9 @@ For each ``--minutes`` value, runs what a user runs, in a child process::
     coupprof collect --port virtual --seconds 60*M --rate 20000 -o DIR/trace.csv --trace-dir DIR/trace
 
 and reads the child's ``/proc/PID/status`` every ``--poll-s``: resident memory
-(VmRSS, split into RssAnon and RssFile) and the phase (capture until the
-samples file appears, then export). It reports the peak RSS (the kernel's
+(VmRSS, split into RssAnon and RssFile) and the phase: ``capture`` for the
+``--seconds`` asked (from the child's start, so it ends a second or two before
+the capture does), then ``export`` (STOP, clock fit, imports, writing files). It reports the peak RSS (the kernel's
 high-water mark, from ``wait4``), the peak in each phase, CPU seconds and the
 share of one core in each phase, wall times, file sizes, samples and lost
 frames. With ``--format parquet`` the capture writes Parquet instead; with
@@ -106,8 +107,8 @@ def _cpu_s(pid: int) -> float | None:
     return (int(fields[11]) + int(fields[12])) * _TICK_S  # utime + stime
 
 
-def watch(argv: list[str], export_marker: Path, poll_s: float, log: Any) -> ChildRun:
-    """Run ``argv``; the phase is 'capture' until ``export_marker`` exists, then 'export'."""
+def watch(argv: list[str], capture_s: float, poll_s: float, log: Any) -> ChildRun:
+    """Run ``argv``; the phase is 'capture' for ``capture_s``, then 'export'."""
     run = ChildRun(argv=argv)
     t0 = time.monotonic()
     with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
@@ -123,7 +124,7 @@ def watch(argv: list[str], export_marker: Path, poll_s: float, log: Any) -> Chil
             st, cpu = _status_mb(proc.pid), _cpu_s(proc.pid)
             if cpu is not None:
                 last_cpu = cpu
-            if phase == "capture" and export_marker.exists():
+            if phase == "capture" and now - t0 >= capture_s:
                 run.phases[phase] = _close(run.phases.get(phase), now - phase_t0, last_cpu - phase_cpu0)
                 phase, phase_t0, phase_cpu0 = "export", now, last_cpu
             if st:
@@ -166,7 +167,7 @@ def soak(minutes: float, rate_hz: int, formats: list[str], workdir: Path, poll_s
                 "--trace-dir", str(d / "trace")]
         print(f"{minutes:g} min at {rate_hz} S/s -> {out} ({time.strftime('%H:%M:%S')})",
               file=log, flush=True)
-        col = watch(argv, out, poll_s, log)
+        col = watch(argv, minutes * 60, poll_s, log)
         if col.returncode != 0:
             raise SystemExit(f"collect exited {col.returncode}: {col.stderr.strip()}")
         meta = json.loads((d / "trace.json").read_text())
@@ -175,7 +176,7 @@ def soak(minutes: float, rate_hz: int, formats: list[str], workdir: Path, poll_s
             other = d / f"again.{formats[1]}"
             print(f"re-exporting the trace directory to {other}", file=log, flush=True)
             reexport = watch([sys.executable, __file__, "--export-only", str(d / "trace"),
-                              str(other)], other, poll_s, log)
+                              str(other)], 0.0, poll_s, log)
             if reexport.returncode != 0:
                 raise SystemExit(f"re-export exited {reexport.returncode}: {reexport.stderr}")
         files = {p.name: p.stat().st_size / 1e6 for p in sorted(d.iterdir()) if p.is_file()}
