@@ -12,6 +12,7 @@ Layout (Documentation/ABI/testing/sysfs-class-devfreq), e.g.
 
 from __future__ import annotations
 
+import os
 import time
 
 from governors.base import Governor, LimitFiles, SavedState, parse_int, restore_errors
@@ -50,9 +51,18 @@ class DevfreqGovernor(Governor):
             deadline = time.monotonic() + 0.05
             while not self.has(SET_FREQ) and time.monotonic() < deadline:
                 time.sleep(0.002)
+            set_freq = self.io.path(self.rel(SET_FREQ))
+            why = None
             if not self.has(SET_FREQ):
-                self.notes.append(f"{self.io.path(self.rel(SET_FREQ))} did not appear after"
-                                  " selecting the userspace governor; clamping min/max instead")
+                why = "did not appear after selecting the userspace governor"
+            elif not os.access(set_freq, os.W_OK,
+                               effective_ids=os.access in os.supports_effective_ids):
+                # The kernel makes it root-only as the governor starts, with no udev
+                # event, so a group granted the devfreq files (coupprof doctor --udev)
+                # still cannot write it; min = max needs only the granted files.
+                why = "is not writable by this user (the kernel creates it root-only)"
+            if why:
+                self.notes.append(f"{set_freq} {why}; clamping min/max instead")
                 self.method = "clamp"
                 if before != USERSPACE:
                     self.write("governor", before)  # min = max pins any governor
