@@ -148,6 +148,7 @@ def clean_venv(artifacts: Artifacts,
     env["COUPPROF_CACHE"] = str(root / "cache")
     env["PATH"] = f"{venv / 'bin'}{os.pathsep}{env.get('PATH', '')}"
     yield Install("wheel", python, venv / "bin" / "coupprof", cwd, env)
+    shutil.rmtree(venv, ignore_errors=True)  # ~340 MB; pytest keeps its last 3 tmp roots
 
 
 @pytest.fixture(scope="module", params=["wheel", "pip install ."])
