@@ -201,8 +201,9 @@ class Governor(ABC):
             # effective ids: what a write by this process will be checked against
             writable = os.access(p, os.W_OK, effective_ids=os.access in os.supports_effective_ids)
             out.append(Check(f"{self.letter}: {p}", writable,
-                             "" if writable else "run as root (sudo) or grant write access:"
-                             f" sudo chmod a+w {p}"))
+                             "" if writable else "grant write access to a group of yours with"
+                             " the udev rule `coupprof doctor --board NAME --udev` prints, or"
+                             " run as root"))
         return out
 
     def _readback_name(self) -> str:

@@ -98,7 +98,8 @@ def _translate(err: OSError, path: Path, action: str, value: object = None) -> E
     if err.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
         return PermissionDeniedError(
             f"{what}: permission denied",
-            f"run as root (sudo coupprof ...) or grant write access, e.g. `sudo chmod a+w {path}`"
+            "grant write access to a group of yours with the udev rule `coupprof doctor "
+            "--board NAME --udev` prints (root installs it once), or run as root"
             if action == "write" else f"run as root or grant read access to {path}",
         )
     if err.errno == errno.ENOENT:

@@ -163,8 +163,8 @@ def test_setup_commands_trigger_the_subsystems_of_the_rules(tmp_path: Path) -> N
     with_devices(tmp_path, "qcs6490")
     cmds = plan_access(load_board("qcs6490"), tree.sys, ports=["/dev/ttyACM0"]).setup_commands()
     assert cmds[0] == "sudo groupadd --system coupprof"
-    assert "coupprof doctor --board qcs6490 --udev | sudo tee /etc/udev/rules.d/99-coupprof.rules" \
-        in cmds
+    assert ("coupprof doctor --board qcs6490 --port /dev/ttyACM0 --udev | sudo tee "
+            "/etc/udev/rules.d/99-coupprof.rules") in cmds  # makes the same rules again
     assert cmds[-1] == ("sudo udevadm control --reload && sudo udevadm trigger "
                         "--subsystem-match=cpu --subsystem-match=gpio --subsystem-match=kgsl "
                         "--subsystem-match=tty")

@@ -9,7 +9,9 @@ import sys
 import tempfile
 from pathlib import Path
 
+from fake_host import add_nvidia, bare_vm
 from fake_sysfs import build
+from udev_model import add_gpio_chip, add_usb_serial, apply_rules
 
 from profiler.cli.doctor import collect
 
@@ -70,7 +72,7 @@ def test_doctor_names_unwritable_governor_files_and_the_fix():
         probs = [i for i in r.problems if i.section == "governors"]
         assert probs, r.items
         assert any("scaling_governor" in i.detail for i in probs)
-        assert all("run as root" in i.fix and "chmod" in i.fix for i in probs)
+        assert all("run as root" in i.fix and "--udev" in i.fix for i in probs)
     finally:
         for p in [base, *base.rglob("*")]:
             if not p.is_symlink():
@@ -106,3 +108,67 @@ def test_doctor_cli_exit_codes(tmp_path):
     strict = subprocess.run([*cmd, "--strict"], env=env, capture_output=True, text=True,
                             timeout=60)
     assert strict.returncode == 1
+
+
+def doctor_cli(sys_root: Path, dev: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ, PYTHONPATH=str(REPO), COUPPROF_SYSFS_ROOT=str(sys_root))
+    return subprocess.run([sys.executable, "-m", "profiler", "doctor", "--no-identify",
+                           "--dev-root", str(dev), *args],
+                          env=env, capture_output=True, text=True, timeout=60)
+
+
+def test_doctor_on_a_gpu_machine_with_no_board_says_host_measures_it(tmp_path):
+    sys_root = bare_vm(tmp_path)
+    add_nvidia(tmp_path)
+    r = collect(sys_root, tmp_path / "dev", None, ports=[], identify=False)
+    assert items(r, "board")["this machine"].detail == \
+        "a GPU (NVIDIA H100 80GB HBM3) (`--board host` measures it)"
+    out = doctor_cli(sys_root, tmp_path / "dev")
+    assert out.returncode == 0, out.stderr
+    assert ("hint: this machine has a GPU (NVIDIA H100 80GB HBM3): `--board host` measures "
+            "it; 'sim', used here, is simulated and its numbers are modelled") in out.stdout
+    assert "without sudo" not in out.stdout  # the simulated board needs no rule
+
+
+def test_doctor_on_a_bare_vm_gives_no_host_hint(tmp_path):
+    sys_root = bare_vm(tmp_path)
+    r = collect(sys_root, tmp_path / "dev", None, ports=[], identify=False)
+    assert items(r, "board")["this machine"].detail == "no cpufreq and no GPU"
+    assert r.hints == []
+    out = doctor_cli(sys_root, tmp_path / "dev")
+    assert out.returncode == 0 and "hint:" not in out.stdout
+
+
+def test_doctor_prints_the_rule_and_group_for_the_board(tmp_path):
+    tree = build("rk3399pro", tmp_path)
+    add_gpio_chip(tmp_path, 0, "gpio0")
+    add_usb_serial(tmp_path, "ttyACM0", "2341", "0043", "85539313231351E0E1A1", port="1-2")
+    out = doctor_cli(tree.sys, tmp_path / "dev", "--port", "/dev/ttyACM0")
+    assert out.returncode == 0, out.stderr
+    text = out.stdout
+    assert "run coupprof on rk3399pro without sudo" in text
+    assert "  sudo groupadd --system coupprof\n" in text
+    install = ("  coupprof doctor --board rk3399pro --port /dev/ttyACM0 --udev | sudo tee "
+               "/etc/udev/rules.d/99-coupprof.rules\n")
+    assert install in text
+    # The rule file shown is what the install command writes, byte for byte.
+    udev = doctor_cli(tree.sys, tmp_path / "dev", "--board", "rk3399pro", "--port",
+                      "/dev/ttyACM0", "--udev")
+    assert udev.returncode == 0 and udev.stderr == ""
+    shown = text.split("--udev` prints it):\n", 1)[1]
+    assert shown == "".join(f"  {line}\n" if line else "\n"
+                            for line in udev.stdout.splitlines())
+    eff = apply_rules(udev.stdout, tmp_path)
+    assert (tree.sys / "devices/system/cpu/cpufreq/policy4/scaling_setspeed") in eff.writable
+    assert set(eff.nodes) == {tmp_path / "dev/gpiochip0", tmp_path / "dev/ttyACM0"}
+
+
+def test_doctor_udev_on_the_simulated_board_is_one_line_and_exit_2(tmp_path):
+    sys_root = bare_vm(tmp_path)
+    out = doctor_cli(sys_root, tmp_path / "dev", "--udev")
+    assert out.returncode == 2 and out.stdout == ""
+    assert out.stderr.strip().splitlines() == [
+        "coupprof doctor: error: board 'sim' is simulated: it needs no udev rule; name the "
+        "real board with --board NAME (or --board host)"]
+    bad = doctor_cli(sys_root, tmp_path / "dev", "--udev", "--board", "rpi5", "--group", "x y")
+    assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1

@@ -31,11 +31,13 @@ RUN+="/bin/chmod ..."); the kernel keeps both until the device goes away. The ev
 from __future__ import annotations
 
 import re
+import shlex
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
 from governors.factory import KINDS
 from profiler.boards.model import Board, ProcessorSpec
+from profiler.boards.profiles import list_boards
 from profiler.errors import BadInputError
 
 DEFAULT_GROUP = "coupprof"
@@ -86,15 +88,27 @@ class Grant:
 
 @dataclass
 class AccessPlan:
-    board: str
+    board: str  # the --board value that selects it again (a name, or a profile's path)
     group: str
+    marker: str | None = None  # the --marker it was made for
+    ports: list[str] | None = None  # the --port values it was made for (None: all USB)
     grants: list[Grant] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)  # what is left out, and why
+
+    def doctor_args(self) -> str:
+        """The doctor options that make this plan again (for the install command)."""
+        args = [f"--board {shlex.quote(self.board)}"]
+        if self.group != DEFAULT_GROUP:
+            args.append(f"--group {self.group}")
+        if self.marker:
+            args.append(f"--marker {shlex.quote(self.marker)}")
+        args += [f"--port {shlex.quote(p)}" for p in self.ports or () if p.startswith("/dev/")]
+        return " ".join(args)
 
     def rules_text(self) -> str:
         head = [f"# coupprof: least-privilege access to board {self.board} for group "
                 f"{self.group}.",
-                f"# Written by `coupprof doctor --board {self.board} --udev`; install as "
+                f"# Written by `coupprof doctor {self.doctor_args()} --udev`; install as "
                 f"{RULES_FILE}",
                 "# (udev's GROUP/MODE set /dev nodes only; sysfs attributes get theirs from"
                 " RUN chgrp/chmod).",
@@ -108,7 +122,7 @@ class AccessPlan:
         return [
             f"sudo groupadd --system {self.group}",
             f'sudo usermod -aG {self.group} "$USER"    # then log out and in again',
-            f"coupprof doctor --board {self.board} --udev | sudo tee {RULES_FILE}",
+            f"coupprof doctor {self.doctor_args()} --udev | sudo tee {RULES_FILE}",
             f"sudo udevadm control --reload && sudo udevadm trigger {trigger}",
         ]
 
@@ -232,7 +246,9 @@ def plan_access(board: Board, sysfs_root: Path, *, group: str = DEFAULT_GROUP,
     sysfs_root is read only to identify serial ports; every governor path comes from the
     profile, as the kernel names them under /sys.
     """
-    plan = AccessPlan(board.name, check_group(group))
+    again = board.name if board.source is None or board.name in list_boards() \
+        else str(board.source)
+    plan = AccessPlan(again, check_group(group), marker, ports)
     if board.simulated:
         plan.notes.append(f"board {board.name} is simulated: coupprof needs no privileges there")
         return plan
@@ -242,6 +258,9 @@ def plan_access(board: Board, sysfs_root: Path, *, group: str = DEFAULT_GROUP,
         if grant is not None and grant.write and grant.write[0] not in done:
             done.add(grant.write[0])
             plan.grants.append(grant)
+    if not plan.grants:
+        plan.notes.append(f"no processor of board {board.name} has governor files to grant "
+                          "(no DVFS here)")
     chip = gpio_chip_name(board, marker)
     if chip is not None:
         plan.grants.append(Grant(

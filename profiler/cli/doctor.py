@@ -6,6 +6,11 @@ governors with whether their files exist and are writable and whether the profil
 levels are ones the kernel offers; GPIO chips; serial ports and, where one answers
 IDENTIFY, the logger's identity. Every problem is printed with its fix. The
 collection is a dataclass so tests and other commands can use it without rendering.
+
+On the simulated board it says whether `--board host` would measure real hardware here
+(profiler.boards.hostprobe). On a real board it prints the udev rule and group that let
+a normal user profile it without sudo (profiler.boards.access); ``--udev`` prints only
+the rule file.
 """
 
 from __future__ import annotations
@@ -27,12 +32,14 @@ from rich.table import Table
 from governors import make_governor
 from governors.sim import SimTree
 from profiler import __version__
+from profiler.boards.access import DEFAULT_GROUP, AccessPlan, plan_access
+from profiler.boards.hostprobe import probe_host
 from profiler.boards.model import Board
 from profiler.boards.profiles import detect_board, read_model_string, select_board
 from profiler.cli import command_help
-from profiler.cli.options import stdout_console
-from profiler.cli.pin import add_board_args, sysfs_root
-from profiler.errors import ProfilerError
+from profiler.cli.options import add_board_args, stdout_console
+from profiler.cli.plumbing import sysfs_root
+from profiler.errors import BadInputError, ProfilerError
 
 
 @dataclass(frozen=True)
@@ -47,6 +54,9 @@ class Item:
 @dataclass
 class Report:
     items: list[Item] = field(default_factory=list)
+    hints: list[str] = field(default_factory=list)  # not problems, but worth knowing
+    board: Board | None = None
+    loggers: list[str] = field(default_factory=list)  # ports whose logger answered IDENTIFY
 
     def add(self, section: str, name: str, ok: bool | None, detail: str, fix: str = "") -> None:
         self.items.append(Item(section, name, ok, detail, fix))
@@ -73,12 +83,38 @@ def register(subparsers: Any) -> None:
     p.add_argument("--no-identify", action="store_true",
                    help="list serial ports without sending IDENTIFY")
     p.add_argument("--strict", action="store_true", help="exit 1 when any problem is found")
+    acc = p.add_argument_group(
+        "least privilege",
+        "On a real board doctor prints a udev rule and a group that let a normal user write "
+        "exactly the board's governor files and open its GPIO chip and the logger's serial "
+        "port, so coupprof needs no sudo; root installs it once.")
+    acc.add_argument("--udev", action="store_true",
+                     help="print only the rule file, e.g. `coupprof doctor --board NAME --udev "
+                     "| sudo tee /etc/udev/rules.d/99-coupprof.rules`")
+    acc.add_argument("--group", default=DEFAULT_GROUP, metavar="NAME",
+                     help=f"the group the rule grants access to (default: {DEFAULT_GROUP})")
+    acc.add_argument("--marker", default=None, metavar="SPEC",
+                     help="the marker coupprof will use (gpiod:CHIP:LINES), for its GPIO chip "
+                     "(default: the profile's, else gpiochip0)")
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
     root = sysfs_root(args)
+    if args.udev:
+        board = select_board(args.board, root)
+        if board.simulated:
+            raise BadInputError(f"board '{board.name}' is simulated: it needs no udev rule",
+                                "name the real board with --board NAME (or --board host)")
+        plan = plan_access(board, root, group=args.group, marker=args.marker, ports=args.port)
+        sys.stdout.write(plan.rules_text())
+        return 0
     report = collect(root, Path(args.dev_root), args.board, args.port, not args.no_identify)
+    plan = None
+    if report.board is not None and not report.board.simulated:
+        # The ports given, else those where the logger answered, else every USB serial port.
+        plan = plan_access(report.board, root, group=args.group, marker=args.marker,
+                           ports=args.port or report.loggers or None)
     out = stdout_console()
     out.print(render(report))
     if report.problems:
@@ -88,14 +124,27 @@ def run(args: argparse.Namespace) -> int:
                 f"\n  fix: {item.fix}" if item.fix else ""), highlight=False)
     else:
         out.print("no problems found")
+    for hint in report.hints:
+        out.print(f"hint: {hint}", highlight=False)
+    if plan is not None:  # unwrapped: rule lines are long and must stay whole
+        out.print(render_access(plan), highlight=False, markup=False, soft_wrap=True)
     return 1 if args.strict and report.problems else 0
+
+
+def render_access(plan: AccessPlan) -> str:
+    lines = [f"\nrun coupprof on {plan.board} without sudo: as root, once (then log out and "
+             f"in again), to give group {plan.group} the files and devices below:"]
+    lines += [f"  {c}" for c in plan.setup_commands()]
+    lines.append(f"the rule file (`coupprof doctor {plan.doctor_args()} --udev` prints it):")
+    return "\n".join(lines + ["  " + line if line else "" for line in
+                              plan.rules_text().splitlines()])
 
 
 def collect(root: Path, dev_root: Path, board_arg: str | None, ports: list[str] | None,
             identify: bool) -> Report:
     r = Report()
     check_runtime(r)
-    board = check_board(r, root, board_arg)
+    board = r.board = check_board(r, root, board_arg, dev_root)
     check_accelerators(r, board)
     if board is not None:
         check_governors(r, board, root)
@@ -174,7 +223,7 @@ def check_accelerators(r: Report, board: Board | None) -> None:
                   f"install {p.delegate} or set `delegate` in the board profile to its path")
 
 
-def check_board(r: Report, root: Path, board_arg: str | None) -> Board | None:
+def check_board(r: Report, root: Path, board_arg: str | None, dev_root: Path) -> Board | None:
     model = read_model_string(root)
     r.add("board", "device tree model", None, model or "none (not a device-tree machine)")
     detected = detect_board(root)
@@ -188,6 +237,12 @@ def check_board(r: Report, root: Path, board_arg: str | None) -> Board | None:
     r.add("board", "using", True if board.simulated or board_arg or detected else None,
           f"{board.name}: {board.description}"
           + (" (simulated: numbers are modelled)" if board.simulated else ""))
+    hw = probe_host(root, dev_root=dev_root)
+    r.add("board", "this machine", None, hw.describe()
+          + (" (`--board host` measures it)" if hw.measurable and board.simulated else ""))
+    if board.simulated and hw.measurable:
+        r.hints.append(f"this machine has {hw.describe()}: `--board host` measures it; "
+                       f"'{board.name}', used here, is simulated and its numbers are modelled")
     return board
 
 
@@ -232,7 +287,8 @@ def check_gpio(r: Report, dev_root: Path, root: Path) -> None:
             _read(root / "class/gpio" / chip.name / "label") or "?"
         ok = os.access(chip, os.R_OK | os.W_OK)
         r.add("gpio", chip.name, ok, f"label {label}", "" if ok else
-              f"run as root or add yourself to the gpio group (sudo chmod a+rw {chip})")
+              "open it to a group of yours with the udev rule `coupprof doctor --board NAME "
+              "--udev` prints, or run as root")
     try:
         import gpiod  # noqa: F401
 
@@ -274,6 +330,7 @@ def check_serial(r: Report, ports: list[str] | None, identify: bool) -> None:
             r.add("serial", f"{url} logger", True,
                   f"protocol {info.protocol}, firmware {info.fw_version}, {info.rate_hz} Hz, "
                   f"{info.marker_count} marker pins, front end {info.front_end}")
+            r.loggers.append(url)
         except ProfilerError as err:
             r.add("serial", f"{url} logger", False, err.message, err.fix or "")
 
