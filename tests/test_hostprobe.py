@@ -3,12 +3,18 @@ ways: a board-less machine with a real GPU or cpufreq gets the hint, a bare VM d
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 from fake_host import add_nvidia, add_render_node, bare_vm
 from fake_sysfs import build
 
 from profiler.boards.hostprobe import host_board_hint, probe_host
+from profiler.boards.profiles import select_board
+
+REPO = Path(__file__).resolve().parent.parent
 
 
 def test_a_bare_vm_has_nothing_host_would_measure(tmp_path: Path) -> None:
@@ -69,3 +75,41 @@ def test_both_and_the_roots_can_be_given_apart(tmp_path: Path) -> None:
     add_nvidia(other)
     hw = probe_host(tree.sys, proc_root=other / "proc", dev_root=other / "dev")
     assert hw.describe() == "a GPU (NVIDIA H100 80GB HBM3) and cpufreq on 1 CPU policy"
+
+
+def notice(sys_root: Path) -> str:
+    notes: list[str] = []
+    board = select_board(None, sys_root, notes.append)
+    assert board.name == "sim" and len(notes) == 1
+    return notes[0]
+
+
+def test_the_board_notice_on_a_bare_vm_says_sim_is_modelled(tmp_path: Path) -> None:
+    assert notice(bare_vm(tmp_path)) == (
+        "no known board detected (no device tree model); using the simulated board 'sim', "
+        "whose numbers are modelled (pass --board NAME to choose; `coupprof boards` lists them)")
+
+
+def test_the_board_notice_on_a_gpu_machine_points_at_host(tmp_path: Path) -> None:
+    sys_root = bare_vm(tmp_path)
+    add_nvidia(tmp_path)
+    assert notice(sys_root) == (
+        "no known board detected (no device tree model); using the simulated board 'sim', "
+        "whose numbers are modelled; this machine has a GPU (NVIDIA H100 80GB HBM3): "
+        "`--board host` measures it (pass --board NAME to choose; `coupprof boards` lists them)")
+
+
+def test_the_cli_prints_the_notice_with_the_hint(tmp_path: Path) -> None:
+    """A real command in a subprocess on a fake cpufreq machine whose model no profile has."""
+    tree = build("rpi5", tmp_path)
+    (tree.sys / "firmware/devicetree/base/model").write_bytes(b"Some Other Board\x00")
+    env = dict(os.environ, PYTHONPATH=str(REPO), COUPPROF_SYSFS_ROOT=str(tree.sys))
+    out = subprocess.run([sys.executable, "-m", "profiler", "pin", "--processor", "B",
+                          "--freq", "1", "--", "true"],
+                         env=env, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stderr.splitlines()[0] == (
+        "coupprof: no known board detected (device tree model 'Some Other Board'); using the "
+        "simulated board 'sim', whose numbers are modelled; this machine has cpufreq on 1 CPU "
+        "policy: `--board host` measures it (pass --board NAME to choose; `coupprof boards` "
+        "lists them)")

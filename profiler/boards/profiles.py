@@ -348,8 +348,12 @@ def select_board(arg: str | None, sysfs_root: str | Path,
     if name:
         return load_board(name, sysfs_root)
     if announce is not None:
+        from profiler.boards.hostprobe import host_board_hint
+
         model = read_model_string(sysfs_root)
         seen = f"device tree model '{model}'" if model else "no device tree model"
-        announce(f"no known board detected ({seen}); using the simulated board '{SIM_BOARD}'"
-                 " (pass --board NAME to choose; `coupprof boards` lists them)")
+        hint = host_board_hint(sysfs_root)  # real GPU or cpufreq here: host measures them
+        announce(f"no known board detected ({seen}); using the simulated board '{SIM_BOARD}',"
+                 " whose numbers are modelled" + (f"; {hint}" if hint else "")
+                 + " (pass --board NAME to choose; `coupprof boards` lists them)")
     return load_board(SIM_BOARD, sysfs_root)
