@@ -46,8 +46,9 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from profiler.attribution import PowerTrace, attribute  # noqa: E402
+from profiler.attribution import attribute  # noqa: E402
 from profiler.power import protocol as P  # noqa: E402
+from profiler.power.host_trace import HostTrace
 from profiler.power.rig import A0_ELF, INA226_ELF, Waveform, missing, run_fast  # noqa: E402
 
 TARGET_RATE = {"ina226": 3500.0, "a0": 10_000.0}
@@ -160,7 +161,7 @@ def bench(fe: str, seconds: float, seed: int) -> Result:
     current = info.current_a(s["current"])
     power = current * info.bus_v(s["bus"])
     gaps = out.gaps
-    trace = PowerTrace(
+    trace = HostTrace(
         t_ns=np.round((s["t_us"] - off) * 1000).astype(np.int64), power_w=power,
         edge_t_ns=np.round((e["t_us"] - off) * 1000).astype(np.int64),
         edge_markers=e["markers"], edge_changed=e["changed"], markers=s["markers"],

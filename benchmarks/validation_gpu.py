@@ -97,8 +97,8 @@ def profile_layers(sliced: Any, board: Any, letter: str, model_path: Path, data:
                    baseline_w: float | None, min_updates: int) -> dict[str, Any]:
     """One processor, every layer: the layer runner's timings, then per-layer energy by
     repeat-to-resolve. Written in `coupprof layers` format."""
-    from profiler.attribution import measure_repeated
     from profiler.executors import fallback_flags, make_executor
+    from profiler.power.repeat import measure_repeated
     from profiler.results import LayerInfo, LayerRun, RunInfo, environment
     from profiler.runner import LayerRunner
     from profiler.tables import run_tables, write_tables

@@ -19,6 +19,8 @@ Exit codes (documented in README and `coupprof --help`):
 
 from __future__ import annotations
 
+from typing import Any
+
 
 class ProfilerError(Exception):
     """Root of all coupprof errors. `fix` is an optional hint appended to the message."""
@@ -74,6 +76,9 @@ class PowerSourceError(ProfilerError):
     """A power source failed. Raised mid-run, partial results are kept."""
 
     exit_code = 4
+    #: A streaming source's capture up to the failure (a `profiler.power.trace.Trace`
+    #: on the logger's clock), where it kept one.
+    trace: Any = None
 
 
 class LoggerTimeoutError(PowerSourceError):

@@ -76,7 +76,7 @@ from profiler.errors import BadInputError, ProfilerError
 from profiler.executors.base import Executor, SubModel
 from profiler.executors.factory import make_executor
 from profiler.mapping import FreqPlan, Mapping, Stage, boundary_tensors, pipeline_conflicts
-from profiler.meter import EnergyMeter, StreamCapture
+from profiler.power.session import PowerSession, StreamCapture
 from profiler.results import LAYER_END, LAYER_START, TRANSFER_END, TRANSFER_START
 from profiler.transfer import Activity, NoActivity, model_inputs
 
@@ -173,7 +173,7 @@ class MappingRunConfig:
     model_name: str = "model"  # for the executors' messages
     # What the run talks to:
     make: MakeExecutor | None = None  # default: profiler.executors.factory.make_executor
-    power: EnergyMeter | None = None  # energy per frame, when given
+    power: PowerSession | None = None  # energy per frame, when given
     activity: Activity | None = None  # told when each stage's processor works (sim power)
     clock: Clock = perf_clock
     progress: Progress | None = None  # (frames done, total), warm-up included
@@ -583,7 +583,7 @@ def _measure_streaming(driver: _Driver, config: MappingRunConfig,
     return _Energy(capture=capture, capture_error=error)
 
 
-def _measure_counter(driver: _Driver, config: MappingRunConfig, power: EnergyMeter) -> _Energy:
+def _measure_counter(driver: _Driver, config: MappingRunConfig, power: PowerSession) -> _Energy:
     def measured_batches() -> int:
         # A counter source needs a window of many updates: repeat the batch (extra
         # frames count for energy only) until the window is long enough.
@@ -669,7 +669,7 @@ def _stream_energy(run: MappedRun, cap: StreamCapture, stage_busy: np.ndarray) -
                            for st in run.mapping.stages], axis=1)
         st_att = cap.windows_on_host(starts, starts + stage_busy[rows])
         run.stage_energy_mj = np.array([le.energy_mj for le in st_att.layers])
-    run.power_info = {"baseline_power_w": cap.meter.baseline_w,
+    run.power_info = {"baseline_power_w": cap.session.baseline_w,
                       "energy_method": "board energy first..last completion / (frames - 1)"
                       if run.frames >= 2 else "board energy of the one frame",
                       "window_samples": samples, "window_lost_frames": lost, **cap.info}

@@ -47,7 +47,7 @@ from profiler.executors.base import Executor
 from profiler.executors.factory import make_executor
 from profiler.executors.worker import ProcessorWorker
 from profiler.mapping import FreqPlan, Mapping
-from profiler.meter import EnergyMeter, StreamCapture
+from profiler.power.session import PowerSession, StreamCapture
 from profiler.transfer import Activity, NoActivity, measure_transfer_matrix
 
 LAYER_FIX = "pass the CSVs written by `coupprof layers` (one per processor), with their .json"
@@ -279,7 +279,7 @@ def measure_costs(
     frames: int = 20,
     warmup: int = 3,
     make: Callable[[Board, str], Executor] | None = None,
-    power: EnergyMeter | None = None,
+    power: PowerSession | None = None,
     activity: Activity | None = None,
     seed: int = 0,
     model_name: str = "model",

@@ -39,7 +39,7 @@ Without a power source the ``energy_mj`` column is absent.
 is told which processor works when: src from the producer's run through the read-out,
 dst while it writes the tensors into its input buffers.
 
-`EnergyMeter` (`profiler.meter`) wraps a power source; `coupprof run` uses it too.
+`PowerSession` (`profiler.power.session`) measures it; `coupprof run` uses it too.
 """
 
 from __future__ import annotations
@@ -62,10 +62,10 @@ from profiler.executors.base import Executor, SubModel
 from profiler.executors.factory import make_executor
 from profiler.executors.worker import ProcessorWorker
 from profiler.mapping import boundary_tensors
-from profiler.meter import EnergyMeter, StreamCapture
+from profiler.power.session import PowerSession, StreamCapture
 from profiler.runner import random_input
 
-__all__ = ["CSV_COLUMNS", "Activity", "EnergyMeter", "NoActivity", "TransferMatrix", "TransferSample",
+__all__ = ["CSV_COLUMNS", "Activity", "NoActivity", "TransferMatrix", "TransferSample",
            "measure_transfer_matrix", "model_inputs", "read_transfer_csv", "summary",
            "write_transfer_csv"]
 
@@ -205,7 +205,7 @@ def measure_transfer_matrix(
     boundaries: Sequence[int] | None = None,
     only: Sequence[tuple[int, str, str]] | None = None,
     make: MakeExecutor | None = None,
-    power: EnergyMeter | None = None,
+    power: PowerSession | None = None,
     activity: Activity | None = None,
     clock: Clock = perf_clock,
     seed: int = 0,
@@ -375,7 +375,7 @@ class _Pair:
         w = np.asarray(rows[warmup:], dtype=np.int64).reshape(reps, 4)
         return w[:, 2] - w[:, 1], w
 
-    def energy_by_difference(self, meter: EnergyMeter) -> float:
+    def energy_by_difference(self, meter: PowerSession) -> float:
         """Counter sources: per call, (producer + hand-over) minus producer alone."""
         if self.src == self.dst:
             with_handover = meter.per_call(lambda: self.wsrc.call(lambda _: self.same(None)))

@@ -17,13 +17,9 @@ import numpy as np
 import pytest
 from energy_truth import layer_truth_mj
 
-from profiler.attribution import (
-    PowerTrace,
-    attribute,
-    idle_baseline_w,
-    match_edges,
-)
+from profiler.attribution import attribute, match_edges
 from profiler.errors import BadInputError, PowerSourceError
+from profiler.power.host_trace import HostTrace, idle_baseline_w
 
 T0_NS = 1_234_567_890_123  # host clocks are far from zero: exercise int64 handling
 
@@ -66,7 +62,7 @@ class Scenario:
 
     def trace(self, rate_hz: float, averaged: bool = False, seed: int = 1,
               drop_edges: tuple[tuple[int, int, str], ...] = (),
-              extra_edges_ns: tuple[int, ...] = ()) -> PowerTrace:
+              extra_edges_ns: tuple[int, ...] = ()) -> HostTrace:
         rng = np.random.default_rng(seed)
         period = 1e9 / rate_hz
         first = float(self.start_ns.min() - T0_NS) - 5e6 + rng.uniform(0, period)
@@ -91,7 +87,7 @@ class Scenario:
             edges.append(t)
             levels.append(0)
         order = np.argsort(edges, kind="stable")
-        return PowerTrace(t_ns=t_ns, power_w=power, edge_t_ns=np.array(edges)[order],
+        return HostTrace(t_ns=t_ns, power_w=power, edge_t_ns=np.array(edges)[order],
                           edge_markers=np.array(levels)[order],
                           edge_changed=np.ones(len(edges), np.int64),
                           sample_window_ns=sample_window)
@@ -179,7 +175,7 @@ def test_smooth_power_both_edge_modes_agree_with_truth() -> None:
         assert rel_err(res.window_energy_mj, truth).max() < 0.01, mode
 
 
-def naive_by_counting(trace: PowerTrace, layers: int, frames: int) -> np.ndarray:
+def naive_by_counting(trace: HostTrace, layers: int, frames: int) -> np.ndarray:
     """ARM-CO-UP's rule: the k-th rising/falling edge pair is the k-th layer."""
     e = trace.edge_t_ns
     n = frames * layers
@@ -238,7 +234,7 @@ def test_lost_frames_are_flagged_not_silently_attributed() -> None:
     i = np.searchsorted(tr.t_ns, mid)
     keep = np.ones(tr.t_ns.size, bool)
     keep[i:i + 12] = False
-    lost_trace = PowerTrace(
+    lost_trace = HostTrace(
         t_ns=tr.t_ns[keep], power_w=tr.power_w[keep], edge_t_ns=tr.edge_t_ns,
         edge_markers=tr.edge_markers, edge_changed=tr.edge_changed,
         lost_start_ns=[tr.t_ns[i - 1]], lost_end_ns=[tr.t_ns[i + 12]], lost_frames=[3])
@@ -261,7 +257,7 @@ def test_a_layer_lost_in_every_frame_is_still_flagged() -> None:
     sc = make_scenario(frames=2, layers=3, seed=22)
     tr = sc.trace(10_000)
     spans = [((sc.start_ns[f, 1] + sc.end_ns[f, 1]) // 2) for f in range(2)]
-    lost = PowerTrace(t_ns=tr.t_ns, power_w=tr.power_w, edge_t_ns=tr.edge_t_ns,
+    lost = HostTrace(t_ns=tr.t_ns, power_w=tr.power_w, edge_t_ns=tr.edge_t_ns,
                       lost_start_ns=spans, lost_end_ns=[s + 100_000 for s in spans],
                       lost_frames=[1, 2])
     layer = attribute(sc.host_start_ns, sc.host_end_ns, lost).layers[1]
@@ -314,11 +310,11 @@ def test_match_edges_tolerance_never_pairs_two_boundaries_with_one_edge() -> Non
 
 def test_bad_inputs() -> None:
     with pytest.raises(BadInputError, match="backwards"):
-        PowerTrace(t_ns=[3, 2, 1], power_w=[1, 1, 1])
+        HostTrace(t_ns=[3, 2, 1], power_w=[1, 1, 1])
     with pytest.raises(BadInputError, match="ends before"):
-        attribute([[10]], [[5]], PowerTrace(t_ns=[0, 20], power_w=[1, 1]))
+        attribute([[10]], [[5]], HostTrace(t_ns=[0, 20], power_w=[1, 1]))
     with pytest.raises(PowerSourceError, match="no samples"):
-        attribute([[0]], [[5]], PowerTrace(t_ns=[], power_w=[]))
+        attribute([[0]], [[5]], HostTrace(t_ns=[], power_w=[]))
 
 
 def test_a_slow_marker_call_is_found_inside_its_bracket() -> None:
@@ -340,7 +336,7 @@ def test_a_slow_marker_call_is_found_inside_its_bracket() -> None:
 
 
 def test_samples_sharing_a_timestamp_are_merged() -> None:
-    tr = PowerTrace(t_ns=[0, 10, 10, 20], power_w=[1.0, 2.0, 4.0, 3.0], markers=[0, 0, 1, 1])
+    tr = HostTrace(t_ns=[0, 10, 10, 20], power_w=[1.0, 2.0, 4.0, 3.0], markers=[0, 0, 1, 1])
     np.testing.assert_array_equal(tr.t_ns, [0, 10, 20])
     np.testing.assert_array_equal(tr.power_w, [1.0, 3.0, 3.0])
     np.testing.assert_array_equal(tr.markers, [0, 1, 1])
@@ -358,7 +354,7 @@ def test_sample_holes_and_empty_windows_are_flagged() -> None:
     a, b = sc.start_ns[1, 6], sc.end_ns[1, 6]
     keep = (tr.t_ns < a + 200_000) | (tr.t_ns > a + 900_000)  # 0.7 ms hole in (1, 6)
     keep &= (tr.t_ns < sc.start_ns[3, 2] - 50_000) | (tr.t_ns > sc.end_ns[3, 2] + 50_000)
-    holed = PowerTrace(t_ns=tr.t_ns[keep], power_w=tr.power_w[keep], edge_t_ns=tr.edge_t_ns,
+    holed = HostTrace(t_ns=tr.t_ns[keep], power_w=tr.power_w[keep], edge_t_ns=tr.edge_t_ns,
                        edge_markers=tr.edge_markers, edge_changed=tr.edge_changed)
     res = attribute(sc.host_start_ns, sc.host_end_ns, holed)
     assert res.window_holes[1, 6] == 1 and res.window_samples[3, 2] == 0

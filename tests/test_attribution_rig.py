@@ -18,10 +18,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from profiler.attribution import PowerTrace, attribute
+from profiler.attribution import attribute
 from profiler.power import protocol as P
 from profiler.power import rig as rigmod
 from profiler.power.clockmap import fit_clock_map
+from profiler.power.host_trace import HostTrace
 from profiler.power.rig import A0_ELF, INA226_ELF, Waveform, run_fast
 from profiler.power.trace import Trace
 
@@ -101,7 +102,7 @@ def test_layer_energies_on_the_real_firmware(streamed) -> None:
     levels = np.stack([np.full(start_us.shape, 1), np.zeros(start_us.shape, int)], -1).ravel()
     fit = fit_clock_map(trace.edges["t_us"], changes, device_levels=trace.edges["markers"] & 1,
                         host_levels=levels)
-    pt = PowerTrace(**trace.host_fields(fit.clock), sample_window_ns=window_ns)
+    pt = HostTrace(**trace.host_fields(fit.clock), sample_window_ns=window_ns)
     res = attribute(host_start, host_end, pt, levels=(1, 0))
     assert res.edges_missed == 0 and res.edges_spurious == 0
 

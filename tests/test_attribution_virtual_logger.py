@@ -15,10 +15,11 @@ import time
 import numpy as np
 import pytest
 
-from profiler.attribution import PowerTrace, attribute
+from profiler.attribution import attribute
 from profiler.markers import open_marker
 from profiler.power.clockmap import fit_clock_map
 from profiler.power.collector import Collector
+from profiler.power.host_trace import HostTrace
 from profiler.power.virtual_logger import VirtualLogger
 
 IDLE_W, RIPPLE_W, RIPPLE_HZ = 1.0, 0.2, 170.0
@@ -101,7 +102,7 @@ def test_sim_marker_virtual_logger_collector_attribution() -> None:
     edges = trace.edges
     fit = fit_clock_map(edges["t_us"], ch_t, device_levels=edges["markers"] & 1,
                         host_levels=ch_lv & 1)
-    pt = PowerTrace(**trace.host_fields(fit.clock))
+    pt = HostTrace(**trace.host_fields(fit.clock))
     res = attribute(start, end, pt, levels=(1, 0), start_lo_ns=start_lo, end_hi_ns=end_hi)
 
     # Ground truth from the logger's own edge timestamps (device clock). Host change

@@ -191,8 +191,8 @@ def test_energy_per_frame_from_a_counter_source_is_power_over_throughput(resnet)
     frames take even on a busy host), and energy per frame times frames per second must
     come back to about 3 W."""
     from profiler.clock import perf_clock
+    from profiler.power.session import PowerSession
     from profiler.power.sources.base import CounterSource, SourceInfo
-    from profiler.transfer import EnergyMeter
 
     class Ramp(CounterSource):
         kind = "ramp"
@@ -217,7 +217,7 @@ def test_energy_per_frame_from_a_counter_source_is_power_over_throughput(resnet)
     with Ramp("ramp", perf_clock) as src:
         run = run_mapping(sliced, board, MappingRunConfig(
             mapping, "pipeline", frames=3, warmup=1, make=make,
-            power=EnergyMeter(src, min_updates=300)))
+            power=PowerSession(src, counter_updates=300)))
     assert run.energy_mj is not None and run.energy_mj > 0
     # 3 W over the counter's window, shared by the frames run inside it. The window's
     # ends are read just after a counter update (start) and up to one 1 ms update after

@@ -14,8 +14,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from profiler.attribution import PowerTrace, attribute
+from profiler.attribution import attribute
 from profiler.power.clockmap import fit_clock_map
+from profiler.power.host_trace import HostTrace
 from profiler.power.session import local_offset
 
 LAYER_US = np.array([2_000, 3_100, 2_400, 2_700])
@@ -42,7 +43,7 @@ def to_device_us(host_ns: np.ndarray, h0: int, span_ns: float) -> np.ndarray:
     return 1_000_000 + (host_ns - h0) / 1000 * DRIFT + BOW_US * np.sin(np.pi * x)
 
 
-def setup() -> tuple[np.ndarray, np.ndarray, PowerTrace, object, np.ndarray, np.ndarray]:
+def setup() -> tuple[np.ndarray, np.ndarray, HostTrace, object, np.ndarray, np.ndarray]:
     start, end = host_timeline()
     h0, span = int(start[0, 0]), float(end[-1, -1] - start[0, 0])
     host_t = np.stack([start, end], axis=-1).ravel()  # marker changes, in order
@@ -52,7 +53,7 @@ def setup() -> tuple[np.ndarray, np.ndarray, PowerTrace, object, np.ndarray, np.
     # Samples on the logger's clock; power steps with the marker.
     t_dev = np.arange(dev_edges[0] - 20_000, dev_edges[-1] + 20_000, 1e6 / RATE_HZ)
     high = (np.searchsorted(dev_edges, t_dev, side="right") % 2) == 1
-    trace = PowerTrace(t_ns=fit.clock.to_host_ns(np.rint(t_dev).astype(np.int64)),
+    trace = HostTrace(t_ns=fit.clock.to_host_ns(np.rint(t_dev).astype(np.int64)),
                        power_w=IDLE_W + STEP_W * high,
                        edge_t_ns=fit.clock.to_host_ns(dev_edges), edge_markers=host_lv)
     win = dev_edges.reshape(FRAMES, LAYER_US.size, 2)

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from profiler.attribution import measure_repeated
 from profiler.errors import BadInputError, HardwareError, RuntimeUnavailableError
+from profiler.power.repeat import measure_repeated
 from profiler.power.sources import (
     HwmonSource,
     NoneSource,

@@ -10,8 +10,8 @@ import time
 
 import pytest
 
-from profiler.attribution import measure_repeated
 from profiler.errors import BadInputError, RuntimeUnavailableError
+from profiler.power.repeat import measure_repeated
 from profiler.power.sources import NvmlSource, detect_power_source, open_power_source
 
 pynvml = pytest.importorskip("pynvml")

@@ -20,8 +20,8 @@ from profiler.boards.profiles import load_board
 from profiler.clock import StepClock
 from profiler.mapping import parse_order
 from profiler.markers import open_marker
-from profiler.meter import EnergyMeter
 from profiler.pipeline import MappingRunConfig, run_mapping
+from profiler.power.session import PowerSession
 from profiler.power.sources import SourceHardware, open_power_source
 from profiler.predict import measure_costs, predict
 from profiler.results import TRANSFER_START
@@ -120,7 +120,7 @@ def rig():
     src = open_power_source("sim", SourceHardware(extra={"sim_power_model": model}))
     marker = open_marker("sim", sim_sink=src)
     with src, marker:
-        yield sliced, model, EnergyMeter(src, marker=marker, baseline_s=0.2)
+        yield sliced, model, PowerSession(src, marker, baseline_s=0.2)
 
 
 ORDER = "L3B4G4N4"

@@ -18,10 +18,10 @@ from profiler import zoo
 from profiler.boards.profiles import load_board
 from profiler.clock import StepClock
 from profiler.executors import ProcessorWorker
+from profiler.power.session import PowerSession
 from profiler.power.sources.base import CounterSource, SourceInfo
 from profiler.slicing.slicer import slice_model
 from profiler.transfer import (
-    EnergyMeter,
     NoActivity,
     _Loaded,
     _Pair,
@@ -133,7 +133,7 @@ class RampSource(CounterSource):
 def test_energy_meter_per_call_is_power_times_call_time() -> None:
     clock = StepClock(0, 1000)
     with RampSource(2.5, clock) as src:
-        meter = EnergyMeter(src, min_updates=50)
+        meter = PowerSession(src, counter_updates=50)
         per_call = meter.per_call(lambda: clock.advance(400_000))  # each call: 0.4 ms
     # 2.5 W for 0.4 ms (+ the clock reads' own microseconds) = 1.0 mJ
     assert per_call == pytest.approx(1.0, rel=0.03)
@@ -150,7 +150,7 @@ def test_matrix_has_an_energy_column_with_a_power_source(resnet) -> None:
     with WallRamp() as src:
         m = measure_transfer_matrix(resnet, board3(), ["L", "B"], reps=2, warmup=0,
                                     boundaries=[1], make=make,
-                                    power=EnergyMeter(src, min_updates=5))
+                                    power=PowerSession(src, counter_updates=5))
     df = m.table()
     assert "energy_mj" in df.columns and df["energy_mj"].notna().all()
     # Energy of "run + hand-over" minus "run": about 3 W times the hand-over time.

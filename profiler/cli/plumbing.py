@@ -10,7 +10,6 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
-from contextlib import ExitStack
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -22,7 +21,6 @@ if TYPE_CHECKING:
     from profiler.cli.progress import TaskProgress
     from profiler.mapping import FreqPlan
     from profiler.markers.base import Marker
-    from profiler.meter import EnergyMeter
     from profiler.power.session import PowerSession
     from profiler.power.sources.base import PowerSource
     from profiler.simboard import SimPowerModel
@@ -200,19 +198,3 @@ def open_power(args: argparse.Namespace, board: Board, trace_dir: Path | None = 
         return None, None
     return PowerSession(source, marker, baseline_s=args.baseline_s,
                         counter_updates=getattr(args, "counter_updates", 20)), model
-
-
-def open_meter(args: argparse.Namespace, board: Board, stack: ExitStack, csv_path: Path,
-               ) -> tuple[EnergyMeter | None, SimPowerModel | None]:
-    """(EnergyMeter or None, the sim board's power model or None) for --power/--marker,
-    opened and closed with ``stack``. A streaming capture keeps its raw trace beside the
-    results (the CSV path with .trace)."""
-    from profiler.meter import EnergyMeter
-
-    source, marker, model = open_source(args, board, Path(csv_path).with_suffix(".trace"))
-    if source is None:
-        return None, None
-    stack.enter_context(source)
-    if marker is not None:
-        stack.enter_context(marker)  # closed (driven low) before the source
-    return EnergyMeter(source, marker=marker, baseline_s=args.baseline_s), model

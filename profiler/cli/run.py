@@ -38,7 +38,7 @@ from profiler.cli.plumbing import (
     choose_board,
     governors_for,
     load_model,
-    open_meter,
+    open_power,
     say,
     sysfs_root,
 )
@@ -208,7 +208,9 @@ def run(args: argparse.Namespace) -> int:
             if plan.mode != "none" else {}
         csv_path = args.csv or Path("coupprof-out") / f"run-{model.stem}-{mapping.compact}-" \
                                                         f"{args.mode}.csv"
-        meter, sim_model = open_meter(args, board, stack, Path(csv_path))
+        meter, sim_model = open_power(args, board, Path(csv_path).with_suffix(".trace"))
+        if meter is not None:
+            stack.enter_context(meter)
         stack.enter_context(RestoreGuard(list(govs.values())))
         if plan.mode == "per-processor":
             for w in apply_setup_levels(plan, govs):

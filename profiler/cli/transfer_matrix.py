@@ -34,7 +34,7 @@ from profiler.cli.plumbing import (
     choose_board,
     governors_for,
     load_model,
-    open_meter,
+    open_power,
     parse_letters,
     say,
     sysfs_root,
@@ -163,9 +163,11 @@ def run(args: argparse.Namespace) -> int:
             raise BadInputError(f"{model} has {len(sliced.layers)} layer: no boundary to hand "
                                 "over", "use a model with more layers, or --granularity op")
         csv_path = args.csv or Path("coupprof-out") / f"transfers-{model.stem}.csv"
-        meter, sim_model = open_meter(args, board, stack, csv_path)
+        meter, sim_model = open_power(args, board, Path(csv_path).with_suffix(".trace"))
         if meter is not None:
-            meter.min_updates = args.energy_updates
+            stack.enter_context(meter)
+        if meter is not None:
+            meter.counter_updates = args.energy_updates
         stack.enter_context(RestoreGuard(list(govs.values())))
         for w in apply_setup_levels(plan, govs) if plan is not None else []:
             say(f"warning: {w}")

@@ -34,6 +34,7 @@ Unmatched host events are missed edges; unmatched device edges are spurious.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -425,3 +426,34 @@ def _best_hypothesis(
     score = hit.sum(axis=1) - np.minimum(dist, tol).sum(axis=1) / (tol * (sub.size + 1))
     best = int(np.argmax(score))
     return float(A[best]), float(B[best])
+
+
+def local_offset(fit: ClockFit | None, host_ns: np.ndarray, neighbours: int = 7,
+                 ) -> Callable[[np.ndarray], np.ndarray] | None:
+    """Where the logger's edges lie around host time t, relative to the fitted line.
+
+    The clock map is one line (offset and drift), which is what integration needs. But
+    the logger's clock can wander off a line by more than the edge-matching tolerance
+    over a run: a ceramic resonator's rate follows its temperature, and the simavr rig,
+    paced to the wall clock, falls behind and catches up with the host's load. Each
+    matched edge's residual (host time - mapped edge time) says how far off the line
+    it is; a running median over ``neighbours`` matched edges follows the wander
+    without following one late marker call. Returns ``t -> residual`` (int64 ns) for
+    shifting host boundaries onto the trace's time axis before matching, or None
+    without a fit."""
+    if fit is None or fit.host_index.size < 3:
+        return None
+    order = np.argsort(fit.host_index, kind="stable")
+    at = np.asarray(host_ns, dtype=np.int64)[fit.host_index[order]]
+    r = np.asarray(fit.residual_ns, dtype=np.float64)[order]
+    k = min(neighbours, r.size) | 1  # odd: a centred window
+    windows = np.lib.stride_tricks.sliding_window_view(np.pad(r, k // 2, mode="edge"), k)
+    smooth = np.median(windows, axis=1)
+    t0 = int(at[0])
+    x = (at - t0).astype(np.float64)
+
+    def residual_at(t: np.ndarray) -> np.ndarray:
+        tt = (np.asarray(t, dtype=np.int64) - t0).astype(np.float64)
+        return np.rint(np.interp(tt, x, smooth)).astype(np.int64)
+
+    return residual_at

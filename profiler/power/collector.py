@@ -382,7 +382,7 @@ class Collector:
             try:
                 ack = self._command(P.encode_command(P.Command.START), P.Command.START)
             except PowerSourceError as err:
-                err.trace = self._finish(str(err))  # type: ignore[attr-defined]
+                err.trace = self._finish(str(err))
                 raise
             self._host_start_ns = self.clock()
             self._check_ack(ack, "START")
@@ -421,7 +421,7 @@ class Collector:
             self.info = _with_streaming(self.info, False)
         trace = self._finish(None if err is None else str(err))
         if err is not None:
-            err.trace = trace  # type: ignore[attr-defined]
+            err.trace = trace
             if raise_on_error:
                 raise err
         return trace

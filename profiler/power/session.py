@@ -1,24 +1,40 @@
-"""Power measurement around a layer run: source, marker, idle baseline, attribution.
+"""One object measures power around work: `PowerSession`.
 
-A run with power goes:
+It opens a power source and a marker (use it as a context manager), measures the
+idle baseline, brackets windows of work and returns an `Attribution`. What it can
+do follows from the source's type: a `StreamSource` (the logger, real or virtual:
+samples and marker edges on the logger's clock) or a `CounterSource` (NVML, RAPL,
+hwmon: a polled energy counter); any other source measures nothing.
 
-1. open the source (logger handshake) and the marker (lines requested, low);
-2. `begin()`: start streaming and hold the marker low for ``baseline_s`` to
-   measure the idle baseline;
+A layer run (`coupprof layers`, `coupprof sweep`) goes:
+
+1. ``with session:`` opens the source (logger handshake) and the marker (low);
+2. `begin()` starts the stream and holds the marker low for ``baseline_s`` to
+   measure the idle baseline (before the run: a GPU stays clocked up for seconds
+   after work);
 3. the runner runs its frames with `hooks()`: in measured frames the marker goes
-   high right before each layer's invoke and low right after (host times of both
-   changes are recorded, bracketed by clock reads);
-4. `finish(timings)`: stop the stream, fit the logger clock to the host clock
-   over the edges, and attribute energy to each layer's window
-   (`profiler.attribution.attribute`).
+   high right before each layer's invoke and low right after, each change
+   bracketed by clock reads (`MarkerHooks`);
+4. `finish(timings)` stops the stream, fits the logger clock to the host clock over
+   the marker changes and attributes each layer's windows
+   (`profiler.attribution.attribute`). A counter source cannot resolve a
+   millisecond window, so there each layer is repeated back to back until its
+   counter window is long enough (`profiler.power.repeat.measure_repeated`).
 
-Counter sources (nvml, rapl, hwmon) cannot resolve a millisecond window, so
-`finish` instead repeats each layer back to back until its counter window spans
-enough updates (`profiler.attribution.measure_repeated`).
+Spans of work that are not layer invokes (`coupprof run`, `transfer-matrix`, and
+the costs `predict` measures) use `capture()`, whose `StreamCapture.mark(level)`
+moves the marker around any work, and `span(work)` / `per_call(call)`, which work
+on either kind of source.
 
 A source that fails mid-run (port gone, logger silent) does not lose the run:
 `finish` keeps the timings, attributes whatever part of the trace survived, and
 records the error in `PowerResult.error` for the caller to report (exit 4).
+
+Where a sample enters, and where it becomes a row: the logger's bytes are decoded
+by `profiler.power.collector` into a `Trace` on the logger's clock; the source maps
+it onto the host clock as a `HostTrace` (`profiler.power.host_trace`); here the
+marker windows the host recorded are integrated over it into an `Attribution`,
+whose per-layer columns `profiler.tables` turns into rows.
 """
 
 from __future__ import annotations
@@ -27,69 +43,22 @@ import contextlib
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
-from profiler.attribution import (
-    Attribution,
-    attribute,
-    fps_per_w,
-    idle_baseline_w,
-    measure_repeated,
-)
+from profiler.attribution import Attribution, attribute, fps_per_w
 from profiler.clock import Clock, perf_clock
-from profiler.errors import PowerSourceError, ProfilerError
+from profiler.errors import BadInputError, PowerSourceError, ProfilerError
 from profiler.markers.base import Marker
+from profiler.power.clockmap import local_offset
+from profiler.power.host_trace import HostTrace, idle_baseline_w
+from profiler.power.repeat import measure_repeated
 from profiler.power.sources.base import CounterSource, PowerSource, StreamSource
+from profiler.power.trace import Trace
 from profiler.runner import LayerHooks
 
-
-class MarkerHooks(LayerHooks):
-    """Marker high for each layer's invoke in measured frames; records when it changed.
-
-    ``rise``/``fall`` have shape (frames, layers, 2): clock reads just before and just
-    after the marker call, so the change happened inside that bracket.
-    """
-
-    def __init__(self, marker: Marker, frames: int, layers: int, *, clock: Clock = perf_clock,
-                 on_layer: Callable[[int], None] | None = None) -> None:
-        self.marker = marker
-        self.clock = clock
-        self.on_layer = on_layer
-        self.rise = np.zeros((frames, layers, 2), dtype=np.int64)
-        self.fall = np.zeros((frames, layers, 2), dtype=np.int64)
-        self._frame: int | None = None
-
-    def before_frame(self, frame: int, warmup: bool) -> None:
-        self._frame = None if warmup else frame
-
-    def before_layer(self, layer: int) -> None:
-        if self.on_layer is not None:
-            self.on_layer(layer)
-        f = self._frame
-        if f is None:
-            return
-        t0 = self.clock()
-        self.marker.set(1)
-        self.rise[f, layer] = (t0, self.clock())
-
-    def after_layer(self, layer: int) -> None:
-        f = self._frame
-        if f is None:
-            return
-        t0 = self.clock()
-        self.marker.set(0)
-        self.fall[f, layer] = (t0, self.clock())
-
-    def host_events(self) -> tuple[np.ndarray, np.ndarray]:
-        """Marker-change times (middle of each bracket) and the level after each, in order."""
-        rise = self.rise.mean(axis=2).astype(np.int64).ravel()
-        fall = self.fall.mean(axis=2).astype(np.int64).ravel()
-        t = np.column_stack([rise, fall]).ravel()
-        lv = np.tile(np.array([1, 0], dtype=np.int64), rise.size)
-        order = np.argsort(t, kind="stable")
-        return t[order], lv[order]
+T = TypeVar("T")
 
 
 @dataclass
@@ -103,25 +72,166 @@ class PowerResult:
     error: ProfilerError | None = None  # a mid-run failure; the rest is what survived
 
 
-class PowerSession:
-    """Use as a context manager around the runner; see the module docstring."""
+class StreamCapture:
+    """One capture of a streaming source: the marker changes the host made around its
+    work (the host-side windows), then the trace on the host clock.
 
-    def __init__(self, source: PowerSource, marker: Marker | None, *, baseline_s: float = 0.5,
-                 counter_updates: int = 20, clock: Clock = perf_clock) -> None:
+    `start()` starts the stream; the session's first capture also measures the idle
+    baseline (marker low, nothing running). `mark(level)` moves the marker and returns
+    the clock reads around the change. `stop()` maps the capture onto the host clock.
+    Windows are then integrated on the logger's edges (`windows_on_edges`: windows that
+    start and end at marker changes, as layers do) or between host times through the
+    fitted clock (`windows_on_host`: e.g. between frame completions)."""
+
+    def __init__(self, session: PowerSession, source: StreamSource) -> None:
+        self.session = session
         self.source = source
-        self.counter_updates = counter_updates
+        self.clock = session.clock
+        self._marker = session.marker
+        self._t: list[int] = []  # middle of each marker change's bracket
+        self._lv: list[int] = []
+        self._level = 0
+        self._baseline_window: tuple[int, int] | None = None
+        self.trace: HostTrace | None = None
+        self.error: PowerSourceError | None = None  # a mid-run failure; trace is partial
+        self.info: dict[str, Any] = {}
+
+    def start(self) -> StreamCapture:
+        self.source.start()
+        if self._marker is not None:
+            self._marker.set(0)
+        if self.session.baseline_w is None and self.session.baseline_s > 0:
+            t0 = self.clock()
+            time.sleep(self.session.baseline_s)
+            self._baseline_window = self.session.baseline_window_ns = (t0, self.clock())
+        return self
+
+    def mark(self, level: int) -> tuple[int, int]:
+        """Drive the marker to ``level``; (clock before, clock after) the change."""
+        t0 = self.clock()
+        if self._marker is not None:
+            self._marker.set(level)
+        t1 = self.clock()
+        if level != self._level:
+            self._level = level
+            self._t.append((t0 + t1) // 2)
+            self._lv.append(level)
+        return t0, t1
+
+    def host_events(self) -> tuple[np.ndarray, np.ndarray]:
+        """The marker changes so far: host times (ns, sorted) and the level after each."""
+        t = np.asarray(self._t, dtype=np.int64)
+        lv = np.asarray(self._lv, dtype=np.int64)
+        order = np.argsort(t, kind="stable")
+        return t[order], lv[order]
+
+    def stop(self) -> HostTrace:
+        """Stop the stream; the trace on the host clock, fitted over the marker changes.
+
+        A mid-run failure that left a partial capture is kept in ``error`` and the part
+        is mapped; with nothing to map, or no clock fit, the error is raised."""
+        if self._marker is not None and self._level != 0:
+            self.mark(0)
+        t, lv = self.host_events()
+        self.info["marker_changes"] = int(t.size)
+        try:
+            capture: Trace | None = self.source.stop_capture()
+        except PowerSourceError as err:
+            capture = err.trace
+            if capture is None or capture.samples.size == 0:
+                raise
+            self.error = err
+        try:
+            trace = self.source.map_clock(capture, t, lv)
+        finally:  # what was captured goes to the sidecar even if it cannot be mapped
+            self.info.update(capture_info(capture, self.source))
+        self.trace = trace
+        if self._baseline_window is not None:
+            self.session.baseline_w = idle_baseline_w(trace, *self._baseline_window)
+        self.info.update({"lost_frames": trace.total_lost_frames,
+                          "corrupt_frames": trace.corrupt_frames})
+        return trace
+
+    def abort(self) -> None:
+        """Stop the stream after a failure elsewhere, ignoring its own errors."""
+        with contextlib.suppress(ProfilerError):
+            self.source.stop_capture()
+
+    def _trace(self) -> HostTrace:
+        if self.trace is None:
+            raise RuntimeError("StreamCapture: stop() first")
+        return self.trace
+
+    def windows_on_edges(self, start_ns: Any, end_ns: Any, start_lo_ns: Any = None,
+                         end_hi_ns: Any = None, *, follow_clock: bool = False) -> Attribution:
+        """Windows (frames, items) that the marker went high at (start) and low at (end).
+        ``follow_clock``: look for each boundary's edge where the clock map's neighbours
+        say it is (`profiler.power.clockmap.local_offset`), for long runs whose logger
+        clock wanders off the fitted line."""
+        if follow_clock:
+            local = local_offset(self.source.fit, self.host_events()[0])
+            if local is not None:
+                start_ns, end_ns, start_lo_ns, end_hi_ns = (
+                    None if v is None else np.asarray(v) - local(v)
+                    for v in (start_ns, end_ns, start_lo_ns, end_hi_ns))
+        return attribute(start_ns, end_ns, self._trace(),
+                         baseline_power_w=self.session.baseline_w or 0.0, levels=(1, 0),
+                         start_lo_ns=start_lo_ns, end_hi_ns=end_hi_ns)
+
+    def windows_on_host(self, start_ns: Any, end_ns: Any) -> Attribution:
+        """Windows between host timestamps, through the fitted clock (no edge matching)."""
+        return attribute(start_ns, end_ns, self._trace(),
+                         baseline_power_w=self.session.baseline_w or 0.0, use_edges=False)
+
+
+class MarkerHooks(LayerHooks):
+    """Runner hooks: the marker high for each layer's invoke in measured frames.
+
+    ``rise``/``fall`` have shape (frames, layers, 2): clock reads just before and just
+    after each marker change, so the change happened inside that bracket."""
+
+    def __init__(self, capture: StreamCapture, frames: int, layers: int,
+                 on_layer: Callable[[int], None] | None = None) -> None:
+        self.capture = capture
+        self.on_layer = on_layer
+        self.rise = np.zeros((frames, layers, 2), dtype=np.int64)
+        self.fall = np.zeros((frames, layers, 2), dtype=np.int64)
+        self._frame: int | None = None
+
+    def before_frame(self, frame: int, warmup: bool) -> None:
+        self._frame = None if warmup else frame
+
+    def before_layer(self, layer: int) -> None:
+        if self.on_layer is not None:
+            self.on_layer(layer)
+        if self._frame is not None:
+            self.rise[self._frame, layer] = self.capture.mark(1)
+
+    def after_layer(self, layer: int) -> None:
+        if self._frame is not None:
+            self.fall[self._frame, layer] = self.capture.mark(0)
+
+
+class PowerSession:
+    """A power source and its marker, measured around work; see the module docstring.
+
+    counter_updates: a counter window must span this many counter updates (error about
+    1/N). baseline_s: how long the idle baseline is measured."""
+
+    def __init__(self, source: PowerSource, marker: Marker | None = None, *,
+                 baseline_s: float = 0.5, counter_updates: int = 20,
+                 clock: Clock = perf_clock) -> None:
+        self.source = source
         self.marker = marker
         self.baseline_s = baseline_s
+        self.counter_updates = counter_updates
         self.clock = clock
+        self.baseline_w: float | None = None  # idle power, once measured
+        self.baseline_window_ns: tuple[int, int] | None = None  # when it was measured
+        self._capture: StreamCapture | None = None  # the layer run's (begin .. finish)
         self._hooks: MarkerHooks | None = None
-        self._baseline_window: tuple[int, int] | None = None
-        self._counter_baseline_w = 0.0
-        self._started = False
 
-    @property
-    def streaming(self) -> bool:
-        return isinstance(self.source, StreamSource)
-
+    # -- opening -------------------------------------------------------------------------
     def __enter__(self) -> PowerSession:
         self.source.open()
         try:
@@ -135,15 +245,72 @@ class PowerSession:
     def __exit__(self, *exc: object) -> None:
         try:
             if self.marker is not None:
-                self.marker.close()
+                self.marker.close()  # driven low before the source goes
         finally:
             self.source.close()
 
+    @property
+    def streaming(self) -> bool:
+        return isinstance(self.source, StreamSource)
+
+    @property
+    def name(self) -> str:
+        return self.source.spec
+
+    @property
+    def window_ns(self) -> int:
+        """Shortest span worth measuring: ``counter_updates`` counter updates (0 when
+        streaming: any window the marker brackets)."""
+        if isinstance(self.source, CounterSource):
+            return int(self.counter_updates * int(self.source.update_interval_ns))
+        return 0
+
+    # -- spans of work -------------------------------------------------------------------
+    def capture(self) -> StreamCapture:
+        """A new capture of the streaming source (not started)."""
+        if not isinstance(self.source, StreamSource):
+            raise BadInputError(f"power source {self.name} does not stream")
+        return StreamCapture(self, self.source)
+
+    def span(self, work: Callable[[], T]) -> tuple[T, float, int, int]:
+        """Run ``work`` once; (its result, energy_mj, t0_ns, t1_ns)."""
+        src = self.source
+        if isinstance(src, CounterSource):
+            t0, e0 = src.wait_for_tick()
+            result = work()
+            e1 = src.read_energy_mj()
+            return result, float(e1 - e0), t0, self.clock()
+        cap = self.capture().start()
+        try:
+            lo, t0 = cap.mark(1)
+            result = work()
+            t1, hi = cap.mark(0)
+        finally:
+            cap.stop()
+        att = cap.windows_on_edges([[t0]], [[t1]], [[lo]], [[hi]])
+        return result, float(att.layers[0].energy_mj), t0, t1
+
+    def per_call(self, call: Callable[[], object], min_calls: int = 20) -> float:
+        """Mean energy of one ``call`` in mJ, from a window long enough to resolve it."""
+        if isinstance(self.source, CounterSource):
+            return float(measure_repeated(call, self.source,
+                                          min_updates=self.counter_updates).energy_mj)
+
+        def many() -> None:
+            for _ in range(min_calls):
+                call()
+
+        _, energy, _, _ = self.span(many)
+        return energy / min_calls
+
+    # -- a layer run ---------------------------------------------------------------------
     def hooks(self, frames: int, layers: int,
-              on_layer: Callable[[int], None] | None = None) -> LayerHooks | None:
-        if not self.streaming or self.marker is None:
+              on_layer: Callable[[int], None] | None = None) -> MarkerHooks | None:
+        """The runner's hooks for a streaming source with a marker (call after begin())."""
+        if not isinstance(self.source, StreamSource) or self.marker is None:
             return None
-        self._hooks = MarkerHooks(self.marker, frames, layers, clock=self.clock, on_layer=on_layer)
+        self._capture = self._capture or self.capture()
+        self._hooks = MarkerHooks(self._capture, frames, layers, on_layer=on_layer)
         return self._hooks
 
     def begin(self) -> None:
@@ -152,59 +319,44 @@ class PowerSession:
         Before the run, not after it: a GPU stays clocked up for seconds after work."""
         src = self.source
         if isinstance(src, StreamSource):
-            src.start()
-            self._started = True
-        if isinstance(src, CounterSource):
+            self._capture = (self._capture or self.capture()).start()
+        elif isinstance(src, CounterSource):
             # The counter window must span many updates to resolve the idle power.
             t0, e0 = src.wait_for_tick()
             time.sleep(max(self.baseline_s, 20 * src.update_interval_ns / 1e9))
-            self._counter_baseline_w = (src.read_energy_mj() - e0) * 1e6 / max(self.clock() - t0, 1)
-            self._baseline_window = (t0, self.clock())
-            return
-        t0 = self.clock()
-        time.sleep(self.baseline_s)
-        self._baseline_window = (t0, self.clock())
+            t1 = self.clock()
+            self.baseline_w = (src.read_energy_mj() - e0) * 1e6 / max(t1 - t0, 1)
+            self.baseline_window_ns = (t0, t1)
 
     def finish(self, timings: Any, layer_calls: list[Callable[[], object]] | None = None,
                progress: Callable[[int, int], None] | None = None) -> PowerResult:
-        if isinstance(self.source, StreamSource):
-            return self._finish_stream(timings)
+        """The layer run's energy: per layer columns, per frame totals, sidecar info."""
+        info: dict[str, Any] = {"power_source": self.source.info().to_dict()}
+        if self._capture is not None:
+            return self._finish_stream(timings, self._capture, info)
         if isinstance(self.source, CounterSource):
-            return self._finish_counter(layer_calls or [], progress)
-        return PowerResult(info={"power_source": self.source.info().to_dict()})
+            return self._finish_counter(self.source, layer_calls or [], progress, info)
+        return PowerResult(info=info)
 
-    # -- streaming sources (arduino, sim) ------------------------------------------------
-    def _finish_stream(self, timings: Any) -> PowerResult:
-        src = self.source
-        assert isinstance(src, StreamSource) and self._hooks is not None
-        info: dict[str, Any] = {"power_source": src.info().to_dict()}
-        error: ProfilerError | None = None
-        host_t, host_lv = self._hooks.host_events()
-        set_events = getattr(src, "set_host_events", None)
-        if set_events is not None:
-            set_events(host_t, host_lv)
+    def abort(self) -> None:
+        """Stop a stream after a failure elsewhere, ignoring its own errors."""
+        if self._capture is not None:
+            self._capture.abort()
+            self._capture = None
+
+    def _finish_stream(self, timings: Any, cap: StreamCapture, info: dict[str, Any],
+                       ) -> PowerResult:
+        self._capture = None
         try:
-            if hasattr(src, "stop_capture"):
-                try:
-                    capture = src.stop_capture()  # type: ignore[attr-defined]
-                except PowerSourceError as err:
-                    error, capture = err, getattr(err, "trace", None)
-                    if capture is None or capture.samples.size == 0:
-                        return PowerResult(info=info, error=err)
-                try:
-                    trace = src.map_clock(capture)  # type: ignore[attr-defined]
-                finally:  # what was captured goes to the sidecar even if it cannot be mapped
-                    info.update(_capture_info(capture, src))
-            else:
-                trace = src.stop()
+            trace = cap.stop()
         except ProfilerError as err:
             # Nothing to attribute (e.g. the edges never reached the logger): keep timings.
-            return PowerResult(info=info, error=error or err)
-        self._started = False
-
+            info.update(cap.info)
+            return PowerResult(info=info, error=cap.error or err)
+        info.update(cap.info)
+        error = cap.error
+        assert self._hooks is not None
         ts = np.asarray(timings.ts_ns)  # (frames, layers, 4)
-        b0, b1 = self._baseline_window or (0, 0)
-        baseline = idle_baseline_w(trace, b0, b1) if b1 > b0 else 0.0
         if error is not None:
             # A partial capture: only the frames whose windows it covers.
             covered = ts[:, -1, 3] <= (trace.t_ns[-1] if trace.t_ns.size else 0)
@@ -213,33 +365,22 @@ class PowerSession:
             if not covered.any():
                 return PowerResult(info=info, error=error)
         frames = ts.shape[0]
-        start, end = ts[:, :, 2], ts[:, :, 3]
-        start_lo, end_hi = self._hooks.rise[:frames, :, 0], self._hooks.fall[:frames, :, 1]
-        local = local_offset(getattr(src, "fit", None), host_t)
-        if local is not None:
-            # Look for each boundary's edge where the clock map's neighbours say it is.
-            start, end, start_lo, end_hi = (v - local(v) for v in (start, end, start_lo, end_hi))
-        att = attribute(start, end, trace, baseline_power_w=baseline, levels=(1, 0),
-                        start_lo_ns=start_lo, end_hi_ns=end_hi)
+        att = cap.windows_on_edges(ts[:, :, 2], ts[:, :, 3], self._hooks.rise[:frames, :, 0],
+                                   self._hooks.fall[:frames, :, 1], follow_clock=True)
         info.update({
-            "baseline_power_w": baseline,
+            "baseline_power_w": self.baseline_w or 0.0,
             "baseline_s": self.baseline_s,
             "edges_missed": att.edges_missed,
             "edges_spurious": att.edges_spurious,
             "edge_offset_ns": list(att.edge_offset_ns),
-            "lost_frames": trace.total_lost_frames,
-            "corrupt_frames": trace.corrupt_frames,
         })
         return PowerResult(columns=att.columns(), totals=att.totals(), info=info,
                            attribution=att, error=error)
 
-    # -- counter sources (nvml, rapl, hwmon) ---------------------------------------------
-    def _finish_counter(self, calls: list[Callable[[], object]],
-                        progress: Callable[[int, int], None] | None) -> PowerResult:
-        src = self.source
-        assert isinstance(src, CounterSource)
-        info: dict[str, Any] = {"power_source": src.info().to_dict()}
-        baseline = self._counter_baseline_w
+    def _finish_counter(self, src: CounterSource, calls: list[Callable[[], object]],
+                        progress: Callable[[int, int], None] | None, info: dict[str, Any],
+                        ) -> PowerResult:
+        baseline = self.baseline_w or 0.0
         try:
             reps = []
             for i, call in enumerate(calls):
@@ -272,55 +413,17 @@ class PowerSession:
                      "counter_update_interval_ns": int(src.update_interval_ns)})
         return PowerResult(columns=cols, totals=totals, info=info)
 
-    def abort(self) -> None:
-        """Stop a stream after a failure elsewhere, ignoring its own errors."""
-        if self._started and hasattr(self.source, "stop_capture"):
-            with contextlib.suppress(ProfilerError):
-                self.source.stop_capture()  # type: ignore[attr-defined]
-            self._started = False
 
-
-def local_offset(fit: Any, host_ns: np.ndarray, neighbours: int = 7,
-                 ) -> Callable[[np.ndarray], np.ndarray] | None:
-    """Where the logger's edges lie around host time t, relative to the fitted line.
-
-    The clock map is one line (offset and drift), which is what integration needs. But
-    the logger's clock can wander off a line by more than the edge-matching tolerance
-    over a run: a ceramic resonator's rate follows its temperature, and the simavr rig,
-    paced to the wall clock, falls behind and catches up with the host's load. Each
-    matched edge's residual (host time - mapped edge time) says how far off the line
-    it is; a running median over ``neighbours`` matched edges follows the wander
-    without following one late marker call. Returns ``t -> residual`` (int64 ns) for
-    shifting host boundaries onto the trace's time axis before matching, or None
-    without a fit."""
-    if fit is None or getattr(fit, "host_index", np.zeros(0)).size < 3:
-        return None
-    order = np.argsort(fit.host_index, kind="stable")
-    at = np.asarray(host_ns, dtype=np.int64)[fit.host_index[order]]
-    r = np.asarray(fit.residual_ns, dtype=np.float64)[order]
-    k = min(neighbours, r.size) | 1  # odd: a centred window
-    windows = np.lib.stride_tricks.sliding_window_view(np.pad(r, k // 2, mode="edge"), k)
-    smooth = np.median(windows, axis=1)
-    t0 = int(at[0])
-    x = (at - t0).astype(np.float64)
-
-    def residual_at(t: np.ndarray) -> np.ndarray:
-        tt = (np.asarray(t, dtype=np.int64) - t0).astype(np.float64)
-        return np.rint(np.interp(tt, x, smooth)).astype(np.int64)
-
-    return residual_at
-
-
-def _capture_info(trace: Any, src: Any) -> dict[str, Any]:
-    c = trace.counters
-    fit = getattr(src, "fit", None)
+def capture_info(capture: Trace, source: StreamSource) -> dict[str, Any]:
+    """What the sidecar records of a capture on the logger's clock."""
+    c = capture.counters
     out: dict[str, Any] = {
-        "sample_rate_hz": round(float(trace.rate_hz), 1),
-        "samples": int(trace.samples.size),
+        "sample_rate_hz": round(float(capture.rate_hz), 1),
+        "samples": int(capture.samples.size),
         "frames_ok": c.frames_ok,
         "device_samples_dropped": c.device_samples_dropped,
-        "trace_dir": str(trace.path) if getattr(trace, "path", None) else None,
+        "trace_dir": str(capture.path) if capture.path else None,
     }
-    if fit is not None:
-        out["clock_map"] = fit.clock.to_dict()
+    if source.fit is not None:
+        out["clock_map"] = source.fit.clock.to_dict()
     return out

@@ -175,7 +175,7 @@ class Trace:
 
     def host_fields(self, clock: ClockMap | None = None) -> dict[str, Any]:
         """The trace on the host clock, as keyword arguments for
-        ``profiler.attribution.PowerTrace``: sample and edge times in host ns,
+        ``profiler.power.host_trace.HostTrace``: sample and edge times in host ns,
         power, marker bits, and lost-frame spans (from the device times around
         each seq gap)."""
         cm = clock or self.clock

@@ -130,7 +130,7 @@ def run_layers_on_rig(front_end: str, frames: int = FRAMES, workdir: Path | None
                     session.begin()
                     timings = runner.run(frames=frames, warmup=WARMUP)
                     result = session.finish(timings)
-                    baseline_ns = session._baseline_window
+                    baseline_ns = session.baseline_window_ns
     truth = rig.ground_truth()  # once the rig has stopped and written its whole log
     pacing = sink.pacing_us()
     calls = np.array(sink.calls, dtype=np.float64)

@@ -42,7 +42,6 @@ from profiler.power.sources.base import (
     CounterSource,
     PowerIntegrator,
     PowerSource,
-    PowerTrace,
     SourceInfo,
     StreamSource,
     TickTimeoutError,
@@ -53,7 +52,7 @@ from profiler.power.sources.nvml import NvmlSource
 from profiler.power.sources.rapl import RaplSource
 
 __all__ = ["CounterSource", "HwmonSource", "NoneSource", "NvmlSource", "PowerIntegrator",
-           "PowerSource", "PowerTrace", "RaplSource", "SourceHardware", "SourceInfo",
+           "PowerSource", "RaplSource", "SourceHardware", "SourceInfo",
            "StreamSource", "TickTimeoutError", "detect_order", "detect_power_source",
            "kinds", "open_power_source", "register_source"]
 

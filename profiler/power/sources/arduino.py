@@ -1,8 +1,8 @@
 """`arduino:PORT`: this project's logger firmware over serial, as a streaming source.
 
-The capture is on the logger's clock; `stop()` maps it onto the host clock with a
+The capture is on the logger's clock; `map_clock()` puts it on the host clock with a
 fit over the marker edges (`profiler.power.clockmap`), from the host marker
-changes the caller hands in with `set_host_events()` before stopping.
+changes the caller hands it after `stop_capture()`.
 """
 
 from __future__ import annotations
@@ -11,12 +11,12 @@ from pathlib import Path
 
 import numpy as np
 
-from profiler.attribution import PowerTrace
 from profiler.clock import Clock, perf_clock
 from profiler.errors import HardwareError, LoggerTimeoutError, MarkerError, PowerSourceError
 from profiler.power import protocol as P
 from profiler.power.clockmap import ClockFit, fit_clock_map
 from profiler.power.collector import Collector
+from profiler.power.host_trace import HostTrace
 from profiler.power.sources.base import SourceInfo, StreamSource
 from profiler.power.trace import Trace
 
@@ -50,8 +50,6 @@ class ArduinoSource(StreamSource):
         self.logger: P.LoggerInfo | None = None
         self.trace: Trace | None = None  # the last capture, on the logger's clock
         self.fit: ClockFit | None = None
-        self._host_ns: np.ndarray | None = None
-        self._host_levels: np.ndarray | None = None
 
     # -- PowerSource ------------------------------------------------------------------
     def _open_device(self) -> None:
@@ -111,11 +109,6 @@ class ArduinoSource(StreamSource):
         if self.collector is not None:
             self.collector.poll()
 
-    def set_host_events(self, host_ns: np.ndarray, levels: np.ndarray | None = None) -> None:
-        """Host times of the marker changes (and the level after each), for the clock fit."""
-        self._host_ns = np.asarray(host_ns, dtype=np.int64)
-        self._host_levels = None if levels is None else np.asarray(levels, dtype=np.int64)
-
     def stop_capture(self) -> Trace:
         """Stop and return the capture on the logger's clock. A mid-run failure raises
         `PowerSourceError` with the partial trace in ``err.trace`` (and in self.trace)."""
@@ -124,39 +117,39 @@ class ArduinoSource(StreamSource):
         try:
             self.trace = self.collector.stop()
         except PowerSourceError as err:
-            self.trace = getattr(err, "trace", None)
+            self.trace = err.trace
             raise
         return self.trace
 
-    def map_clock(self, trace: Trace) -> PowerTrace:
+    def map_clock(self, trace: Trace, host_ns: np.ndarray,
+                  host_levels: np.ndarray | None = None) -> HostTrace:
         """Fit the logger clock to the host clock over the edges; the trace on the host clock."""
-        if self._host_ns is None or self._host_ns.size < 2:
+        host_ns = np.asarray(host_ns, dtype=np.int64)
+        levels = None if host_levels is None else np.asarray(host_levels, dtype=np.int64)
+        if host_ns.size < 2:
             raise MarkerError(
                 f"cannot map the logger's clock on {self.port}: fewer than 2 host marker changes",
                 fix="run with a marker (--marker) wired to the logger's D2 input")
         edges = trace.edges
-        dev_levels = (np.asarray(edges["markers"]) & 1) if self._host_levels is not None else None
+        dev_levels = (np.asarray(edges["markers"]) & 1) if levels is not None else None
         # Same-level edges are at least a layer apart; stay under half the closest pair.
         tol = 500_000.0
-        if self._host_levels is not None:
+        if levels is not None:
             for lv in (0, 1):
-                h = self._host_ns[self._host_levels == lv]
+                h = host_ns[levels == lv]
                 if h.size > 1:
                     tol = min(tol, 0.45 * float(np.diff(h).min()))
         try:
-            self.fit = fit_clock_map(np.asarray(edges["t_us"], dtype=np.int64), self._host_ns,
-                                     device_levels=dev_levels, host_levels=self._host_levels,
+            self.fit = fit_clock_map(np.asarray(edges["t_us"], dtype=np.int64), host_ns,
+                                     device_levels=dev_levels, host_levels=levels,
                                      tol_ns=max(tol, 2_000.0))
         except MarkerError as err:
             raise MarkerError(
                 f"the logger on {self.port} saw {edges.size} marker edges for "
-                f"{self._host_ns.size} host marker changes, and they do not line up ({err.message})",
+                f"{host_ns.size} host marker changes, and they do not line up ({err.message})",
                 fix="check that the marker line goes to the logger's D2 input with a common "
                     "ground, and that --marker names that line") from None
         fields = trace.host_fields(self.fit.clock)
         fields["source"] = self.spec
         fields["sample_window_ns"] = self.sample_window_ns
-        return PowerTrace(**fields)
-
-    def stop(self) -> PowerTrace:
-        return self.map_clock(self.stop_capture())
+        return HostTrace(**fields)

@@ -4,13 +4,14 @@ Two shapes of hardware fit under it:
 
 * **Streaming sources** (`StreamSource`: the Arduino logger, the simulated
   board's virtual logger) deliver timestamped power samples and marker edges.
-  ``start()`` begins a capture, ``stop()`` returns it as a `PowerTrace` on the
-  host clock, and `profiler.attribution.attribute` integrates it per layer.
+  ``start()`` begins a capture, ``stop_capture()`` ends it on the logger's clock,
+  ``map_clock()`` puts it on the host clock over the host's marker changes, and
+  `profiler.attribution.attribute` integrates the `HostTrace` per layer.
 * **Counter sources** (`CounterSource`: RAPL, NVML, hwmon) are polled: they
   expose a cumulative energy counter that refreshes every ``update_interval_ns``.
   Per-layer energy comes from reading the counter before and after a window in
   which the layer is repeated until the window is long enough
-  (`profiler.attribution.measure_repeated`). A source whose hardware has only a
+  (`profiler.power.repeat.measure_repeated`). A source whose hardware has only a
   power reading (most hwmon drivers) gets a software counter: a thread that
   polls the power and integrates it (`PowerIntegrator`).
 
@@ -26,13 +27,19 @@ import threading
 from abc import ABC, abstractmethod
 from dataclasses import asdict, dataclass
 from types import TracebackType
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
-from profiler.attribution import PowerTrace
+import numpy as np
+
 from profiler.clock import Clock, perf_clock
 from profiler.errors import PowerSourceError
 
-__all__ = ["CounterSource", "PowerIntegrator", "PowerSource", "PowerTrace", "SourceInfo",
+if TYPE_CHECKING:
+    from profiler.power.clockmap import ClockFit
+    from profiler.power.host_trace import HostTrace
+    from profiler.power.trace import Trace
+
+__all__ = ["CounterSource", "PowerIntegrator", "PowerSource", "SourceInfo",
            "StreamSource", "TickTimeoutError"]
 
 
@@ -109,18 +116,31 @@ class PowerSource(ABC):
 
 
 class StreamSource(PowerSource):
-    """A source that streams samples and marker edges (the logger, real or virtual)."""
+    """A source that streams samples and marker edges on its own clock (the logger, real
+    or virtual). A capture is mapped onto the host clock over the marker changes the
+    host made (`profiler.power.clockmap`), so it can only be attributed with a marker."""
 
     mode = "stream"
+    #: The fitted logger-to-host clock map of the last `map_clock` (None before).
+    fit: ClockFit | None = None
 
     @abstractmethod
     def start(self) -> None:
         """Begin a capture (samples and edges from now on)."""
 
     @abstractmethod
-    def stop(self) -> PowerTrace:
-        """End the capture and return it on the host clock. On a mid-run failure the
-        back end raises `PowerSourceError` with the partial trace in ``err.trace``."""
+    def stop_capture(self) -> Trace:
+        """End the capture; it is on the logger's clock. On a mid-run failure the back end
+        raises `PowerSourceError` with the partial capture in ``err.trace``."""
+
+    @abstractmethod
+    def map_clock(self, capture: Trace, host_ns: np.ndarray,
+                  host_levels: np.ndarray | None = None) -> HostTrace:
+        """The capture on the host clock, fitted over the marker changes the host made
+        (their times ``host_ns`` and the level after each); sets ``fit``."""
+
+    def poll(self) -> None:
+        """Raise a failure noticed in the background (port gone, logger silent)."""
 
 
 class TickTimeoutError(PowerSourceError):
