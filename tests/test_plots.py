@@ -271,3 +271,22 @@ def test_timeline_bad_inputs(runs: dict[str, Path]) -> None:
     assert r.returncode == 2 and "names no power trace" in r.stderr
     r = cli("plot", "layers", "missing.csv", cwd=d, check=False)
     assert r.returncode == 2 and "CSV not found: missing.csv" in r.stderr
+
+
+def test_plots_leave_matplotlibs_backend_alone(tmp_path: Path) -> None:
+    """Importing the plots and saving a figure neither picks a backend nor loads pyplot,
+    so a notebook's or a GUI's backend stays what its user chose."""
+    code = f"""
+import sys, matplotlib
+matplotlib.use("svg")
+from profiler.plots import common
+fig, axes = common.new_figure()
+axes[0, 0].plot([0, 1], [1, 2])
+common.save(fig, {str(tmp_path / 'f.png')!r})
+assert matplotlib.get_backend() == "svg", matplotlib.get_backend()
+assert "matplotlib.pyplot" not in sys.modules
+"""
+    env = {k: v for k, v in os.environ.items() if k != "MPLBACKEND"}
+    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert (tmp_path / "f.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -113,6 +113,10 @@ def feed_chunks(data: bytes, sizes) -> tuple[list, list, P.DecoderCounters, list
 def test_crc_check_value_and_tables() -> None:
     assert P.crc16(b"123456789") == 0x29B1 == ref_crc(b"123456789")
     rng = np.random.default_rng(1)
+    for n in (0, 1, 2, 7, 64, 301):  # the scalar CRC (binascii's) on any length, and chained
+        data = rng.integers(0, 256, size=n, dtype=np.uint8).tobytes()
+        assert P.crc16(data) == ref_crc(data)
+        assert P.crc16(data[n // 2:], P.crc16(data[: n // 2])) == ref_crc(data)
     msgs = rng.integers(0, 256, size=(37, 50), dtype=np.uint8)  # odd length: 8-bit step + words
     got = P.crc16_columns(msgs)
     assert got.tolist() == [ref_crc(msgs[:, j].tobytes()) for j in range(50)]

@@ -1,32 +1,27 @@
-"""What every plot kind shares: the Agg backend, reading CSVs, column checks, labels.
+"""What every plot kind shares: the style, reading CSVs, column checks, labels.
 
 Each plot kind is a module with a function that takes DataFrames and returns a
 matplotlib `Figure` (no files, no global state), so notebooks and `coupprof plot`
-draw the same figures. `save(fig, path)` writes a PNG.
+draw the same figures. `save(fig, path)` writes a PNG. Figures are made without
+pyplot, so no backend is chosen here: importing coupprof leaves matplotlib's global
+backend as the caller set it (a notebook's inline one, a GUI's), and saving needs
+none.
 """
 
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
 import matplotlib
+import numpy as np
+import pandas as pd
+from matplotlib.colors import ListedColormap
+from matplotlib.figure import Figure
 
-# Agg: no display needed, same output everywhere. A Jupyter kernel sets MPLBACKEND
-# (inline) and keeps it, so notebooks still show the figures.
-if not os.environ.get("MPLBACKEND"):
-    matplotlib.use("Agg")
-
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-import pandas as pd  # noqa: E402
-from matplotlib.colors import ListedColormap  # noqa: E402
-from matplotlib.figure import Figure  # noqa: E402
-
-from profiler.errors import BadInputError  # noqa: E402
+from profiler.errors import BadInputError
 
 PROCESSOR_NAMES = {"L": "little CPU", "B": "big CPU", "G": "GPU", "N": "NPU"}
 PROCESSOR_ORDER = ("L", "B", "G", "N")
@@ -51,7 +46,7 @@ def processor_sort_key(letter: str) -> tuple[int, str]:
 def new_figure(nrows: int = 1, ncols: int = 1, *, width: float = 8.0, height: float = 4.5,
                **kw: Any) -> tuple[Figure, np.ndarray]:
     """A figure with the project's style and a 2-D array of axes."""
-    with plt.rc_context(STYLE):
+    with matplotlib.rc_context(STYLE):
         fig = Figure(figsize=(width, height), layout="constrained")
         axes = fig.subplots(nrows, ncols, squeeze=False, **kw)
     return fig, axes
@@ -61,7 +56,7 @@ def save(fig: Figure, path: str | Path) -> Path:
     p = Path(path)
     try:
         p.parent.mkdir(parents=True, exist_ok=True)
-        with plt.rc_context(STYLE):
+        with matplotlib.rc_context(STYLE):
             fig.savefig(p, format="png")
     except OSError as err:
         raise BadInputError(f"cannot write {p}: {err.strerror}", "choose a writable -o path") from None
