@@ -150,12 +150,13 @@ def test_parquet_output_holds_the_trace_directory_values(tmp_path: Path) -> None
 
 
 def test_kept_trace_directory_re_exports_the_same_csv(tmp_path: Path) -> None:
+    from profiler.power.export import export
     from profiler.power.trace import Trace
 
     r = collect("--port", "virtual", "--seconds", "0.4", "-o", str(tmp_path / "a.csv"),
                 "--rate", "4000", "--trace-dir", str(tmp_path / "bin"))
     assert r.returncode == 0, r.stderr
-    Trace.load(tmp_path / "bin").to_csv(tmp_path / "b.csv", chunk=123)
+    export(Trace.load(tmp_path / "bin"), tmp_path / "b.csv", 123)
     assert (tmp_path / "a.csv").read_bytes() == (tmp_path / "b.csv").read_bytes()
     assert (tmp_path / "a.edges.csv").read_bytes() == (tmp_path / "b.edges.csv").read_bytes()
 

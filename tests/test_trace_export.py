@@ -27,7 +27,7 @@ import pytest
 
 from profiler.power.clockmap import fit_clock_map
 from profiler.power.collector import Collector
-from profiler.power.export import export_files, record_chunks
+from profiler.power.export import export, export_files, record_chunks
 from profiler.power.trace import SAMPLE_DTYPE, Trace
 from profiler.power.virtual_logger import VirtualLogger
 
@@ -128,7 +128,7 @@ def test_chunked_csv_is_byte_identical_to_whole_trace_export(
     captured: Trace, tmp_path: Path, name: str
 ) -> None:
     rows = boundary_chunks(captured)[name]
-    files = captured.to_csv(tmp_path / "chunked.csv", chunk=rows)
+    files = export(captured, tmp_path / "chunked.csv", rows)
     reference_csv(captured, tmp_path / "whole.csv")
     assert [f.name for f in files] == ["chunked.csv", "chunked.edges.csv", "chunked.json"]
     assert (tmp_path / "chunked.csv").read_bytes() == (tmp_path / "whole.csv").read_bytes()
@@ -145,7 +145,7 @@ def test_chunked_csv_is_byte_identical_to_whole_trace_export(
 
 def test_without_clock_and_in_memory_the_same_bytes(captured: Trace, tmp_path: Path) -> None:
     bare = captured.with_clock(None)
-    bare.to_csv(tmp_path / "chunked.csv", chunk=333)
+    export(bare, tmp_path / "chunked.csv", 333)
     reference_csv(bare, tmp_path / "whole.csv")
     assert (tmp_path / "chunked.csv").read_bytes() == (tmp_path / "whole.csv").read_bytes()
     assert (tmp_path / "chunked.edges.csv").read_bytes() == \
@@ -153,18 +153,18 @@ def test_without_clock_and_in_memory_the_same_bytes(captured: Trace, tmp_path: P
     assert pd.read_csv(tmp_path / "chunked.csv")["host_ns"].isna().all()
     # the same trace held in memory (not memory-mapped) takes the slicing path: same bytes
     mem = replace(captured, samples=np.array(captured.samples), edges=np.array(captured.edges))
-    mem.to_csv(tmp_path / "mem.csv", chunk=333)
+    export(mem, tmp_path / "mem.csv", 333)
     reference_csv(captured, tmp_path / "ref.csv")
     assert (tmp_path / "mem.csv").read_bytes() == (tmp_path / "ref.csv").read_bytes()
 
 
 def test_empty_trace_writes_headers(captured: Trace, tmp_path: Path) -> None:
     empty = Trace(info=captured.info)
-    empty.to_csv(tmp_path / "e.csv", chunk=10)
+    export(empty, tmp_path / "e.csv", 10)
     reference_csv(empty, tmp_path / "w.csv")
     assert (tmp_path / "e.csv").read_bytes() == (tmp_path / "w.csv").read_bytes() == \
         b"t_us,host_ns,current_a,bus_v,power_w,markers\n"
-    empty.to_parquet(tmp_path / "e.parquet", chunk=10)
+    export(empty, tmp_path / "e.parquet", 10)
     assert pq.read_table(tmp_path / "e.parquet").num_rows == 0
 
 
@@ -173,7 +173,7 @@ def test_parquet_round_trip_is_exact_with_one_row_group_per_chunk(
     captured: Trace, tmp_path: Path, name: str
 ) -> None:
     rows = boundary_chunks(captured)[name]
-    files = captured.export(tmp_path / "t.parquet", chunk=rows)
+    files = export(captured, tmp_path / "t.parquet", rows)
     assert [f.name for f in files] == ["t.parquet", "t.edges.parquet", "t.json"]
     s = np.array(captured.samples)
     info = captured.info
@@ -197,14 +197,14 @@ def test_parquet_round_trip_is_exact_with_one_row_group_per_chunk(
     meta = json.loads((tmp_path / "t.json").read_text())
     assert meta["files"] == {"samples": "t.parquet", "edges": "t.edges.parquet"}
     # the same numbers as the CSV, to its 9 significant digits
-    captured.to_csv(tmp_path / "c.csv")
+    export(captured, tmp_path / "c.csv")
     c = pd.read_csv(tmp_path / "c.csv")
     assert np.allclose(c["power_w"], got["power_w"], rtol=1e-8, atol=0)
     assert c["host_ns"].tolist() == got["host_ns"].tolist()
 
 
 def test_parquet_without_clock_has_null_host_times(captured: Trace, tmp_path: Path) -> None:
-    captured.with_clock(None).to_parquet(tmp_path / "t.pq", chunk=500)
+    export(captured.with_clock(None), tmp_path / "t.pq", 500)
     t = pq.read_table(tmp_path / "t.pq")
     assert t.column("host_ns").null_count == t.num_rows == captured.samples.size
     assert (tmp_path / "t.edges.parquet").exists() and (tmp_path / "t.json").exists()
@@ -235,16 +235,17 @@ def test_record_chunks_reads_a_memmap_in_order_and_a_shrunk_file_stops(tmp_path:
 _MEASURE = """
 import sys
 from pathlib import Path
+from profiler.power.export import export
 from profiler.power.trace import Trace
 def kb(key):
     line = next(x for x in Path("/proc/self/status").read_text().splitlines() if x.startswith(key))
     return int(line.split()[1])
 small, big, out, fmt = sys.argv[1:]
-Trace.load(small).export(out + "/small." + fmt, chunk=50_000)  # imports, warm-up
+export(Trace.load(small), out + "/small." + fmt, 50_000)  # imports, warm-up
 trace = Trace.load(big)
 Path("/proc/self/clear_refs").write_text("5")
 before = kb("VmRSS:")
-trace.export(out + "/big." + fmt, chunk=50_000)
+export(trace, out + "/big." + fmt, 50_000)
 print((kb("VmHWM:") - before) / 1024)
 """
 

@@ -32,7 +32,7 @@ from profiler.cli.options import positive_float, positive_int
 from profiler.clock import perf_clock
 from profiler.errors import BadInputError, PowerSourceError
 from profiler.power.collector import Collector, ProgressFn
-from profiler.power.export import export_files, require_pyarrow
+from profiler.power.export import export, export_files, require_pyarrow
 from profiler.power.trace import CaptureCounters, Trace
 
 VIRTUAL_PORT = "virtual"
@@ -204,7 +204,7 @@ def _collect(col: Collector, args: argparse.Namespace, virtual: Any) -> int:
         trace = trace.with_clock(fit.clock)
     if args.trace_dir is not None and trace.path is not None:
         trace.save_meta()  # the kept directory gets the clock map (and why it ended early)
-    files = trace.export(args.output) if trace.info is not None else []
+    files = export(trace, args.output) if trace.info is not None else []
     _summary(trace, info.front_end_name, info.fw_version, files)
     if isinstance(failure, _Signalled):
         print(f"coupprof collect: stopped by {failure}", file=sys.stderr)

@@ -258,31 +258,6 @@ class Trace:
             **arrays,
         )
 
-    # ----------------------------------------------------------------- export
-    def to_csv(self, path: str | os.PathLike[str], chunk: int = 200_000) -> list[Path]:
-        """Samples to ``path``; edges to ``<stem>.edges.csv``; metadata to ``<stem>.json``.
-
-        Sample columns: t_us, host_ns (empty without a clock map), current_a,
-        bus_v, power_w, markers. Edge columns: t_us, host_ns, markers, changed.
-        Written ``chunk`` records at a time (``profiler.power.export``), so peak
-        memory does not grow with the trace's length.
-        """
-        from profiler.power.export import export
-
-        return export(self, path, chunk, fmt="csv")
-
-    def to_parquet(self, path: str | os.PathLike[str], chunk: int = 200_000) -> list[Path]:
-        """The same columns as ``to_csv`` as Parquet (needs pyarrow), one row group per chunk."""
-        from profiler.power.export import export
-
-        return export(self, path, chunk, fmt="parquet")
-
-    def export(self, path: str | os.PathLike[str], chunk: int = 200_000) -> list[Path]:
-        """``to_parquet`` for a .parquet/.pq name, else ``to_csv``."""
-        from profiler.power.export import export
-
-        return export(self, path, chunk)
-
 
 def _read_records(path: Path, dtype: np.dtype, mmap: bool) -> np.ndarray:
     if not path.exists():
