@@ -12,7 +12,7 @@ high-water mark, from ``wait4``), the peak in each phase, CPU seconds and the
 share of one core in each phase, wall times, file sizes, samples and lost
 frames. With ``--format parquet`` the capture writes Parquet instead; with
 ``--format csv parquet`` the capture writes CSV and a second child exports the
-kept trace directory to Parquet (``export(Trace.load(dir), ...)``), whose own
+kept trace directory to Parquet (``export(DeviceTrace.load(dir), ...)``), whose own
 peak RSS is reported too.
 
     .venv/bin/python benchmarks/collect_soak.py --minutes 10 --json /tmp/soak10.json
@@ -212,9 +212,9 @@ def describe(r: SoakResult) -> list[str]:
 
 def export_only(trace_dir: str, out: str) -> int:
     from profiler.power.export import export
-    from profiler.power.trace import Trace
+    from profiler.power.trace import DeviceTrace
 
-    export(Trace.load(trace_dir), out)
+    export(DeviceTrace.load(trace_dir), out)
     return 0
 
 

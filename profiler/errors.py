@@ -76,7 +76,7 @@ class PowerSourceError(ProfilerError):
     """A power source failed. Raised mid-run, partial results are kept."""
 
     exit_code = 4
-    #: A streaming source's capture up to the failure (a `profiler.power.trace.Trace`
+    #: A streaming source's capture up to the failure (a `profiler.power.trace.DeviceTrace`
     #: on the logger's clock), where it kept one.
     trace: Any = None
 

@@ -24,7 +24,7 @@ from profiler.power import rig as rigmod
 from profiler.power.clockmap import fit_clock_map
 from profiler.power.host_trace import HostTrace
 from profiler.power.rig import A0_ELF, INA226_ELF, Waveform, run_fast
-from profiler.power.trace import Trace
+from profiler.power.trace import DeviceTrace
 
 pytestmark = pytest.mark.rig
 
@@ -89,7 +89,7 @@ def streamed(request: pytest.FixtureRequest, tmp_path):
         assert info.rate_hz == rate_hz
     if request.param.startswith("a0"):
         assert not info.bus_measured and info.bus_nominal_mv == 5000
-    trace = Trace(info=info, samples=out.samples, edges=out.edges, gaps=out.gaps)
+    trace = DeviceTrace(info=info, samples=out.samples, edges=out.edges, gaps=out.gaps)
     return request.param, window_of(info.rate_hz), trace, run.truth, start_us, end_us
 
 

@@ -23,7 +23,7 @@ from profiler.errors import LoggerTimeoutError, PortLostError
 from profiler.power import protocol as P
 from profiler.power.clockmap import fit_clock_map
 from profiler.power.collector import Collector
-from profiler.power.trace import Trace
+from profiler.power.trace import DeviceTrace
 from profiler.power.virtual_logger import VirtualLogger
 
 
@@ -93,7 +93,7 @@ def test_record_streams_to_disk_and_loads_back(vlogger: VirtualLogger, tmp_path:
     assert trace.edges["markers"].tolist() == tog.levels == [(i + 1) % 4 for i in range(10)]
     assert c.device_edges_total == 10
     # a second load from disk is the same trace
-    again = Trace.load(out)
+    again = DeviceTrace.load(out)
     assert np.array_equal(again.samples, trace.samples)
     assert np.array_equal(again.edges, trace.edges)
     meta = json.loads((out / "meta.json").read_text())
@@ -218,7 +218,7 @@ def test_fault_port_vanishing_keeps_what_was_measured(
     if with_dir:
         meta = json.loads((out / "meta.json").read_text())
         assert "vanished" in meta["error"] and meta["complete"] is True
-        assert np.array_equal(Trace.load(out).samples, trace.samples)
+        assert np.array_equal(DeviceTrace.load(out).samples, trace.samples)
 
 
 def test_fault_logger_going_silent_mid_run(vlogger: VirtualLogger) -> None:

@@ -127,14 +127,14 @@ def test_bad_input_is_one_line(tmp_path: Path, args: list[str], code: int, needl
 def test_parquet_output_holds_the_trace_directory_values(tmp_path: Path) -> None:
     import pyarrow.parquet as pq
 
-    from profiler.power.trace import Trace
+    from profiler.power.trace import DeviceTrace
 
     out = tmp_path / "trace.parquet"
     r = collect("--port", "virtual", "--seconds", "0.5", "-o", str(out), "--rate", "4000",
                 "--trace-dir", str(tmp_path / "bin"))
     assert r.returncode == 0, r.stderr
     assert f"wrote {out}, {tmp_path / 'trace.edges.parquet'}, {tmp_path / 'trace.json'}" in r.stdout
-    kept = Trace.load(tmp_path / "bin")
+    kept = DeviceTrace.load(tmp_path / "bin")
     assert kept.clock is not None  # collect saved its clock map into the kept directory
     got = pq.read_table(out).to_pandas()
     assert len(got) == kept.samples.size > 1500
@@ -151,12 +151,12 @@ def test_parquet_output_holds_the_trace_directory_values(tmp_path: Path) -> None
 
 def test_kept_trace_directory_re_exports_the_same_csv(tmp_path: Path) -> None:
     from profiler.power.export import export
-    from profiler.power.trace import Trace
+    from profiler.power.trace import DeviceTrace
 
     r = collect("--port", "virtual", "--seconds", "0.4", "-o", str(tmp_path / "a.csv"),
                 "--rate", "4000", "--trace-dir", str(tmp_path / "bin"))
     assert r.returncode == 0, r.stderr
-    export(Trace.load(tmp_path / "bin"), tmp_path / "b.csv", 123)
+    export(DeviceTrace.load(tmp_path / "bin"), tmp_path / "b.csv", 123)
     assert (tmp_path / "a.csv").read_bytes() == (tmp_path / "b.csv").read_bytes()
     assert (tmp_path / "a.edges.csv").read_bytes() == (tmp_path / "b.edges.csv").read_bytes()
 

@@ -29,7 +29,7 @@ from profiler.plots import (
     transfers_figure,
 )
 from profiler.power.clockmap import ClockMap
-from profiler.power.trace import Trace
+from profiler.power.trace import DeviceTrace
 
 COUPPROF = str(Path(sys.executable).with_name("coupprof"))
 
@@ -223,7 +223,7 @@ def test_timeline_of_a_simulated_run_uses_its_own_trace_and_clock_fit(runs: dict
     meta = json.loads(csv.with_suffix(".json").read_text())
     # Ground truth, read independently: the run's trace directory on the logger's clock
     # and the clock fit its sidecar recorded.
-    trace = Trace.load(runs["dir"] / Path(meta["extra"]["trace_dir"]).name)
+    trace = DeviceTrace.load(runs["dir"] / Path(meta["extra"]["trace_dir"]).name)
     cmap = ClockMap.from_dict(meta["extra"]["clock_map"])
     host = cmap.to_host_ns(trace.t_us)
     r = cli("plot", "timeline", str(csv), "-o", "simG.png", cwd=runs["dir"])

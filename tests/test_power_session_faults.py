@@ -28,7 +28,7 @@ from profiler.executors.factory import make_executor
 from profiler.markers import SimMarker
 from profiler.power.session import MarkerHooks, PowerResult, PowerSession
 from profiler.power.sources.arduino import ArduinoSource
-from profiler.power.trace import Trace
+from profiler.power.trace import DeviceTrace
 from profiler.power.virtual_logger import VirtualLogger
 from profiler.runner import LayerHooks, LayerRunner
 from profiler.slicing.slicer import slice_model
@@ -110,7 +110,7 @@ class Run:
     result: PowerResult
     truth_mj: np.ndarray  # (frames, layers)
     window_us: np.ndarray  # (frames, layers, 2) on the logger's clock
-    trace: Trace  # the capture, on the logger's clock
+    trace: DeviceTrace  # the capture, on the logger's clock
     logger: VirtualLogger
 
 

@@ -28,7 +28,7 @@ import pytest
 from profiler.power.clockmap import fit_clock_map
 from profiler.power.collector import Collector
 from profiler.power.export import export, export_files, record_chunks
-from profiler.power.trace import SAMPLE_DTYPE, Trace
+from profiler.power.trace import SAMPLE_DTYPE, DeviceTrace
 from profiler.power.virtual_logger import VirtualLogger
 
 RATE_HZ = 4000
@@ -39,7 +39,7 @@ def _power(t_s: np.ndarray, markers: np.ndarray) -> np.ndarray:
 
 
 @pytest.fixture(scope="module")
-def captured(tmp_path_factory: pytest.TempPathFactory) -> Trace:
+def captured(tmp_path_factory: pytest.TempPathFactory) -> DeviceTrace:
     """~1.2 s at 4 kS/s: ~40 marker changes, 1 corrupt and 3 dropped frames, clock fitted."""
     out = tmp_path_factory.mktemp("capture") / "trace"
     host_ns: list[int] = []
@@ -84,7 +84,7 @@ def captured(tmp_path_factory: pytest.TempPathFactory) -> Trace:
     return trace
 
 
-def reference_csv(trace: Trace, path: Path) -> None:
+def reference_csv(trace: DeviceTrace, path: Path) -> None:
     """The straightforward export: all records in memory, one DataFrame, one to_csv."""
     s = np.array(trace.samples)
     e = np.array(trace.edges)
@@ -105,7 +105,7 @@ def reference_csv(trace: Trace, path: Path) -> None:
             w.writerow([row[0], "" if host_e is None else int(host_e[i]), row[1], row[2]])
 
 
-def boundary_chunks(trace: Trace) -> dict[str, int]:
+def boundary_chunks(trace: DeviceTrace) -> dict[str, int]:
     """Chunk sizes whose first boundary lands on a marker change or a lost-frame gap."""
     t = np.asarray(trace.samples["t_us"])
     mk = np.asarray(trace.samples["markers"])
@@ -125,7 +125,7 @@ CHUNK_NAMES = ["on_marker_change", "before_marker_change", "after_marker_change"
 
 @pytest.mark.parametrize("name", CHUNK_NAMES)
 def test_chunked_csv_is_byte_identical_to_whole_trace_export(
-    captured: Trace, tmp_path: Path, name: str
+    captured: DeviceTrace, tmp_path: Path, name: str
 ) -> None:
     rows = boundary_chunks(captured)[name]
     files = export(captured, tmp_path / "chunked.csv", rows)
@@ -143,7 +143,7 @@ def test_chunked_csv_is_byte_identical_to_whole_trace_export(
     assert meta["files"] == {"samples": "chunked.csv", "edges": "chunked.edges.csv"}
 
 
-def test_without_clock_and_in_memory_the_same_bytes(captured: Trace, tmp_path: Path) -> None:
+def test_without_clock_and_in_memory_the_same_bytes(captured: DeviceTrace, tmp_path: Path) -> None:
     bare = captured.with_clock(None)
     export(bare, tmp_path / "chunked.csv", 333)
     reference_csv(bare, tmp_path / "whole.csv")
@@ -158,8 +158,8 @@ def test_without_clock_and_in_memory_the_same_bytes(captured: Trace, tmp_path: P
     assert (tmp_path / "mem.csv").read_bytes() == (tmp_path / "ref.csv").read_bytes()
 
 
-def test_empty_trace_writes_headers(captured: Trace, tmp_path: Path) -> None:
-    empty = Trace(info=captured.info)
+def test_empty_trace_writes_headers(captured: DeviceTrace, tmp_path: Path) -> None:
+    empty = DeviceTrace(info=captured.info)
     export(empty, tmp_path / "e.csv", 10)
     reference_csv(empty, tmp_path / "w.csv")
     assert (tmp_path / "e.csv").read_bytes() == (tmp_path / "w.csv").read_bytes() == \
@@ -170,7 +170,7 @@ def test_empty_trace_writes_headers(captured: Trace, tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("name", ["on_marker_change", "on_gap", "tiny", "all"])
 def test_parquet_round_trip_is_exact_with_one_row_group_per_chunk(
-    captured: Trace, tmp_path: Path, name: str
+    captured: DeviceTrace, tmp_path: Path, name: str
 ) -> None:
     rows = boundary_chunks(captured)[name]
     files = export(captured, tmp_path / "t.parquet", rows)
@@ -203,7 +203,7 @@ def test_parquet_round_trip_is_exact_with_one_row_group_per_chunk(
     assert c["host_ns"].tolist() == got["host_ns"].tolist()
 
 
-def test_parquet_without_clock_has_null_host_times(captured: Trace, tmp_path: Path) -> None:
+def test_parquet_without_clock_has_null_host_times(captured: DeviceTrace, tmp_path: Path) -> None:
     export(captured.with_clock(None), tmp_path / "t.pq", 500)
     t = pq.read_table(tmp_path / "t.pq")
     assert t.column("host_ns").null_count == t.num_rows == captured.samples.size
@@ -214,8 +214,8 @@ def test_record_chunks_reads_a_memmap_in_order_and_a_shrunk_file_stops(tmp_path:
     rec = np.zeros(1003, SAMPLE_DTYPE)
     rec["t_us"] = np.arange(1003) * 50
     rec["markers"] = np.arange(1003) % 3
-    Trace(info=None, samples=rec).save(tmp_path / "t")
-    loaded = Trace.load(tmp_path / "t")
+    DeviceTrace(info=None, samples=rec).save(tmp_path / "t")
+    loaded = DeviceTrace.load(tmp_path / "t")
     chunks = list(record_chunks(loaded.samples, 100))
     assert [c.size for c in chunks] == [100] * 10 + [3]
     assert not any(isinstance(c, np.memmap) for c in chunks)  # plain reads, not views
@@ -236,13 +236,13 @@ _MEASURE = """
 import sys
 from pathlib import Path
 from profiler.power.export import export
-from profiler.power.trace import Trace
+from profiler.power.trace import DeviceTrace
 def kb(key):
     line = next(x for x in Path("/proc/self/status").read_text().splitlines() if x.startswith(key))
     return int(line.split()[1])
 small, big, out, fmt = sys.argv[1:]
-export(Trace.load(small), out + "/small." + fmt, 50_000)  # imports, warm-up
-trace = Trace.load(big)
+export(DeviceTrace.load(small), out + "/small." + fmt, 50_000)  # imports, warm-up
+trace = DeviceTrace.load(big)
 Path("/proc/self/clear_refs").write_text("5")
 before = kb("VmRSS:")
 export(trace, out + "/big." + fmt, 50_000)
@@ -251,14 +251,14 @@ print((kb("VmHWM:") - before) / 1024)
 
 
 @pytest.mark.slow
-def test_export_peak_memory_does_not_grow_with_the_trace(captured: Trace, tmp_path: Path) -> None:
+def test_export_peak_memory_does_not_grow_with_the_trace(captured: DeviceTrace, tmp_path: Path) -> None:
     def write(n: int, path: Path) -> None:
         rec = np.zeros(n, SAMPLE_DTYPE)
         rec["t_us"] = np.arange(n, dtype=np.int64) * 50
         rec["current"] = (np.arange(n) * 7919) % 30000
         rec["bus"] = 4000
         rec["markers"] = (np.arange(n) // 1000) % 2
-        Trace(info=captured.info, samples=rec, edges=captured.edges[:0]).save(path)
+        DeviceTrace(info=captured.info, samples=rec, edges=captured.edges[:0]).save(path)
 
     write(200_000, tmp_path / "small")
     write(3_000_000, tmp_path / "big")  # 39 MB of samples

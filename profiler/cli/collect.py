@@ -33,7 +33,7 @@ from profiler.clock import perf_clock
 from profiler.errors import BadInputError, PowerSourceError
 from profiler.power.collector import Collector, ProgressFn
 from profiler.power.export import export, export_files, require_pyarrow
-from profiler.power.trace import CaptureCounters, Trace
+from profiler.power.trace import CaptureCounters, DeviceTrace
 
 VIRTUAL_PORT = "virtual"
 
@@ -72,7 +72,7 @@ def register(subparsers: Any) -> None:
                    help="how long to wait for the logger to answer (default: 3 s)")
     p.add_argument("--trace-dir", type=Path, default=None, metavar="DIR",
                    help="also keep the binary trace directory here, the most compact form "
-                   "(13 bytes a sample; re-readable with profiler.power.trace.Trace.load); by "
+                   "(13 bytes a sample; re-readable with profiler.power.trace.DeviceTrace.load); by "
                    "default a temporary one is removed")
     p.add_argument("--raw", action="store_true",
                    help="keep the raw serial bytes in the trace directory (raw.bin)")
@@ -232,12 +232,12 @@ def _signals_raise() -> Iterator[None]:
             signal.signal(sig, h)
 
 
-def _finish_interrupted(col: Collector, err: BaseException) -> Trace:
+def _finish_interrupted(col: Collector, err: BaseException) -> DeviceTrace:
     name = "Ctrl-C" if isinstance(err, KeyboardInterrupt) else str(err)
     # Ignore further signals while the partial trace is finished, so it is not lost too.
     with _signals_ignored():
         trace = col.stop(send=True, raise_on_error=False) if col.recording else \
-            Trace(info=col.info, port=col.port)
+            DeviceTrace(info=col.info, port=col.port)
     trace.error = trace.error or f"interrupted by {name}"
     return trace
 
@@ -256,7 +256,7 @@ def _signals_ignored() -> Iterator[None]:
             signal.signal(sig, h)
 
 
-def _summary(trace: Trace, front_end: str, fw: str, files: list[Path]) -> None:
+def _summary(trace: DeviceTrace, front_end: str, fw: str, files: list[Path]) -> None:
     c = trace.counters
     rate = trace.rate_hz
     print(f"collected {trace.duration_s:.2f} s from {trace.port} ({front_end} logger, fw {fw}): "

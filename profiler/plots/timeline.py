@@ -3,7 +3,7 @@
 Inputs, both on the host clock (`time.perf_counter_ns`, CLOCK_MONOTONIC on Linux,
 shared by every process of the machine):
 
-- a power trace: the CSV `coupprof collect` writes (`Trace.to_csv`: t_us,
+- a power trace: the CSV `coupprof collect` writes (`profiler.power.export`: t_us,
   host_ns, current_a, bus_v, power_w, markers; host_ns is filled in only when the
   logger clock was mapped onto the host's), or a binary trace directory — such as
   the one a `coupprof layers` run with a streaming power source keeps beside its
@@ -40,15 +40,15 @@ def is_trace(df: pd.DataFrame) -> bool:
 
 
 def read_trace_dir(path: str | Path, clock: dict[str, Any] | None = None) -> pd.DataFrame:
-    """A binary trace directory (`Trace.save`: the collector's --trace-dir, the .trace a
+    """A binary trace directory (`DeviceTrace.save`: the collector's --trace-dir, the .trace a
     `coupprof layers` run with a streaming power source keeps) as the trace CSV's columns.
 
     host_ns needs the logger-to-host clock map: the trace's own, else `clock` (a
     `ClockMap.to_dict()`, e.g. the layer run's sidecar `extra.clock_map`)."""
     from profiler.power.clockmap import ClockMap
-    from profiler.power.trace import Trace
+    from profiler.power.trace import DeviceTrace
 
-    trace = Trace.load(path)
+    trace = DeviceTrace.load(path)
     cmap = trace.clock or (ClockMap.from_dict(clock) if clock else None)
     if cmap is None:
         raise BadInputError(f"the trace {path} has no clock map (logger clock -> host clock)",

@@ -50,7 +50,7 @@ from profiler.errors import (
     PowerSourceError,
 )
 from profiler.power import protocol as P
-from profiler.power.trace import CaptureCounters, Trace, TraceWriter
+from profiler.power.trace import CaptureCounters, DeviceTrace, TraceWriter
 
 ProgressFn = Callable[[float, CaptureCounters], None]
 
@@ -78,10 +78,10 @@ class _MemorySink:
     def flush(self) -> None:
         pass
 
-    def write_meta(self, trace: Trace, complete: bool) -> None:
+    def write_meta(self, trace: DeviceTrace, complete: bool) -> None:
         pass
 
-    def finish(self, trace: Trace) -> Trace:
+    def finish(self, trace: DeviceTrace) -> DeviceTrace:
         dtypes = {"samples": P.SAMPLE_DTYPE, "edges": P.EDGE_DTYPE, "gaps": P.GAP_DTYPE}
         arrays = {
             k: np.concatenate(v) if v else np.zeros(0, dtypes[k]) for k, v in self.parts.items()
@@ -402,7 +402,7 @@ class Collector:
             )
             raise self.error
 
-    def stop(self, send: bool = True, raise_on_error: bool = True) -> Trace:
+    def stop(self, send: bool = True, raise_on_error: bool = True) -> DeviceTrace:
         """Send STOP, wait for the final frames, and return the trace.
 
         On a failure (now or earlier in the run) the partial trace is still
@@ -443,12 +443,12 @@ class Collector:
             last = n
             time.sleep(quiet_s)
 
-    def _finish(self, error: str | None) -> Trace:
+    def _finish(self, error: str | None) -> DeviceTrace:
         with self._lock:
             self._recording = False
             sink, self._sink = self._sink, None
             counters = CaptureCounters(**self.counters.to_dict())
-        trace = Trace(
+        trace = DeviceTrace(
             info=self.info,
             counters=counters,
             port=self.port,
@@ -462,7 +462,7 @@ class Collector:
 
     def record(
         self, seconds: float, progress: ProgressFn | None = None, tick_s: float = 0.1
-    ) -> Trace:
+    ) -> DeviceTrace:
         """START, wait ``seconds`` (calling ``progress(elapsed_s, counters)``), STOP."""
         self.start()
         t0 = time.monotonic()

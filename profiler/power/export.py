@@ -36,7 +36,7 @@ from profiler.errors import BadInputError
 from profiler.jsonfile import write_json_atomic
 
 if TYPE_CHECKING:
-    from profiler.power.trace import Trace
+    from profiler.power.trace import DeviceTrace
 
 #: Rows per chunk: ~2.6 MB of records, ~10 MB once scaled into columns.
 DEFAULT_CHUNK_ROWS = 200_000
@@ -85,7 +85,7 @@ def require_pyarrow() -> None:
 def record_chunks(arr: np.ndarray, rows: int) -> Iterator[np.ndarray]:
     """Consecutive runs of at most ``rows`` records of ``arr``, in order.
 
-    A memory-mapped array (as ``Trace.load`` makes) is read from its file with
+    A memory-mapped array (as ``DeviceTrace.load`` makes) is read from its file with
     plain reads, so its pages never become resident in this process.
     """
     if rows < 1:
@@ -107,7 +107,7 @@ def record_chunks(arr: np.ndarray, rows: int) -> Iterator[np.ndarray]:
         yield arr[i : i + rows]
 
 
-def sample_columns(trace: Trace, s: np.ndarray) -> dict[str, np.ndarray | None]:
+def sample_columns(trace: DeviceTrace, s: np.ndarray) -> dict[str, np.ndarray | None]:
     """Physical values of SAMPLE_DTYPE records ``s``; ``host_ns`` is None without a clock."""
     info = trace._info()
     cur = info.current_a(s["current"])
@@ -122,7 +122,7 @@ def sample_columns(trace: Trace, s: np.ndarray) -> dict[str, np.ndarray | None]:
     }
 
 
-def edge_columns(trace: Trace, e: np.ndarray) -> dict[str, np.ndarray | None]:
+def edge_columns(trace: DeviceTrace, e: np.ndarray) -> dict[str, np.ndarray | None]:
     return {
         "t_us": e["t_us"],
         "host_ns": None if trace.clock is None else trace.clock.to_host_ns(e["t_us"]),
@@ -131,7 +131,7 @@ def edge_columns(trace: Trace, e: np.ndarray) -> dict[str, np.ndarray | None]:
     }
 
 
-def write_csv(trace: Trace, files: ExportFiles, chunk_rows: int = DEFAULT_CHUNK_ROWS) -> None:
+def write_csv(trace: DeviceTrace, files: ExportFiles, chunk_rows: int = DEFAULT_CHUNK_ROWS) -> None:
     import pandas as pd  # only here: pandas (with the pyarrow it loads) adds ~100 MB of RSS
 
     trace._info()  # no IDENT: fail before creating any file
@@ -174,7 +174,7 @@ def _parquet_schemas() -> tuple[Any, Any]:
     return samples, edges
 
 
-def write_parquet(trace: Trace, files: ExportFiles, chunk_rows: int = DEFAULT_CHUNK_ROWS) -> None:
+def write_parquet(trace: DeviceTrace, files: ExportFiles, chunk_rows: int = DEFAULT_CHUNK_ROWS) -> None:
     """Samples and edges as Parquet, one row group per chunk (zstd-compressed)."""
     require_pyarrow()
     import pyarrow as pa
@@ -197,7 +197,7 @@ def write_parquet(trace: Trace, files: ExportFiles, chunk_rows: int = DEFAULT_CH
                 w.write_table(pa.Table.from_arrays(arrays, schema=schema))
 
 
-def write_sidecar(trace: Trace, files: ExportFiles) -> None:
+def write_sidecar(trace: DeviceTrace, files: ExportFiles) -> None:
     sidecar = {
         **{k: v for k, v in trace.meta().items() if k != "dtypes"},
         "samples": int(trace.samples.size),
@@ -216,7 +216,7 @@ def write_sidecar(trace: Trace, files: ExportFiles) -> None:
     write_json_atomic(files.sidecar, sidecar)
 
 
-def export(trace: Trace, path: str | os.PathLike[str], chunk_rows: int = DEFAULT_CHUNK_ROWS,
+def export(trace: DeviceTrace, path: str | os.PathLike[str], chunk_rows: int = DEFAULT_CHUNK_ROWS,
            fmt: str | None = None) -> list[Path]:
     """Write samples, edges and sidecar as ``fmt`` (default: from ``path``'s suffix).
 

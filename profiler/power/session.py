@@ -31,7 +31,7 @@ A source that fails mid-run (port gone, logger silent) does not lose the run:
 records the error in `PowerResult.error` for the caller to report (exit 4).
 
 Where a sample enters, and where it becomes a row: the logger's bytes are decoded
-by `profiler.power.collector` into a `Trace` on the logger's clock; the source maps
+by `profiler.power.collector` into a `DeviceTrace` on the logger's clock; the source maps
 it onto the host clock as a `HostTrace` (`profiler.power.host_trace`); here the
 marker windows the host recorded are integrated over it into an `Attribution`,
 whose per-layer columns `profiler.tables` turns into rows.
@@ -55,7 +55,7 @@ from profiler.power.clockmap import local_offset
 from profiler.power.host_trace import HostTrace, idle_baseline_w
 from profiler.power.repeat import measure_repeated
 from profiler.power.sources.base import CounterSource, PowerSource, StreamSource
-from profiler.power.trace import Trace
+from profiler.power.trace import DeviceTrace
 from profiler.runner import LayerHooks
 
 T = TypeVar("T")
@@ -135,7 +135,7 @@ class StreamCapture:
         t, lv = self.host_events()
         self.info["marker_changes"] = int(t.size)
         try:
-            capture: Trace | None = self.source.stop_capture()
+            capture: DeviceTrace | None = self.source.stop_capture()
         except PowerSourceError as err:
             capture = err.trace
             if capture is None or capture.samples.size == 0:
@@ -414,7 +414,7 @@ class PowerSession:
         return PowerResult(columns=cols, totals=totals, info=info)
 
 
-def capture_info(capture: Trace, source: StreamSource) -> dict[str, Any]:
+def capture_info(capture: DeviceTrace, source: StreamSource) -> dict[str, Any]:
     """What the sidecar records of a capture on the logger's clock."""
     c = capture.counters
     out: dict[str, Any] = {

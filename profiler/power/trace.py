@@ -1,6 +1,9 @@
-"""A captured logger trace: samples, edges and gaps, on disk and in memory.
+"""A captured logger trace on the logger's own clock: samples, edges and gaps, on disk
+and in memory.
 
-``Trace`` is what the collector returns and what attribution consumes:
+``DeviceTrace`` is what the collector returns; a streaming source maps it onto the
+host clock as a `profiler.power.host_trace.HostTrace` (``host_fields``), which
+attribution consumes:
 
 - ``samples``: SAMPLE_DTYPE records (``t_us`` int64 unwrapped device µs,
   ``current``/``bus`` raw counts, ``markers`` bits), with physical values from
@@ -22,7 +25,7 @@ trace)::
     gaps.bin      packed GAP_DTYPE records
     raw.bin       optional: the raw serial bytes, for re-decoding
 
-``Trace.load`` memory-maps the .bin files; a truncated last record is ignored.
+``DeviceTrace.load`` memory-maps the .bin files; a truncated last record is ignored.
 """
 
 from __future__ import annotations
@@ -55,7 +58,7 @@ __all__ = [
     "GAP_DTYPE",
     "SAMPLE_DTYPE",
     "CaptureCounters",
-    "Trace",
+    "DeviceTrace",
     "TraceWriter",
 ]
 
@@ -97,8 +100,8 @@ def _empty(dtype: np.dtype) -> np.ndarray:
 
 
 @dataclass
-class Trace:
-    """One capture. Arrays may be memory-mapped (see ``Trace.load``)."""
+class DeviceTrace:
+    """One capture. Arrays may be memory-mapped (see ``DeviceTrace.load``)."""
 
     info: LoggerInfo | None
     samples: np.ndarray = field(default_factory=lambda: _empty(SAMPLE_DTYPE))
@@ -196,7 +199,7 @@ class Trace:
             "source": f"arduino:{self.port}",
         }
 
-    def with_clock(self, clock: ClockMap | None) -> Trace:
+    def with_clock(self, clock: ClockMap | None) -> DeviceTrace:
         return replace(self, clock=clock)
 
     # ----------------------------------------------------------------- persistence
@@ -230,7 +233,7 @@ class Trace:
         write_json_atomic(self.path / "meta.json", {**self.meta(), "complete": True})
 
     @classmethod
-    def load(cls, directory: str | os.PathLike[str], mmap: bool = True) -> Trace:
+    def load(cls, directory: str | os.PathLike[str], mmap: bool = True) -> DeviceTrace:
         d = Path(directory)
         try:
             meta = json.loads((d / "meta.json").read_text())
@@ -274,7 +277,7 @@ class TraceWriter:
     """Appends decoded chunks to a trace directory as they arrive.
 
     Memory stays bounded: each chunk goes straight to the .bin files.
-    ``finish`` writes the final meta.json and returns the memory-mapped Trace.
+    ``finish`` writes the final meta.json and returns the memory-mapped DeviceTrace.
     """
 
     def __init__(self, directory: str | os.PathLike[str], keep_raw: bool = False) -> None:
@@ -284,7 +287,7 @@ class TraceWriter:
         self._files = {name: open(self.path / f"{name}.bin", "wb") for name in _FILES}  # noqa: SIM115
         self._raw = open(self.path / "raw.bin", "wb") if keep_raw else None  # noqa: SIM115
         self.counts = {name: 0 for name in _FILES}
-        self.write_meta(Trace(info=None), complete=False)
+        self.write_meta(DeviceTrace(info=None), complete=False)
 
     def write_raw(self, data: bytes) -> None:
         if self._raw is not None:
@@ -303,7 +306,7 @@ class TraceWriter:
         if self._raw is not None:
             self._raw.flush()
 
-    def write_meta(self, trace: Trace, complete: bool) -> None:
+    def write_meta(self, trace: DeviceTrace, complete: bool) -> None:
         write_json_atomic(self.path / "meta.json", {**trace.meta(), "complete": complete})
 
     def close(self) -> None:
@@ -312,8 +315,8 @@ class TraceWriter:
         if self._raw is not None:
             self._raw.close()
 
-    def finish(self, trace: Trace) -> Trace:
+    def finish(self, trace: DeviceTrace) -> DeviceTrace:
         """Close the files, write meta.json for ``trace`` and load it back (mmap)."""
         self.close()
         self.write_meta(trace, complete=True)
-        return Trace.load(self.path)
+        return DeviceTrace.load(self.path)

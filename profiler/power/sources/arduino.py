@@ -18,7 +18,7 @@ from profiler.power.clockmap import ClockFit, fit_clock_map
 from profiler.power.collector import Collector
 from profiler.power.host_trace import HostTrace
 from profiler.power.sources.base import SourceInfo, StreamSource
-from profiler.power.trace import Trace
+from profiler.power.trace import DeviceTrace
 
 #: How long one reading averages over, per front end (IDENT does not say): an INA226
 #: conversion at the firmware's 140 us setting; the virtual logger samples instants.
@@ -48,7 +48,7 @@ class ArduinoSource(StreamSource):
         self.timeout_s = timeout_s
         self.collector: Collector | None = None
         self.logger: P.LoggerInfo | None = None
-        self.trace: Trace | None = None  # the last capture, on the logger's clock
+        self.trace: DeviceTrace | None = None  # the last capture, on the logger's clock
         self.fit: ClockFit | None = None
 
     # -- PowerSource ------------------------------------------------------------------
@@ -109,7 +109,7 @@ class ArduinoSource(StreamSource):
         if self.collector is not None:
             self.collector.poll()
 
-    def stop_capture(self) -> Trace:
+    def stop_capture(self) -> DeviceTrace:
         """Stop and return the capture on the logger's clock. A mid-run failure raises
         `PowerSourceError` with the partial trace in ``err.trace`` (and in self.trace)."""
         self._require_open()
@@ -121,7 +121,7 @@ class ArduinoSource(StreamSource):
             raise
         return self.trace
 
-    def map_clock(self, trace: Trace, host_ns: np.ndarray,
+    def map_clock(self, trace: DeviceTrace, host_ns: np.ndarray,
                   host_levels: np.ndarray | None = None) -> HostTrace:
         """Fit the logger clock to the host clock over the edges; the trace on the host clock."""
         host_ns = np.asarray(host_ns, dtype=np.int64)

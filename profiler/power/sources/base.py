@@ -37,7 +37,7 @@ from profiler.errors import PowerSourceError
 if TYPE_CHECKING:
     from profiler.power.clockmap import ClockFit
     from profiler.power.host_trace import HostTrace
-    from profiler.power.trace import Trace
+    from profiler.power.trace import DeviceTrace
 
 __all__ = ["CounterSource", "PowerIntegrator", "PowerSource", "SourceInfo",
            "StreamSource", "TickTimeoutError"]
@@ -129,12 +129,12 @@ class StreamSource(PowerSource):
         """Begin a capture (samples and edges from now on)."""
 
     @abstractmethod
-    def stop_capture(self) -> Trace:
+    def stop_capture(self) -> DeviceTrace:
         """End the capture; it is on the logger's clock. On a mid-run failure the back end
         raises `PowerSourceError` with the partial capture in ``err.trace``."""
 
     @abstractmethod
-    def map_clock(self, capture: Trace, host_ns: np.ndarray,
+    def map_clock(self, capture: DeviceTrace, host_ns: np.ndarray,
                   host_levels: np.ndarray | None = None) -> HostTrace:
         """The capture on the host clock, fitted over the marker changes the host made
         (their times ``host_ns`` and the level after each); sets ``fit``."""
