@@ -29,9 +29,10 @@ from typing import Any
 
 from profiler.cli import command_help
 from profiler.cli.options import positive_float, positive_int
+from profiler.cli.progress import timed_progress
 from profiler.clock import perf_clock
 from profiler.errors import BadInputError, PowerSourceError
-from profiler.power.collector import Collector, ProgressFn
+from profiler.power.collector import Collector
 from profiler.power.export import export, export_files, require_pyarrow
 from profiler.power.trace import CaptureCounters, DeviceTrace
 
@@ -77,25 +78,6 @@ def register(subparsers: Any) -> None:
     p.add_argument("--raw", action="store_true",
                    help="keep the raw serial bytes in the trace directory (raw.bin)")
     p.set_defaults(func=run)
-
-
-@contextmanager
-def progress_bar(enabled: bool, seconds: float) -> Iterator[ProgressFn | None]:
-    """A rich progress bar on a terminal; nothing in pipes."""
-    if not enabled:
-        yield None
-        return
-    from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
-
-    with Progress(TextColumn("collecting"), BarColumn(), TextColumn("{task.fields[stats]}"),
-                  TimeRemainingColumn(), transient=True) as bar:
-        task = bar.add_task("collect", total=seconds, stats="")
-
-        def update(elapsed_s: float, c: CaptureCounters) -> None:
-            bar.update(task, completed=elapsed_s,
-                       stats=f"{c.samples} samples, {c.lost_frames} lost, {c.corrupt_frames} corrupt")
-
-        yield update
 
 
 class _DemoMarkers:
@@ -180,16 +162,18 @@ def _collect(col: Collector, args: argparse.Namespace, virtual: Any) -> int:
             print(f"note: the logger runs at {info.rate_hz} S/s, the nearest it can do to {args.rate}")
     failure: BaseException | None = None
     demo = _DemoMarkers(virtual) if virtual is not None else None
-    with progress_bar(sys.stderr.isatty(), args.seconds) as bar, _signals_raise():
+    with timed_progress(sys.stderr.isatty(), "collecting", args.seconds) as bar, \
+            _signals_raise():
+        progress = None if bar is None else (lambda t_s, c: bar(t_s, counters_text(c)))
         try:
             if demo is not None:
                 with demo:
-                    trace = col.record(args.seconds, progress=bar)
+                    trace = col.record(args.seconds, progress=progress)
             else:
-                trace = col.record(args.seconds, progress=bar)
+                trace = col.record(args.seconds, progress=progress)
         except PowerSourceError as err:
             failure = err
-            trace = err.trace  # type: ignore[attr-defined]
+            trace = err.trace
         except (KeyboardInterrupt, _Signalled) as err:
             # Stopped by the user: finish and write what was measured, then exit 130/128+sig.
             failure = err
@@ -212,6 +196,10 @@ def _collect(col: Collector, args: argparse.Namespace, virtual: Any) -> int:
     if failure is not None:
         raise failure
     return 0
+
+
+def counters_text(c: CaptureCounters) -> str:
+    return f"{c.samples} samples, {c.lost_frames} lost, {c.corrupt_frames} corrupt"
 
 
 @contextmanager

@@ -35,13 +35,17 @@ class Throttle:
         return False
 
 
-def new_bar(*columns: ProgressColumn | str) -> Progress:
-    """A transient rich bar on stderr: description, bar, done/total, then ``columns``."""
+def new_bar(*columns: ProgressColumn | str, counts: bool = True) -> Progress:
+    """A transient rich bar on stderr: description, bar, done/total (unless not
+    ``counts``), then ``columns``."""
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
-    return Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                    *columns, console=Console(stderr=True), transient=True, auto_refresh=False)
+    head = [TextColumn("{task.description}"), BarColumn()]
+    if counts:
+        head.append(MofNCompleteColumn())
+    return Progress(*head, *columns, console=Console(stderr=True), transient=True,
+                    auto_refresh=False)
 
 
 @contextmanager
@@ -68,3 +72,26 @@ def task_progress(enabled: bool) -> Iterator[TaskProgress | None]:
 def step(bar: TaskProgress | None, what: str) -> Callable[[int, int], None] | None:
     """The library's ``progress(done, total)`` callback for one task of ``bar``."""
     return (lambda done, total: bar(what, done, total)) if bar else None
+
+
+@contextmanager
+def timed_progress(enabled: bool, what: str, total_s: float,
+                   ) -> Iterator[Callable[[float, str], None] | None]:
+    """One bar over ``total_s`` seconds with a status text and the time left (captures);
+    None when not ``enabled``. The returned update(elapsed_s, status) redraws it."""
+    if not enabled:
+        yield None
+        return
+    from rich.progress import TextColumn, TimeRemainingColumn
+
+    throttle = Throttle()
+    with new_bar(TextColumn("{task.fields[status]}"), TimeRemainingColumn(),
+                 counts=False) as bar:
+        task = bar.add_task(what, total=total_s, status="")
+
+        def update(elapsed_s: float, status: str) -> None:
+            bar.update(task, completed=elapsed_s, status=status)
+            if throttle.due(force=elapsed_s >= total_s):
+                bar.refresh()
+
+        yield update
