@@ -12,13 +12,11 @@ from __future__ import annotations
 
 import argparse
 import sys
-import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from rich import box
-from rich.console import Console
 from rich.table import Table
 
 from profiler.cli import command_help
@@ -31,6 +29,7 @@ from profiler.cli.options import (
     stdout_console,
 )
 from profiler.cli.plumbing import open_power, say, sysfs_root
+from profiler.cli.progress import Throttle, new_bar
 from profiler.sweep import PairResult, SweepProgress, SweepResult
 from profiler.sweep_plan import Pair
 
@@ -111,26 +110,16 @@ class BarProgress(PlainProgress):
     timestamp): the bar is redrawn from the measuring thread at most ten times a second.
     """
 
-    def __init__(self, console: Console) -> None:
+    def __init__(self) -> None:
         super().__init__()
-        from rich.progress import (
-            BarColumn,
-            MofNCompleteColumn,
-            Progress,
-            TextColumn,
-            TimeElapsedColumn,
-            TimeRemainingColumn,
-        )
+        from rich.progress import TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
-        self.console = console
-        self.bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                            TextColumn("frames"), TimeElapsedColumn(), TextColumn("ETA"),
-                            TimeRemainingColumn(), console=console, transient=True,
-                            auto_refresh=False)
+        self.bar = new_bar(TextColumn("frames"), TimeElapsedColumn(), TextColumn("ETA"),
+                           TimeRemainingColumn())
+        self.throttle = Throttle()
         self.task: Any = None
         self.per_pair = 0
         self.base = 0
-        self.last = 0.0
 
     def start(self, todo: Sequence[Pair], skipped: Sequence[Pair], frames_per_pair: int) -> None:
         super().start(todo, skipped, frames_per_pair)
@@ -150,9 +139,7 @@ class BarProgress(PlainProgress):
 
     def frame(self, done: int, total: int) -> None:
         self.bar.update(self.task, completed=self.base + done)
-        now = time.monotonic()
-        if now - self.last >= 0.1:
-            self.last = now
+        if self.throttle.due():
             self.bar.refresh()
 
     def pair_done(self, index: int, result: PairResult) -> None:
@@ -205,7 +192,7 @@ def run(args: argparse.Namespace) -> int:
     sweep = Sweep(board, Path(args.model), pairs, out, settings, resume=args.resume,
                   sysfs_root=root, power=power, sim_power=sim_power)
     tty = sys.stderr.isatty()
-    progress = BarProgress(Console(stderr=True)) if tty else PlainProgress()
+    progress = BarProgress() if tty else PlainProgress()
     from governors import Terminated
 
     try:
