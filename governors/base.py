@@ -122,6 +122,13 @@ class Governor(ABC):
     def read_int(self, name: str) -> int:
         return self.io.read_int(self.rel(name))
 
+    def read_freq_khz(self, name: str, hz_per_unit: int) -> int | None:
+        """A frequency file in kHz (its unit: ``hz_per_unit`` Hz), None if unreadable."""
+        try:
+            return self.read_int(name) * hz_per_unit // 1000
+        except ProfilerError:
+            return None
+
     def write(self, name: str, value: str | int) -> None:
         self.io.write(self.rel(name), value)
 

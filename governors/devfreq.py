@@ -78,10 +78,7 @@ class DevfreqGovernor(Governor):
             self.limits.set(hz, hz)
 
     def read_khz(self) -> int | None:
-        try:
-            return self.read_int("cur_freq") // 1000
-        except ProfilerError:
-            return None
+        return self.read_freq_khz("cur_freq", 1)  # Hz
 
     def _readback_name(self) -> str:
         return "cur_freq"

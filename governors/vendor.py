@@ -70,10 +70,7 @@ class KgslGovernor(Governor):
         self.levels.set(lvl, lvl)
 
     def read_khz(self) -> int | None:
-        try:
-            return self.read_int("gpuclk") // 1000
-        except ProfilerError:
-            return None
+        return self.read_freq_khz("gpuclk", 1)  # Hz
 
     def _readback_name(self) -> str:
         return "gpuclk"
@@ -111,10 +108,7 @@ class MpgpuGovernor(Governor):
         self.limits.set(idx, idx)
 
     def read_khz(self) -> int | None:
-        try:
-            return self.read_int("cur_freq") * 1000  # the driver reports whole MHz
-        except ProfilerError:
-            return None
+        return self.read_freq_khz("cur_freq", 1_000_000)  # the driver reports whole MHz
 
     def _readback_name(self) -> str:
         return "cur_freq"

@@ -47,7 +47,7 @@ from profiler.executors.base import Executor
 from profiler.executors.factory import make_executor
 from profiler.executors.worker import ProcessorWorker
 from profiler.mapping import FreqPlan, Mapping
-from profiler.power.session import PowerSession, StreamCapture
+from profiler.power.session import MarkerHooks, PowerSession, StreamCapture
 from profiler.transfer import Activity, NoActivity, measure_transfer_matrix
 
 LAYER_FIX = "pass the CSVs written by `coupprof layers` (one per processor), with their .json"
@@ -294,42 +294,35 @@ def measure_costs(
     each layer's energy is attributed over those windows (as `coupprof layers`), with
     the dynamic energy and the idle baseline, which the Pipeline prediction needs;
     with a counter source, each layer is repeated until the counter resolves it."""
-    from profiler.runner import LayerHooks, LayerRunner
+    from profiler.runner import LayerRunner
 
     build = make or (lambda bd, letter: make_executor(bd, letter))
     govs = governors or {}
     act = activity or NoActivity()
     n = mapping.n_layers
 
-    class Hooks(LayerHooks):
+    class Hooks(MarkerHooks):
         """Per-layer DVFS requests, activity, and (streaming) the marker per layer."""
 
         def __init__(self, letter: str, cap: StreamCapture | None) -> None:
-            self.letter, self.cap = letter, cap
+            super().__init__(cap, frames, n)
+            self.letter = letter
             self.requests: list[tuple[Any, int] | None] = []
             for pos in range(n):
                 khz = freq.khz[pos] if freq is not None and freq.mode == "per-layer" else None
                 gov = govs.get(freq.domain[pos]) if khz is not None and freq else None
                 mine = mapping.order[pos] == letter
                 self.requests.append((gov, khz) if gov is not None and mine else None)
-            self.rise = np.zeros((frames, n, 2), dtype=np.int64)
-            self.fall = np.zeros((frames, n, 2), dtype=np.int64)
-            self._frame: int | None = None
-
-        def before_frame(self, frame: int, warmup: bool) -> None:
-            self._frame = None if warmup else frame
 
         def before_layer(self, layer: int) -> None:
             req = self.requests[layer]
             if req is not None:
                 req[0].request_khz(req[1])
             act.busy(self.letter)
-            if self.cap is not None and self._frame is not None:
-                self.rise[self._frame, layer] = self.cap.mark(1)
+            super().before_layer(layer)
 
         def after_layer(self, layer: int) -> None:
-            if self.cap is not None and self._frame is not None:
-                self.fall[self._frame, layer] = self.cap.mark(0)
+            super().after_layer(layer)
             act.idle(self.letter)
 
     streaming = power is not None and power.streaming

@@ -185,12 +185,13 @@ class StreamCapture:
 
 
 class MarkerHooks(LayerHooks):
-    """Runner hooks: the marker high for each layer's invoke in measured frames.
+    """Runner hooks: the marker high for each layer's invoke in measured frames (none
+    without a capture; subclasses add their own per-layer work around it).
 
     ``rise``/``fall`` have shape (frames, layers, 2): clock reads just before and just
     after each marker change, so the change happened inside that bracket."""
 
-    def __init__(self, capture: StreamCapture, frames: int, layers: int,
+    def __init__(self, capture: StreamCapture | None, frames: int, layers: int,
                  on_layer: Callable[[int], None] | None = None) -> None:
         self.capture = capture
         self.on_layer = on_layer
@@ -204,11 +205,11 @@ class MarkerHooks(LayerHooks):
     def before_layer(self, layer: int) -> None:
         if self.on_layer is not None:
             self.on_layer(layer)
-        if self._frame is not None:
+        if self._frame is not None and self.capture is not None:
             self.rise[self._frame, layer] = self.capture.mark(1)
 
     def after_layer(self, layer: int) -> None:
-        if self._frame is not None:
+        if self._frame is not None and self.capture is not None:
             self.fall[self._frame, layer] = self.capture.mark(0)
 
 
