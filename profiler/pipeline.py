@@ -73,7 +73,7 @@ import numpy as np
 from profiler.boards.model import Board
 from profiler.clock import Clock, perf_clock
 from profiler.errors import BadInputError, ProfilerError
-from profiler.executors.base import Executor, SubModel
+from profiler.executors.base import Executor, MakeExecutor, SubModel
 from profiler.executors.factory import make_executor
 from profiler.mapping import FreqPlan, Mapping, Stage, boundary_tensors, pipeline_conflicts
 from profiler.power.session import PowerSession, StreamCapture
@@ -81,7 +81,6 @@ from profiler.results import LAYER_END, LAYER_START, TRANSFER_END, TRANSFER_STAR
 from profiler.transfer import Activity, NoActivity, model_inputs
 
 MODES = ("switch", "pipeline")
-MakeExecutor = Callable[[Board, str], Executor]
 Progress = Callable[[int, int], None]
 FrameInputs = Callable[[int], dict[int, np.ndarray]]  # frame -> {model input tensor: array}
 _STOP = None

@@ -58,7 +58,7 @@ import pandas as pd
 from profiler.boards.model import Board
 from profiler.clock import Clock, perf_clock
 from profiler.errors import BadInputError
-from profiler.executors.base import Executor, SubModel
+from profiler.executors.base import Executor, MakeExecutor, SubModel
 from profiler.executors.factory import make_executor
 from profiler.executors.worker import ProcessorWorker
 from profiler.mapping import boundary_tensors
@@ -73,7 +73,6 @@ SIDECAR_FORMAT = "coupprof-transfers/1"
 CSV_COLUMNS = ("boundary", "src", "dst", "bytes", "tensors", "time_ms_mean", "time_ms_median",
                "time_ms_p95", "time_ms_std", "reps")
 
-MakeExecutor = Callable[[Board, str], Executor]
 Progress = Callable[[int, int], None]
 
 

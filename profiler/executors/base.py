@@ -39,7 +39,7 @@ from typing import Any
 import numpy as np
 
 from profiler.boards.host import format_cpu_list
-from profiler.boards.model import ProcessorSpec
+from profiler.boards.model import Board, ProcessorSpec
 from profiler.clock import Clock, perf_clock
 from profiler.errors import BadInputError, BoardError, HardwareError
 
@@ -302,6 +302,11 @@ class Executor(ABC):
         if self.stretch is not None:
             d["stretched"] = self.stretch_basis
         return d
+
+
+#: Builds the executor of one processor of a board (default:
+#: `profiler.executors.factory.make_executor`); tests pass their own.
+MakeExecutor = Callable[[Board, str], Executor]
 
 
 class SubModelInterpreter:
