@@ -3,6 +3,11 @@
 Each subcommand module exposes ``register(subparsers) -> None``, which adds its
 parser and sets ``func`` (``func(args) -> int``) as the parser default. Measuring
 lives in the library; these modules only parse, call and render.
+
+No command module imports another (tests/test_layering.py checks it). What several
+share lives in modules no command owns: ``options`` (argument types and option
+groups), ``plumbing`` (board choice, --freq, governors, model loading, opening
+power) and ``progress`` (the progress bars).
 """
 
 from __future__ import annotations

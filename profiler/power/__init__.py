@@ -1,8 +1,20 @@
-"""Power sources and the Arduino logger path.
+"""Power: from the logger's bytes (or a counter) to energy per window.
+
+Where a sample enters and where it becomes a window:
 
 - ``protocol``: the logger's binary protocol (frames, CRC, commands, numpy decoder).
-- ``trace``: a captured trace (samples, edges, gaps, counters) on disk and in memory.
+- ``collector``: pyserial capture from a logger (real, simavr rig, or virtual) into
+  a ``trace.DeviceTrace`` (samples, edges, gaps, counters) on the logger's clock.
 - ``clockmap``: logger clock -> host clock from matched marker edges.
-- ``collector``: pyserial capture from a logger (real, simavr rig, or virtual).
-- ``virtual_logger``: a Python logger speaking the protocol over a pty.
+- ``host_trace``: ``HostTrace``, the capture on the host clock, and integrating it
+  over windows.
+- ``sources``: one base class per kind of power hardware (``StreamSource``,
+  ``CounterSource``), picked by spec (``arduino:PORT``, ``nvml``, ...).
+- ``session``: ``PowerSession``, the one measuring facade: opens a source and a
+  marker, takes the idle baseline, brackets windows (``StreamCapture``,
+  ``MarkerHooks``) and returns their ``profiler.attribution.Attribution``.
+- ``repeat``: per-call energy from a counter (repeat until it resolves).
+- ``export``: a capture to CSV or Parquet in chunks.
+- ``virtual_logger``, ``rig``: stand-ins for the Arduino (a Python logger on a pty;
+  the real firmware under simavr).
 """
