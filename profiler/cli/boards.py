@@ -8,6 +8,7 @@ profile by path validates it: an invalid file fails with the key and the problem
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 from typing import Any
 
 from rich import box
@@ -61,6 +62,15 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+def shown_path(path: Path) -> str:
+    """Where the user finds the file: relative to the working directory when inside it
+    (a checkout), else in full (an installed package's site-packages)."""
+    try:
+        return str(path.relative_to(Path.cwd()))
+    except ValueError:
+        return str(path)
+
+
 def list_table(root: Any) -> Table:
     detected = detect_board(root)
     model = read_model_string(root)
@@ -78,7 +88,7 @@ def list_table(root: Any) -> Table:
         except ProfilerError as err:
             procs, desc = "-", f"INVALID: {err}"
         mark = "*" if name == detected else ""
-        t.add_row(f"{name}{mark}", desc, procs, str(path.relative_to(path.parents[2])))
+        t.add_row(f"{name}{mark}", desc, procs, shown_path(path))
     for name in GENERATED:
         t.add_row(name, "this machine's CPU clusters, read from /sys at run time",
                   "(from /sys)", "generated")

@@ -352,6 +352,9 @@ class Rig:
     # -- lifecycle --
 
     def start(self) -> Rig:
+        no_checkout = source_missing()
+        if no_checkout and not self.binary.exists():
+            raise HardwareError("the simavr rig is not in the coupprof package: " + no_checkout)
         for p, what in ((self.binary, "the rig"), (self.elf, "firmware ELF")):
             if not p.exists():
                 raise HardwareError(f"{what} {p} does not exist",
