@@ -183,9 +183,12 @@ def test_interrupted_capture_writes_what_was_measured(tmp_path: Path, sig: str, 
     import signal
 
     out = tmp_path / "cut.csv"
+    # Ctrl-C as a terminal's foreground job gets it: a suite started as a background
+    # job (`pytest &`) ignores SIGINT, and its children would inherit that and run on.
     proc = subprocess.Popen([*COUPPROF, "collect", "--port", "virtual", "--seconds", "60",
                              "--rate", "4000", "-o", str(out), "--trace-dir", str(tmp_path / "bin")],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         samples = tmp_path / "bin" / "samples.bin"
         # 1 s of samples on disk (13 bytes each): the capture is under way
