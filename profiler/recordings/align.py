@@ -1,0 +1,333 @@
+"""Match the expected windows of a run to the observed marker segments.
+
+There is no host clock, so the match is by order and duration. Observed segments
+(runs of one marker level) and expected windows (`RunLayout`) both alternate between
+the idle and active levels, so a fault changes the count by an even number:
+
+- a **spurious** pulse splits one window into three segments (3 observed -> 1 expected);
+- a **missed** edge merges three windows into one segment (1 observed -> 3 expected).
+
+A banded dynamic programme finds the cheapest path through (expected, observed) with
+one-to-one matches costing the duration mismatch ``(ln((d+2)/(e+2)) / 0.3)^2``
+(capped), and each fault a fixed penalty on top of the merged durations' mismatch.
+Durations are scored against, in order of preference: the console log's layer times,
+then the medians of the same window over the setting's frames from a first pass. The
+first pass knows no durations; it puts faults where a segment differs most from the
+same segment one and two frames away (a merged or split segment does), so medians are
+taken from a path that is right almost everywhere.
+
+Windows in a fault are set aside; their frames are flagged. All other windows keep
+the segment they had in a clean recording: one fault never shifts later layers.
+A recording that ends early leaves the rest uncovered; observed segments after the
+last expected one are ignored.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from profiler.errors import BadInputError
+from profiler.recordings.layout import LAYER, RunLayout
+from profiler.recordings.traces import Recording
+
+DELTA_MS = 2.0  # about one reading: short windows are not over-penalised
+SIGMA = 0.3  # natural spread of a window's duration (ln units)
+CAP = 16.0  # one badly matched window costs at most this
+FAULT = 80.0  # a spurious pulse or a missed edge: dearer than a few badly matched windows
+SKIP = FAULT / 2  # an expected window past the end of the recording, or a segment after the run
+
+OK, SPURIOUS, MISSED, UNCOVERED = "ok", "spurious", "missed", "uncovered"
+
+# (expected consumed, observed consumed, faults)
+MOVES = ((1, 1, 0), (1, 3, 1), (1, 5, 2), (3, 1, 1), (5, 1, 2))
+
+
+@dataclass
+class Segments:
+    """Runs of constant marker level: reading index range, edge times (mid-way between
+    the readings either side of a level change), durations."""
+
+    start: np.ndarray  # first reading
+    stop: np.ndarray  # one past the last reading
+    t0_ms: np.ndarray
+    t1_ms: np.ndarray
+    active: np.ndarray
+    level: np.ndarray
+
+    @property
+    def duration_ms(self) -> np.ndarray:
+        return self.t1_ms - self.t0_ms
+
+    def __len__(self) -> int:
+        return int(self.start.size)
+
+
+def segments(rec: Recording) -> Segments:
+    """Split at every change of the marker level, from the first idle-level reading on
+    (before it the run had not started; ARM-CO-UP's reader starts there too)."""
+    idle = np.flatnonzero(~rec.active)
+    if idle.size == 0:
+        raise BadInputError(f"{rec.path}: the marker never leaves its active level",
+                            "check --marker-col and --active-level")
+    first = int(idle[0])
+    lv = rec.level[first:]
+    cut = np.flatnonzero(lv[1:] != lv[:-1]) + 1 + first
+    start = np.r_[first, cut]
+    stop = np.r_[cut, rec.readings]
+    t = rec.t_ms
+    edges = (t[cut - 1] + t[cut]) / 2
+    t0 = np.r_[t[first], edges]
+    t1 = np.r_[edges, t[-1]]
+    return Segments(start=start, stop=stop, t0_ms=t0, t1_ms=t1,
+                    active=rec.active[start], level=rec.level[start])
+
+
+@dataclass
+class WindowMatch:
+    status: str  # OK, SPURIOUS, MISSED or UNCOVERED
+    first: int = -1  # first observed segment
+    last: int = -1  # last observed segment (inclusive)
+
+
+@dataclass
+class Alignment:
+    layout: RunLayout
+    segs: Segments
+    matches: list[WindowMatch]
+    expected_ms: np.ndarray  # the durations the final pass scored against (NaN: unknown)
+    cost: float
+    faults: int
+    console_used: bool
+    flagged: list[tuple[int, int]] = field(default_factory=list)  # (setting, frame)
+    uncovered_settings: list[int] = field(default_factory=list)
+    ignored_tail: int = 0  # observed segments after the last expected window
+
+    def is_ok(self, i: int) -> bool:
+        return self.matches[i].status == OK
+
+    def covered_settings(self) -> list[int]:
+        return [s for s in range(len(self.layout.settings)) if s not in self.uncovered_settings]
+
+
+def _cost(d: np.ndarray, e: np.ndarray) -> np.ndarray:
+    with np.errstate(invalid="ignore", divide="ignore"):
+        c = ((np.log(d + DELTA_MS) - np.log(e + DELTA_MS)) / SIGMA) ** 2
+    return np.where(np.isnan(e), 0.0, np.minimum(c, CAP))
+
+
+def _anchors(layout: RunLayout, d: np.ndarray, active: np.ndarray) -> list[int]:
+    """Per setting, the observed segment that closes it: its last trailing segment, taken
+    as the longest segment of that level near where it is expected. Without trailing
+    segments there are no anchors inside the recording."""
+    if layout.trailing == 0:
+        return []
+    out = []
+    for s in range(len(layout.settings) - 1):
+        guess = (s + 1) * layout.per_setting - 1
+        lo, hi = max(0, guess - layout.per_frame), min(d.size, guess + layout.per_frame + 1)
+        if lo >= hi:
+            break
+        cand = np.arange(lo, hi)
+        cand = cand[active[cand] == bool(layout.trailing % 2 == 0)]
+        if cand.size == 0:
+            break
+        out.append(int(cand[np.argmax(d[cand])]))
+    return out
+
+
+def _initial_path(layout: RunLayout, d: np.ndarray, active: np.ndarray) -> list[tuple[int, int, int]]:
+    """A first match with no durations known: each setting's segments are counted from
+    its start and from its end (the anchors); where the counts disagree (a fault inside),
+    the frame where counting switches from forward to backward is the one that makes each
+    window's duration most alike across the setting's frames."""
+    per, pf = layout.per_setting, layout.per_frame
+    logd = np.log(d + DELTA_MS)
+    bounds = [-1, *_anchors(layout, d, active)]
+    steps: list[tuple[int, int, int]] = []
+    for s in range(len(bounds)):
+        lo = bounds[s] + 1
+        hi = bounds[s + 1] if s + 1 < len(bounds) else None  # inclusive
+        e0 = s * per
+        n_exp = per if s + 1 < len(bounds) else layout.total - e0
+        if hi is None:  # the last setting ends with the recording, unless that was cut
+            hi = d.size - 1
+            if abs(hi - lo + 1 - n_exp) > 4:
+                hi = min(d.size - 1, lo + n_exp - 1)
+        n_obs = hi - lo + 1
+        if n_obs == n_exp:
+            steps += [(e0 + i, lo + i, 0) for i in range(min(n_obs, n_exp))]
+            continue
+        best, best_x = np.inf, 0
+        for x in range(0, layout.runs + 1):
+            cut = x * pf
+            js = np.array([lo + i if i < cut else hi - (n_exp - 1 - i) for i in range(n_exp)])
+            ok = (js >= lo) & (js <= hi)
+            roles = np.arange(n_exp) % pf
+            frames = np.arange(n_exp) // pf
+            keep = ok & (frames < layout.runs)
+            score = 0.0
+            for r in range(pf):
+                v = logd[js[keep & (roles == r)]]
+                if v.size > 1:
+                    score += float(np.var(v)) * v.size
+            if score < best:
+                best, best_x = score, x
+        cut = best_x * pf
+        for i in range(n_exp):
+            j = lo + i if i < cut else hi - (n_exp - 1 - i)
+            if lo <= j <= hi and not (cut - pf <= i < cut + pf and n_obs != n_exp):
+                steps.append((e0 + i, j, 0))
+    return steps
+
+
+def _dp(d: np.ndarray, e: np.ndarray, selfc: list[np.ndarray] | None, band: int,
+        progress: Callable[[int, int], None] | None) -> tuple[list[tuple[int, int, int]], float]:
+    """Cheapest path; returns its steps (i, j, move index) and its cost."""
+    n_e, n_o = e.size, d.size
+    width = 2 * band + 1
+    cost = np.full((n_e + 1, width), np.inf)
+    back = np.full((n_e + 1, width), -1, dtype=np.int8)
+    cost[0, band] = 0.0
+    cum = np.r_[0.0, np.cumsum(d)]
+    ecum = np.r_[0.0, np.cumsum(np.nan_to_num(e))]
+    enan = np.r_[0, np.cumsum(np.isnan(e))]
+    offs = np.arange(-band, band + 1)
+    step = max(1, n_e // 100)
+    for i in range(n_e):
+        row = cost[i]
+        if progress is not None and i % step == 0:
+            progress(i, n_e)
+        if not np.isfinite(row).any():
+            continue
+        j = i + offs
+        for m, (di, dj, faults) in enumerate(MOVES):
+            if i + di > n_e:
+                continue
+            jj = j + dj
+            ok = np.isfinite(row) & (j >= 0) & (jj <= n_o)
+            if not ok.any():
+                continue
+            jc = np.clip(j, 0, n_o)
+            jjc = np.clip(jj, 0, n_o)
+            dur = cum[jjc] - cum[jc]
+            exp = ecum[i + di] - ecum[i]
+            unknown = enan[i + di] - enan[i] > 0
+            if selfc is None:
+                step_cost = _cost(dur, np.full(dur.size, np.nan if unknown else exp))
+            else:
+                step_cost = selfc[m][np.clip(j, 0, max(n_o - 1, 0))]
+            total = row + step_cost + FAULT * faults
+            new_off = offs + (dj - di)
+            fit = ok & (new_off >= -band) & (new_off <= band)
+            if not fit.any():
+                continue
+            tgt = cost[i + di]
+            idx = new_off[fit] + band
+            better = total[fit] < tgt[idx]
+            tgt[idx[better]] = total[fit][better]
+            back[i + di, idx[better]] = m
+    if progress is not None:
+        progress(n_e, n_e)
+    # End: all expected windows matched (extra observed segments ignored) or the
+    # recording ran out (each expected window left over costs SKIP).
+    best, end = np.inf, (n_e, band)
+    for i in range(n_e + 1):
+        for k, o in enumerate(offs):
+            c = cost[i, k]
+            if not np.isfinite(c):
+                continue
+            j = i + o
+            if i < n_e and j != n_o:
+                continue
+            c = c + SKIP * (n_e - i) + SKIP * (n_o - j)
+            if c < best:
+                best, end = c, (i, k)
+    if not np.isfinite(best):
+        raise BadInputError("the marker segments cannot be matched to the expected windows "
+                            f"({n_o} segments observed, {n_e} expected)",
+                            "check --order, --frames, --warmup, --levels and --trailing")
+    steps: list[tuple[int, int, int]] = []
+    i, k = end
+    while i > 0:
+        m = int(back[i, k])
+        di, dj, _ = MOVES[m]
+        o = int(offs[k])
+        pi, pj = i - di, i + o - dj
+        steps.append((pi, pj, m))
+        i, k = pi, pj - pi + band
+    steps.reverse()
+    return steps, float(best)
+
+
+def _matches(steps: list[tuple[int, int, int]], n_e: int) -> list[WindowMatch]:
+    out = [WindowMatch(UNCOVERED) for _ in range(n_e)]
+    for i, j, m in steps:
+        di, dj, _ = MOVES[m]
+        if di == 1 and dj == 1:
+            out[i] = WindowMatch(OK, j, j)
+        elif di == 1:
+            out[i] = WindowMatch(SPURIOUS, j, j + dj - 1)
+        else:
+            for k in range(di):
+                out[i + k] = WindowMatch(MISSED, j, j)
+    return out
+
+
+def _medians(layout: RunLayout, d: np.ndarray, matches: list[WindowMatch]) -> np.ndarray:
+    """Per window, the median duration of the same window over its setting's frames."""
+    by_key: dict[tuple[int, int], list[float]] = {}
+    wins = layout.windows()
+    for w, mt in zip(wins, matches, strict=True):
+        if mt.status == OK:
+            by_key.setdefault((w.setting, w.role), []).append(float(d[mt.first]))
+    return np.array([np.median(by_key[(w.setting, w.role)]) if (w.setting, w.role) in by_key
+                     else np.nan for w in wins])
+
+
+def align(rec: Recording, layout: RunLayout, console_layer_ms: np.ndarray | None = None,
+          progress: Callable[[int, int], None] | None = None) -> Alignment:
+    """Match `layout`'s windows to `rec`'s marker segments.
+
+    ``console_layer_ms[s, k]``: layer k's time in setting s from the console log (NaN
+    where unknown); it replaces the learnt median for layer windows.
+    """
+    segs = segments(rec)
+    d = segs.duration_ms
+    n_e = layout.total
+    band = max(24, 2 * abs(len(segs) - n_e) + 24)
+    wins = layout.windows()
+
+    def half(k: int, _: int) -> Callable[[int, int], None] | None:
+        # three passes, one bar
+        return None if progress is None else (lambda done, total: progress(k * n_e + done, 3 * n_e))
+
+    console = np.full(n_e, np.nan)
+    if console_layer_ms is not None:
+        for w in wins:
+            if w.kind == LAYER and w.setting < console_layer_ms.shape[0] \
+                    and w.layer is not None and w.layer < console_layer_ms.shape[1]:
+                console[w.index] = console_layer_ms[w.setting, w.layer]
+    used_console = bool(np.isfinite(console).any())
+    # Pass 1: the console's layer times where given, else each window against itself
+    # one frame away; passes 2 and 3: the medians of the previous pass's path.
+    if used_console:
+        steps, cost = _dp(d, console, None, band, half(0, 1))
+    else:
+        steps = _initial_path(layout, d, segs.active)
+    for k in (1, 2):
+        expected = _medians(layout, d, _matches(steps, n_e))
+        expected = np.where(np.isfinite(console), console, expected)
+        steps, cost = _dp(d, expected, None, band, half(k, 1))
+    matches = _matches(steps, n_e)
+    faults = sum(MOVES[m][2] for _, _, m in steps)
+    flagged = sorted({(w.setting, w.frame) for w, mt in zip(wins, matches, strict=True)
+                      if mt.status in (SPURIOUS, MISSED) and w.frame is not None})
+    uncovered = sorted({w.setting for w, mt in zip(wins, matches, strict=True)
+                        if mt.status == UNCOVERED})
+    last = max((mt.last for mt in matches if mt.last >= 0), default=-1)
+    return Alignment(layout=layout, segs=segs, matches=matches, expected_ms=expected, cost=cost,
+                     faults=faults, console_used=used_console, flagged=flagged,
+                     uncovered_settings=uncovered, ignored_tail=len(segs) - 1 - last)

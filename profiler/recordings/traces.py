@@ -1,0 +1,284 @@
+"""Power traces from other loggers: time, power and a marker state per reading.
+
+Two readers, one result (`Recording`):
+
+- `read_armcoup_log`: ARM-CO-UP's Arduino log, one ``pin,millis,mW`` line per INA260
+  reading. Pin 0 means a layer is running (their board drives the GPIO low at a
+  layer's start and high at its end).
+- `read_csv_trace`: any CSV with a header; the time, power (or current and voltage)
+  and marker columns are named by a `CsvSpec`, with their units.
+
+A malformed line is skipped, counted and reported by line number (ARM-CO-UP's own
+reader throws away everything collected before such a line). A file that is empty,
+cut in the middle of its last line, whose time runs backwards, or that lacks a named
+column is bad input: one `BadInputError`.
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from profiler.errors import BadInputError
+
+TIME_UNITS_MS = {"s": 1000.0, "ms": 1.0, "us": 1e-3, "ns": 1e-6}
+POWER_UNITS_MW = {"W": 1000.0, "mW": 1.0, "uW": 1e-3}
+CURRENT_UNITS_A = {"A": 1.0, "mA": 1e-3, "uA": 1e-6}
+VOLTAGE_UNITS_V = {"V": 1.0, "mV": 1e-3}
+
+#: How many skipped lines are listed by number (the rest are counted).
+LISTED_SKIPS = 20
+
+
+@dataclass(frozen=True)
+class SkippedLine:
+    line: int  # 1-based line number in the file
+    reason: str
+
+
+@dataclass
+class Recording:
+    """A trace: per reading its time on the logger's clock, power, and marker state.
+
+    ``active`` is True while a marked window (a layer) runs; ``level`` keeps the raw
+    marker value (ARM-CO-UP's pin), whose changes split the trace into segments.
+    ``line`` is each reading's line in the file, for messages.
+    """
+
+    path: Path
+    sha256: str
+    fmt: str
+    t_ms: np.ndarray
+    power_mw: np.ndarray
+    level: np.ndarray
+    active: np.ndarray
+    line: np.ndarray
+    skipped: list[SkippedLine] = field(default_factory=list)
+    total_lines: int = 0
+
+    @property
+    def readings(self) -> int:
+        return int(self.t_ms.size)
+
+    def skipped_summary(self) -> str:
+        """'3 malformed lines skipped: 17 (3 fields expected), 90 (...), ...' or ''."""
+        if not self.skipped:
+            return ""
+        listed = ", ".join(f"{s.line} ({s.reason})" for s in self.skipped[:LISTED_SKIPS])
+        more = len(self.skipped) - LISTED_SKIPS
+        return (f"{len(self.skipped)} malformed line{'s' if len(self.skipped) != 1 else ''} "
+                f"skipped in {self.path.name}: {listed}" + (f" and {more} more" if more > 0 else ""))
+
+
+@dataclass(frozen=True)
+class CsvSpec:
+    """Which columns of a generic CSV hold what, and in which units."""
+
+    time_col: str
+    time_unit: str
+    marker_cols: tuple[str, ...]
+    power_col: str | None = None
+    power_unit: str = "mW"
+    current_col: str | None = None
+    current_unit: str = "A"
+    voltage_col: str | None = None
+    voltage_unit: str = "V"
+    voltage_v: float | None = None  # a fixed supply voltage instead of a column
+    active_level: int = 1  # marker value while a window runs
+    delimiter: str = ","
+
+
+def _read_text(path: Path) -> tuple[str, str]:
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        raise BadInputError(f"trace not found: {path}", "pass the logger's trace file") from None
+    except IsADirectoryError:
+        raise BadInputError(f"{path} is a directory, not a trace file") from None
+    except OSError as err:
+        raise BadInputError(f"cannot read {path}: {err.strerror}") from None
+    return raw.decode("utf-8", errors="replace"), hashlib.sha256(raw).hexdigest()
+
+
+def _check_end(path: Path, text: str, last_line: int, parsed_last: bool) -> None:
+    # A logger unplugged mid-write leaves a last line without its newline; when that
+    # line does not parse the file was cut, and what else is missing is unknown.
+    if text and not text.endswith(("\n", "\r")) and not parsed_last:
+        raise BadInputError(
+            f"{path} is truncated: line {last_line} stops mid-reading",
+            f"cut the file at its last whole line (head -n {last_line - 1}) and import again")
+
+
+def _monotonic(path: Path, t_ms: np.ndarray, line: np.ndarray) -> None:
+    back = np.flatnonzero(np.diff(t_ms) < 0)
+    if back.size:
+        i = int(back[0]) + 1
+        raise BadInputError(
+            f"{path}: time runs backwards at line {int(line[i])} ({t_ms[i - 1]:g} -> "
+            f"{t_ms[i]:g} ms): a logger reset or two captures in one file",
+            "split the file where the time restarts and import each part")
+
+
+def read_armcoup_log(path: str | Path) -> Recording:
+    """ARM-CO-UP's ``pin,millis,mW`` log (no header; pin 0 = a layer runs)."""
+    p = Path(path)
+    text, sha = _read_text(p)
+    lines = text.splitlines()
+    pins: list[int] = []
+    times: list[float] = []
+    powers: list[float] = []
+    where: list[int] = []
+    skipped: list[SkippedLine] = []
+    parsed_last = False
+    for no, raw in enumerate(lines, start=1):
+        parsed_last = False
+        s = raw.strip()
+        if not s:
+            continue
+        fields = s.split(",")
+        if len(fields) != 3:
+            skipped.append(SkippedLine(no, f"{len(fields)} fields, 3 expected"))
+            continue
+        try:
+            pin, ms, mw = int(fields[0]), float(fields[1]), float(fields[2])
+        except ValueError:
+            skipped.append(SkippedLine(no, "not numbers"))
+            continue
+        if pin not in (0, 1) or not (np.isfinite(ms) and np.isfinite(mw)):
+            skipped.append(SkippedLine(no, f"pin {pin} is not 0 or 1" if pin not in (0, 1)
+                                       else "not a finite number"))
+            continue
+        pins.append(pin)
+        times.append(ms)
+        powers.append(mw)
+        where.append(no)
+        parsed_last = True
+    if not pins:
+        raise BadInputError(f"{p} holds no pin,millis,mW readings",
+                            "pass an ARM-CO-UP power log (lines like 1,4487,3000.00)")
+    _check_end(p, text, len(lines), parsed_last)
+    level = np.asarray(pins, dtype=np.int8)
+    rec = Recording(path=p, sha256=sha, fmt="armcoup", t_ms=np.asarray(times, dtype=np.float64),
+                    power_mw=np.asarray(powers, dtype=np.float64), level=level,
+                    active=level == 0, line=np.asarray(where, dtype=np.int64),
+                    skipped=skipped, total_lines=len(lines))
+    _monotonic(p, rec.t_ms, rec.line)
+    return rec
+
+
+def looks_like_armcoup(path: str | Path) -> bool:
+    """True when the file's first non-blank line is a ``pin,millis,mW`` reading."""
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            for raw in f:
+                s = raw.strip()
+                if s:
+                    parts = s.split(",")
+                    return len(parts) == 3 and parts[0] in ("0", "1") and \
+                        all(_is_number(x) for x in parts[1:])
+    except OSError:
+        return False
+    return False
+
+
+def _is_number(s: str) -> bool:
+    try:
+        float(s)
+    except ValueError:
+        return False
+    return True
+
+
+def _unit(value: str, table: dict[str, float], what: str) -> float:
+    if value not in table:
+        raise BadInputError(f"unknown {what} unit {value!r}",
+                            f"use one of {', '.join(table)}")
+    return table[value]
+
+
+def read_csv_trace(path: str | Path, spec: CsvSpec) -> Recording:
+    """A CSV with a header row; columns and units from `spec`. Several marker columns
+    combine: a window runs while any of them is at ``spec.active_level``."""
+    p = Path(path)
+    to_ms = _unit(spec.time_unit, TIME_UNITS_MS, "time")
+    if spec.power_col is None and spec.current_col is None:
+        raise BadInputError("no power column named", "pass --power-col, or --current-col with "
+                            "--voltage-col or --voltage-v")
+    if spec.power_col is not None:
+        p_scale = _unit(spec.power_unit, POWER_UNITS_MW, "power")
+    else:
+        i_scale = _unit(spec.current_unit, CURRENT_UNITS_A, "current")
+        if spec.voltage_col is None and spec.voltage_v is None:
+            raise BadInputError("current given without a voltage",
+                                "pass --voltage-col NAME or --voltage-v VOLTS")
+        v_scale = _unit(spec.voltage_unit, VOLTAGE_UNITS_V, "voltage")
+    if not spec.marker_cols:
+        raise BadInputError("no marker column named", "pass --marker-col NAME (one or more)")
+    text, sha = _read_text(p)
+    lines = text.splitlines()
+    rows = csv.reader(lines, delimiter=spec.delimiter)
+    header: list[str] | None = None
+    for fields in rows:
+        if fields and any(f.strip() for f in fields) and not fields[0].lstrip().startswith("#"):
+            header = [f.strip() for f in fields]
+            break
+    if header is None:
+        raise BadInputError(f"{p} is empty (no header row)", "pass a CSV with a header row")
+    wanted = [spec.time_col, *spec.marker_cols]
+    wanted += [spec.power_col] if spec.power_col else [spec.current_col or ""]
+    if spec.power_col is None and spec.voltage_col:
+        wanted.append(spec.voltage_col)
+    missing = [c for c in wanted if c not in header]
+    if missing:
+        raise BadInputError(f"{p} has no column {', '.join(repr(c) for c in missing)} "
+                            f"(its columns: {', '.join(header)})",
+                            "name the columns with --time-col/--power-col/--marker-col")
+    col = {name: header.index(name) for name in wanted}
+    times: list[float] = []
+    powers: list[float] = []
+    marks: list[int] = []
+    where: list[int] = []
+    skipped: list[SkippedLine] = []
+    parsed_last = False
+    for fields in rows:
+        no = rows.line_num
+        parsed_last = False
+        if not fields or not any(f.strip() for f in fields) or fields[0].lstrip().startswith("#"):
+            continue
+        if len(fields) != len(header):
+            skipped.append(SkippedLine(no, f"{len(fields)} fields, {len(header)} expected"))
+            continue
+        try:
+            t = float(fields[col[spec.time_col]]) * to_ms
+            if spec.power_col is not None:
+                mw = float(fields[col[spec.power_col]]) * p_scale
+            else:
+                volts = float(fields[col[spec.voltage_col]]) * v_scale if spec.voltage_col \
+                    else float(spec.voltage_v or 0.0)
+                mw = float(fields[col[spec.current_col or ""]]) * i_scale * volts * 1000.0
+            on = any(round(float(fields[col[m]])) == spec.active_level for m in spec.marker_cols)
+        except ValueError:
+            skipped.append(SkippedLine(no, "not numbers"))
+            continue
+        if not (np.isfinite(t) and np.isfinite(mw)):
+            skipped.append(SkippedLine(no, "not a finite number"))
+            continue
+        times.append(t)
+        powers.append(mw)
+        marks.append(1 if on else 0)
+        where.append(no)
+        parsed_last = True
+    if not times:
+        raise BadInputError(f"{p} has a header but no readings", "pass the whole export")
+    _check_end(p, text, len(lines), parsed_last)
+    active = np.asarray(marks, dtype=np.int8)
+    rec = Recording(path=p, sha256=sha, fmt="csv", t_ms=np.asarray(times, dtype=np.float64),
+                    power_mw=np.asarray(powers, dtype=np.float64), level=active,
+                    active=active.astype(bool), line=np.asarray(where, dtype=np.int64),
+                    skipped=skipped, total_lines=len(lines))
+    _monotonic(p, rec.t_ms, rec.line)
+    return rec
