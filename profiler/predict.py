@@ -222,7 +222,7 @@ def read_layer_tables(paths: Sequence[str | Path]) -> LayerCosts:
         p = Path(raw)
         if not p.is_file():
             raise BadInputError(f"layer table not found: {p}", LAYER_FIX)
-        if p.with_suffix(".json").is_file():
+        if p.with_suffix(".json").is_file() and not _multi_row_sidecar(p.with_suffix(".json")):
             rt = read_tables(p)
             df = rt.layers
             letter = str(rt.info.get("processor", "")).upper()
@@ -249,11 +249,13 @@ def read_layer_tables(paths: Sequence[str | Path]) -> LayerCosts:
             if not need <= set(df.columns):
                 raise BadInputError(f"{p} has no sidecar and lacks columns "
                                     f"{', '.join(sorted(need - set(df.columns)))}", LAYER_FIX)
+            level_col = next((c for c in ("level", "freq_level") if c in df.columns), None)
             part = pd.DataFrame({"processor": df["processor"].astype(str).str.upper(),
-                                 "level": df["level"] if "level" in df.columns else None,
+                                 "level": df[level_col] if level_col else None,
                                  "layer": df["layer"].astype(int), "time_ms": df["time_ms_mean"],
-                                 "transfer_ms": df["transfer_ms_mean"] if "transfer_ms_mean"
-                                 in df.columns else 0.0})
+                                 # blank: the table has no hand-over time (imported ones)
+                                 "transfer_ms": df["transfer_ms_mean"].fillna(0.0)
+                                 if "transfer_ms_mean" in df.columns else 0.0})
             for col in ("energy_mj", "dynamic_energy_mj"):
                 if col in df.columns:
                     part[col] = df[col]
@@ -267,6 +269,18 @@ def read_layer_tables(paths: Sequence[str | Path]) -> LayerCosts:
     table = pd.concat(frames, ignore_index=True)
     table["level"] = table["level"].astype("Int64")
     return LayerCosts(table, base, [str(p) for p in paths])
+
+
+def _multi_row_sidecar(json_path: Path) -> bool:
+    """A sidecar of a table with a processor column and many levels (`coupprof import`'s),
+    read as a plain CSV rather than as one `coupprof layers` run."""
+    import json
+
+    try:
+        fmt = json.loads(json_path.read_text()).get("format", "")
+    except (OSError, ValueError, AttributeError):
+        return False
+    return str(fmt).startswith("coupprof-import/")
 
 
 def measure_costs(

@@ -34,6 +34,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "slice": ("slice", "cut a .tflite model into one sub-model per layer"),
     "zoo": ("zoo", "list the model zoo or write one of its .tflite models"),
     "collect": ("collect", "capture a raw power trace from the logger"),
+    "import_recording": ("import", "attribute another logger's trace per layer (ARM-CO-UP's, generic CSV), or import ARM-CO-UP's tables"),
     "boards": ("boards", "list board profiles, or show one with its DVFS levels"),
     "pin": ("pin", "hold a processor at a DVFS level while a command runs"),
     "dvfs_latency": ("dvfs-latency", "measure DVFS transition delays between levels (ARM-CO-UP Table 10)"),

@@ -1,0 +1,293 @@
+"""`coupprof import`: other tools' recordings and tables as coupprof CSVs.
+
+    coupprof import ../shared/armcoup/power_MobileV1_BBBBBBBBBBBBBB.csv -o imported/
+    coupprof import ../shared/armcoup/Layers.csv ../shared/armcoup/Transfers.csv -o rk3399pro/
+    coupprof import ppk2.csv --time-col "Timestamp(ms)" --time-unit ms --current-col \\
+        "Current(uA)" --current-unit uA --voltage-v 5 --marker-col D0 --order GGGG --levels 1-5
+
+The work is in profiler/recordings/ (read, lay out, align, attribute, write).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+from profiler.cli import command_help
+from profiler.cli.options import nonneg_int, positive_int, stdout_console
+
+EXAMPLES = """\
+examples (ARM-CO-UP's RK3399Pro recordings, see ../shared/armcoup/README.md):
+  # a raw INA260 trace: layout, model and order from the file name; the console log
+  # time_MobileV1_<ORDER>.txt beside it scores the alignment; both methods side by side
+  coupprof import power_MobileV1_BBBBBBBBBBBBBB.csv -o imported/
+  # ARM-CO-UP's own parsing (their Layers.csv Power column), checked against the file
+  coupprof import power_MobileV1_BBBBBBBBBBBBBB.csv --method armcoup --published Layers.csv
+  # their derived tables, one coupprof layer and transfer table per model
+  coupprof import Layers.csv Transfers.csv -o rk3399pro/
+  coupprof predict --order BBBBBBBBBBBBBB --mode switch --layers rk3399pro/MobileV1/layers.csv \\
+      --freq max --board rk3399pro
+a generic CSV (a PPK2 or Joulescope export with a digital marker channel):
+  coupprof import export.csv --time-col t --time-unit s --power-col P --power-unit W \\
+      --marker-col D0 --active-level 1 --order BBBB --frames 10 --warmup 3 --levels 1-8 \\
+      --trailing 0 --board rk3399pro
+
+The expected windows: per setting (one DVFS level each, --levels), WARMUP + FRAMES frames,
+each a gap (marker idle) then a layer (marker active) per layer of --order, then
+--trailing segments. They are matched to the trace's marker segments by order and
+duration; a missed or spurious edge flags its frame and sets its windows aside.
+methods: coupprof (default) integrates the readings over time (partial readings at the
+edges weighted), shifts them by the sensor lag it estimates, leaves warm-up frames out;
+armcoup averages each window's readings, warm-up included, no lag (ARM-CO-UP's).
+exit codes: 0 ok, 2 bad input (one line)."""
+
+
+def _levels(text: str) -> list[int]:
+    out: list[int] = []
+    try:
+        for part in text.split(","):
+            part = part.strip()
+            if "-" in part:
+                a, b = part.split("-", 1)
+                out += list(range(int(a), int(b) + 1))
+            elif part:
+                out.append(int(part))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not levels like 1-8 or 1,3,5") from None
+    if not out or min(out) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: levels are 1-based (1-8, or 1,3,5)")
+    return out
+
+
+def register(subparsers: Any) -> None:
+    p = subparsers.add_parser(
+        "import", help=command_help(__name__),
+        description="Turn a power trace recorded by another logger (ARM-CO-UP's pin,millis,mW "
+        "INA260 log, or any CSV with time, power or current, and marker columns) into "
+        "coupprof's per-layer table, attributing each layer without a host clock; or turn "
+        "ARM-CO-UP's Layers.csv / Transfers.csv into coupprof's layer and transfer tables "
+        "(for predict, plot and the notebooks). Writes CSVs with JSON sidecars under -o.",
+        epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("files", nargs="+", type=Path, metavar="FILE",
+                   help="one trace, or Layers.csv and/or Transfers.csv")
+    p.add_argument("-o", "--output", type=Path, default=Path("imported"), metavar="DIR",
+                   help="directory for the CSVs and sidecars (default: ./imported)")
+    p.add_argument("--format", choices=("auto", "armcoup", "csv", "tables"), default="auto",
+                   help="auto (default): tables by their header, armcoup by a first line like "
+                   "1,4487,3000.00, else csv")
+    p.add_argument("--board", default=None, metavar="NAME|PATH",
+                   help="board profile for kHz of the levels (default: rk3399pro for ARM-CO-UP "
+                   "files, else none)")
+    lay = p.add_argument_group("layout (the windows the run made; ARM-CO-UP's are the defaults)")
+    lay.add_argument("--model", default=None, help="model name (default: from power_MODEL_ORDER.csv)")
+    lay.add_argument("--order", default=None, metavar="LETTERS",
+                     help="processor per layer, e.g. BBBBBBBBBBBBBB (default: from the file name)")
+    lay.add_argument("--frames", type=positive_int, default=10, help="measured frames (default: 10)")
+    lay.add_argument("--warmup", type=nonneg_int, default=3, help="warm-up frames (default: 3)")
+    lay.add_argument("--levels", type=_levels, default=None, metavar="SPEC",
+                     help="the settings' 1-based levels in recorded order, e.g. 1-8 (default: "
+                     "every level of the first layer's processor, or its host's for N)")
+    lay.add_argument("--trailing", type=nonneg_int, default=2, metavar="N",
+                     help="segments closing each setting (ARM-CO-UP: a blip and the idle; "
+                     "default: 2)")
+    lay.add_argument("--console", type=Path, default=None, metavar="TXT",
+                     help="console log with layer times (default: time_MODEL_ORDER.txt beside "
+                     "an ARM-CO-UP trace)")
+    lay.add_argument("--no-console", action="store_true", help="align by durations learnt "
+                     "from the trace alone")
+    att = p.add_argument_group("attribution")
+    att.add_argument("--method", choices=("coupprof", "armcoup"), default="coupprof",
+                     help="the layer table's method (the comparison table has both)")
+    att.add_argument("--lag-ms", type=float, default=None, metavar="MS",
+                     help="sensor lag to compensate instead of estimating it (coupprof method)")
+    att.add_argument("--published", type=Path, default=None, metavar="LAYERS_CSV",
+                     help="ARM-CO-UP's Layers.csv: the comparison gains their published Power")
+    csvg = p.add_argument_group("generic CSV columns and units")
+    csvg.add_argument("--time-col", default=None)
+    csvg.add_argument("--time-unit", default="ms", choices=("s", "ms", "us", "ns"))
+    csvg.add_argument("--power-col", default=None)
+    csvg.add_argument("--power-unit", default="mW", choices=("W", "mW", "uW"))
+    csvg.add_argument("--current-col", default=None)
+    csvg.add_argument("--current-unit", default="A", choices=("A", "mA", "uA"))
+    csvg.add_argument("--voltage-col", default=None)
+    csvg.add_argument("--voltage-unit", default="V", choices=("V", "mV"))
+    csvg.add_argument("--voltage-v", type=float, default=None, metavar="VOLTS",
+                      help="a fixed supply voltage instead of --voltage-col")
+    csvg.add_argument("--marker-col", action="append", default=[], metavar="NAME",
+                      help="marker column (repeat for several: a window runs while any is active)")
+    csvg.add_argument("--active-level", type=int, choices=(0, 1), default=1,
+                      help="marker value while a layer runs (default: 1; ARM-CO-UP's pin: 0)")
+    csvg.add_argument("--delimiter", default=",", help="field separator (default: ,)")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from profiler.errors import BadInputError
+    from profiler.recordings.armcoup_tables import sniff
+    from profiler.recordings.traces import looks_like_armcoup
+
+    for f in args.files:
+        if not f.is_file():
+            raise BadInputError(f"file not found: {f}" if not f.exists() else f"{f} is not a file",
+                                "pass a trace, or Layers.csv / Transfers.csv")
+    kinds = [sniff(f) if args.format in ("auto", "tables") else None for f in args.files]
+    if any(kinds) or args.format == "tables":
+        if not all(kinds):
+            bad = next(f for f, k in zip(args.files, kinds, strict=True) if not k)
+            raise BadInputError(f"{bad} is not ARM-CO-UP's Layers.csv or Transfers.csv",
+                                "import tables and a trace in separate commands")
+        return _tables(args, dict(zip(kinds, args.files, strict=True)))
+    if len(args.files) != 1:
+        raise BadInputError(f"{len(args.files)} traces given", "import one trace at a time")
+    path = args.files[0]
+    fmt = args.format if args.format != "auto" else \
+        ("armcoup" if looks_like_armcoup(path) else "csv")
+    return _trace(args, path, fmt)
+
+
+def _board(name: str | None, default: str | None) -> tuple[Any, str]:
+    from profiler.boards.profiles import load_board
+
+    name = name or default
+    if name is None:
+        return None, ""
+    board = load_board(name)
+    return board, board.name
+
+
+def _tables(args: argparse.Namespace, files: dict[str | None, Path]) -> int:
+    from profiler.recordings.importer import import_tables
+    from profiler.recordings.output import write_csv_json
+
+    board, board_name = _board(args.board, "rk3399pro")
+    res = import_tables(files.get("layers"), files.get("transfers"), board, board_name)
+    from rich import box
+    from rich.table import Table
+
+    t = Table(title="ARM-CO-UP tables imported", box=box.SIMPLE_HEAD, title_justify="left")
+    for col in ("model", "processors", "layer rows", "transfer rows", "files"):
+        t.add_column(col)
+    for model in sorted(set(res.layers) | set(res.transfers)):
+        written = []
+        prov = {"board": board_name, "model": model}
+        if model in res.layers:
+            src = files["layers"]
+            _, j = write_csv_json(res.layers[model], args.output / model / "layers.csv",
+                                  {**prov, "source": _prov(src), "kind": "layers"})
+            written.append(str(args.output / model / "layers.csv"))
+        if model in res.transfers:
+            src = files["transfers"]
+            write_csv_json(res.transfers[model], args.output / model / "transfers.csv",
+                           {**prov, "source": _prov(src), "kind": "transfers"})
+            written.append(str(args.output / model / "transfers.csv"))
+        lay = res.layers.get(model)
+        t.add_row(model, "" if lay is None else "".join(sorted(set(lay["processor"]))),
+                  "" if lay is None else str(len(lay)),
+                  str(len(res.transfers[model])) if model in res.transfers else "",
+                  ", ".join(written))
+    stdout_console().print(t)
+    if res.blank_rows:
+        print(f"{res.blank_rows} blank rows of {files['layers'].name} skipped")
+    return 0
+
+
+def _prov(path: Path) -> dict[str, str]:
+    import hashlib
+
+    return {"path": str(path), "sha256": hashlib.sha256(path.read_bytes()).hexdigest()}
+
+
+def _trace(args: argparse.Namespace, path: Path, fmt: str) -> int:
+    from profiler.cli.plumbing import say
+    from profiler.cli.progress import step, task_progress
+    from profiler.errors import BadInputError
+    from profiler.recordings.importer import (
+        guess_from_name,
+        import_trace,
+        load_console,
+        make_layout,
+        read_published,
+        read_trace,
+        stepped_levels,
+    )
+    from profiler.recordings.output import RunIdentity, write_csv_json
+    from profiler.recordings.traces import CsvSpec
+
+    guess = guess_from_name(path)
+    model = args.model or (guess.model if guess else None)
+    order = (args.order or (guess.order if guess else "")).upper()
+    if not order:
+        raise BadInputError(f"cannot tell the layer order of {path.name}",
+                            "pass --order (e.g. BBBBBBBBBBBBBB) and --model")
+    board, board_name = _board(args.board, "rk3399pro" if fmt == "armcoup" else None)
+    levels = args.levels or stepped_levels(board, order)
+    if not levels:
+        raise BadInputError("which levels did the run step through?",
+                            "pass --levels (e.g. 1-8), or --board to take them from its table")
+    spec = None
+    if fmt == "csv" and args.time_col:
+        spec = CsvSpec(time_col=args.time_col, time_unit=args.time_unit,
+                       marker_cols=tuple(args.marker_col), power_col=args.power_col,
+                       power_unit=args.power_unit, current_col=args.current_col,
+                       current_unit=args.current_unit, voltage_col=args.voltage_col,
+                       voltage_unit=args.voltage_unit, voltage_v=args.voltage_v,
+                       active_level=args.active_level, delimiter=args.delimiter)
+    rec = read_trace(path, fmt, spec)
+    if rec.skipped:
+        say(rec.skipped_summary())
+    console_path = None if args.no_console else (args.console or (guess.console if guess else None))
+    console = load_console(console_path)
+    if console is not None and args.console is None:
+        say(f"scoring the alignment with the console log {console_path}")
+    layout = make_layout(order, args.frames, args.warmup, levels, args.trailing)
+    published = read_published(args.published)
+    ident = RunIdentity(board=board_name, model=model or path.stem, order=order)
+    with task_progress(sys.stderr.isatty()) as bar:
+        res = import_trace(rec, layout, ident, args.method, board, console, published,
+                           args.lag_ms, step(bar, "aligning windows to marker segments"))
+    stem = f"{ident.model}_{order}"
+    out_csv, out_json = write_csv_json(res.layers, args.output / f"{stem}.csv", res.sidecar)
+    cmp_csv, _ = write_csv_json(res.compare, args.output / f"{stem}_compare.csv",
+                                {**res.sidecar, "kind": "comparison"})
+    _render(res, layout)
+    print(f"wrote {out_csv} (+ {out_json.name}) and {cmp_csv}")
+    return 0
+
+
+def _render(res: Any, layout: Any) -> None:
+    import numpy as np
+    from rich import box
+    from rich.table import Table
+
+    al, rec = res.alignment, res.recording
+    print(f"{rec.path.name}: {rec.readings} readings, {len(al.segs)} marker segments; "
+          f"expected {layout.describe()}")
+    faults = f"{al.faults} fault(s), flagged frames (setting, frame): {al.flagged}" \
+        if al.faults else "no missed or spurious edges"
+    print(f"alignment: {faults}" + (" (scored with the console log)" if al.console_used else ""))
+    if res.ours.lag_ms is not None:
+        print(f"sensor lag: {res.ours.lag_ms:.1f} ms (~{res.ours.lag_readings:.1f} readings), "
+              + ("compensated" if res.sidecar["lag_compensated"] else "reported, not applied "
+                 "(--method armcoup)"))
+    cmp = res.compare[res.compare["metric"] == "task"]
+    t = Table(title="coupprof vs armcoup method: layer power difference per processor",
+              box=box.SIMPLE_HEAD, title_justify="left")
+    for col in ("processor", "rows", "median diff %", "largest diff %"):
+        t.add_column(col, justify="right")
+    if "armcoup_vs_published_rel" in cmp.columns:
+        t.add_column("armcoup vs published (max rel)", justify="right")
+    for letter, g in cmp.groupby("processor"):
+        d = g["diff_pct"].to_numpy(dtype=float)
+        d = d[np.isfinite(d)]
+        cells = [str(letter), str(len(g)), f"{np.median(d):+.2f}" if d.size else "",
+                 f"{d[np.argmax(np.abs(d))]:+.2f}" if d.size else ""]
+        if "armcoup_vs_published_rel" in cmp.columns:
+            rel = g["armcoup_vs_published_rel"].to_numpy(dtype=float)
+            rel = rel[np.isfinite(rel)]
+            cells.append(f"{rel.max():.1e} ({rel.size} rows)" if rel.size else "no rows")
+        t.add_row(*cells)
+    stdout_console().print(t)
+    for note in res.sidecar["notes"]:
+        print(f"note: {note}")

@@ -1,0 +1,182 @@
+"""Import a recording or ARM-CO-UP's tables: the steps `coupprof import` calls, in order.
+
+`import_trace`: read -> layout -> align (console log times where given) -> both methods
+-> layer table + comparison table + sidecar. `import_tables`: Layers.csv /
+Transfers.csv -> per-graph coupprof tables. Nothing here prints; results are returned.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from profiler.boards.model import Board
+from profiler.errors import BadInputError
+from profiler.recordings.align import Alignment, align
+from profiler.recordings.armcoup_tables import layers_table, transfers_table
+from profiler.recordings.attribute import (
+    ARMCOUP,
+    COUPPROF,
+    Attribution,
+    armcoup_method,
+    coupprof_method,
+)
+from profiler.recordings.console import ConsoleLog, read_console_log
+from profiler.recordings.layout import RunLayout, Setting
+from profiler.recordings.output import RunIdentity, compare_rows, layer_rows, units
+from profiler.recordings.traces import CsvSpec, Recording, read_armcoup_log, read_csv_trace
+
+_ARMCOUP_NAME = re.compile(r"^power_(?P<model>.+)_(?P<order>[LBGN]+)\.csv$")
+
+
+@dataclass(frozen=True)
+class NameGuess:
+    model: str
+    order: str
+    console: Path | None
+
+
+def guess_from_name(path: Path) -> NameGuess | None:
+    """ARM-CO-UP names its files power_<model>_<ORDER>.csv and time_<model>_<ORDER>.txt."""
+    m = _ARMCOUP_NAME.match(path.name)
+    if not m:
+        return None
+    console = path.with_name(f"time_{m['model']}_{m['order']}.txt")
+    return NameGuess(m["model"], m["order"], console if console.is_file() else None)
+
+
+def stepped_levels(board: Board | None, order: str) -> list[int] | None:
+    """ARM-CO-UP's runs step through every level of the first layer's DVFS domain (for N
+    its host cluster), in table order."""
+    if board is None or not order or order[0] not in board.processors:
+        return None
+    proc = board.processors[order[0]]
+    if not proc.freqs_khz and proc.host:
+        proc = board.processors[proc.host]
+    return list(range(1, len(proc.freqs_khz) + 1)) or None
+
+
+@dataclass
+class TraceImport:
+    recording: Recording
+    layout: RunLayout
+    alignment: Alignment
+    ours: Attribution
+    theirs: Attribution
+    layers: pd.DataFrame  # the chosen method's layer table
+    compare: pd.DataFrame
+    sidecar: dict[str, Any]
+    console: ConsoleLog | None = None
+    warnings: list[str] = field(default_factory=list)
+
+
+def read_trace(path: Path, fmt: str, spec: CsvSpec | None) -> Recording:
+    if fmt == "armcoup":
+        return read_armcoup_log(path)
+    if spec is None:
+        raise BadInputError(f"{path} is not an ARM-CO-UP log; name its columns",
+                            "pass --time-col, --power-col (or --current-col and a voltage) "
+                            "and --marker-col")
+    return read_csv_trace(path, spec)
+
+
+def console_matrix(log: ConsoleLog | None, layout: RunLayout) -> np.ndarray | None:
+    if log is None:
+        return None
+    m = np.full((len(layout.settings), layout.layers), np.nan)
+    for s, st in enumerate(log.settings[: len(layout.settings)]):
+        for k, v in enumerate(st.layer_ms[: layout.layers]):
+            m[s, k] = v
+    return m
+
+
+def import_trace(rec: Recording, layout: RunLayout, ident: RunIdentity, method: str,
+                 board: Board | None, console: ConsoleLog | None = None,
+                 published: pd.DataFrame | None = None, lag_ms: float | None = None,
+                 progress: Callable[[int, int], None] | None = None) -> TraceImport:
+    if method not in (ARMCOUP, COUPPROF):
+        raise BadInputError(f"unknown method {method!r}", "use --method coupprof or armcoup")
+    warnings: list[str] = []
+    cm = console_matrix(console, layout)
+    if console is not None and len(console.settings) != len(layout.settings):
+        warnings.append(f"the console log has {len(console.settings)} settings, the layout "
+                        f"{len(layout.settings)}")
+    al = align(rec, layout, cm, progress)
+    theirs = armcoup_method(rec, al, cm)
+    ours = coupprof_method(rec, al, cm, lag_ms)
+    levels = [s.level for s in layout.settings]
+    flagged: dict[int, list[int]] = {}
+    for s, f in al.flagged:
+        flagged.setdefault(s, []).append(f)
+    chosen = ours if method == COUPPROF else theirs
+    table = layer_rows(chosen, ident, levels, board, flagged)
+    compare = compare_rows(ours, theirs, ident, levels, published)
+    if al.uncovered_settings:
+        warnings.append(f"the recording does not cover setting(s) "
+                        f"{', '.join(str(s) for s in al.uncovered_settings)} whole")
+    if al.ignored_tail:
+        warnings.append(f"{al.ignored_tail} marker segment(s) after the last expected window "
+                        "were ignored")
+    sidecar = {
+        "source": {"path": str(rec.path), "sha256": rec.sha256, "format": rec.fmt,
+                   "readings": rec.readings, "lines": rec.total_lines,
+                   "skipped_lines": [[s.line, s.reason] for s in rec.skipped]},
+        "console_log": None if console is None else str(console.path),
+        "board": ident.board, "simulated": False, "model": ident.model, "order": ident.order,
+        "method": chosen.method,
+        "layout": {"settings": levels, "frames": layout.frames, "warmup": layout.warmup,
+                   "layers": layout.layers, "trailing": layout.trailing,
+                   "segments_expected": layout.total, "segments_observed": len(al.segs)},
+        "alignment": {"faults": al.faults, "flagged_frames": [list(x) for x in al.flagged],
+                      "uncovered_settings": al.uncovered_settings,
+                      "ignored_segments": al.ignored_tail, "scored_with_console": al.console_used},
+        "sensor_lag_ms": ours.lag_ms, "sensor_lag_readings": ours.lag_readings,
+        "lag_compensated": method == COUPPROF,
+        "previous_frequency_frames": [{"setting": s, "first_layer_ms": d, "setting_median_ms": m}
+                                      for s, d, m in ours.previous_frequency],
+        "notes": chosen.notes + warnings,
+        "units": units(),
+    }
+    return TraceImport(rec, layout, al, ours, theirs, table, compare, sidecar, console, warnings)
+
+
+def make_layout(order: str, frames: int, warmup: int, levels: list[int],
+                trailing: int) -> RunLayout:
+    return RunLayout(order=order, frames=frames, warmup=warmup,
+                     settings=tuple(Setting(level=lv) for lv in levels), trailing=trailing)
+
+
+def read_published(path: Path | None) -> pd.DataFrame | None:
+    if path is None:
+        return None
+    try:
+        df = pd.read_csv(path)
+    except (OSError, ValueError, pd.errors.ParserError) as err:
+        raise BadInputError(f"cannot read {path}: {err}") from None
+    if not {"Graph", "Component", "Freq", "Freq_Host", "Layer", "Metric", "Power"} <= set(df.columns):
+        raise BadInputError(f"{path} is not ARM-CO-UP's Layers.csv")
+    return df.dropna(how="all")
+
+
+def load_console(path: Path | None) -> ConsoleLog | None:
+    return None if path is None else read_console_log(path)
+
+
+@dataclass
+class TablesImport:
+    layers: dict[str, pd.DataFrame]
+    transfers: dict[str, pd.DataFrame]
+    blank_rows: int = 0
+
+
+def import_tables(layers_csv: Path | None, transfers_csv: Path | None, board: Board | None,
+                  board_name: str) -> TablesImport:
+    layers, blank = layers_table(layers_csv, board, board_name) if layers_csv else ({}, 0)
+    transfers = transfers_table(transfers_csv) if transfers_csv else {}
+    return TablesImport(layers, transfers, blank)

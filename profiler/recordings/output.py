@@ -1,0 +1,148 @@
+"""What `coupprof import` writes: coupprof layer tables, the methods side by side, sidecars.
+
+A trace's layer table has the sweep's layer-row schema (``kind``, ID columns, one row
+per processor, level and layer) so ``coupprof plot efficiency`` and the notebooks read
+it, plus: ``host_level`` / ``host_freq_khz``, ``window_ms_mean`` (the marker window in
+the trace), ``console_ms`` (the console log's time), ``windows`` and ``flagged_windows``
+(set aside by a fault), ``samples``, ``method``, ``flags``. The comparison table has one
+row per setting and layer (and the ``in`` window) with both methods' power, the
+difference in percent and, when ARM-CO-UP's Layers.csv is given, its published value.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from profiler.boards.model import Board
+from profiler.errors import BadInputError
+from profiler.jsonfile import json_default
+from profiler.recordings.attribute import Attribution, LayerFigure
+
+IMPORT_FORMAT = "coupprof-import/1"
+
+UNITS = {
+    "time_ms": "ms per frame; coupprof: marker window in the trace; armcoup: console log",
+    "window_ms_mean": "ms, marker window in the trace (edge to edge)",
+    "console_ms": "ms, the console log's layer time",
+    "power_w": "W, whole board, mean over the layer's windows",
+    "energy_mj": "mJ per frame = power_w x time_ms_mean",
+    "fps_per_w": "frames per joule of the layer (1 / energy in J)",
+    "samples": "readings inside the windows",
+}
+
+
+@dataclass(frozen=True)
+class RunIdentity:
+    board: str
+    model: str
+    order: str
+
+
+def _level_khz(board: Board | None, letter: str, level: int) -> tuple[int | None, int | None]:
+    """(kHz of the level, host letter's kHz) for `letter` at a setting's 1-based level."""
+    if board is None or letter not in board.processors:
+        return None, None
+    proc = board.processors[letter]
+    table = proc if proc.freqs_khz else board.processors.get(proc.host or "", proc)
+    khz = int(table.freqs_khz[level - 1]) if 1 <= level <= len(table.freqs_khz) else None
+    return khz, khz if proc.host else None
+
+
+def layer_rows(att: Attribution, ident: RunIdentity, levels: list[int],
+               board: Board | None, flagged: dict[int, list[int]]) -> pd.DataFrame:
+    """The layer table (``task`` figures only)."""
+    rows: list[dict[str, Any]] = []
+    for f in att.figures:
+        if f.metric != "task":
+            continue
+        letter = ident.order[f.layer]
+        level = levels[f.setting]
+        khz, host_khz = _level_khz(board, letter, level)
+        host = board.processors[letter].host if board is not None and \
+            letter in board.processors else None
+        flags = []
+        if f.set_aside:
+            flags.append(f"{f.set_aside} window(s) set aside (frames "
+                         f"{','.join(map(str, flagged.get(f.setting, [])))})")
+        if any(s == f.setting for s, _, _ in att.previous_frequency) and f.layer == 0:
+            flags.append("frame 0 at the previous frequency")
+        energy = f.energy_mj
+        rows.append({
+            "kind": "layer", "board": ident.board, "simulated": False, "model": ident.model,
+            "processor": letter, "freq_level": level, "freq_khz": khz,
+            "host_level": level if host else None, "host_freq_khz": host_khz,
+            "layer": f.layer, "time_ms_mean": f.time_ms_mean, "time_ms_median": f.time_ms_median,
+            "time_ms_p95": f.time_ms_p95, "time_ms_std": f.time_ms_std,
+            "transfer_ms_mean": np.nan, "frames": f.windows,
+            "power_w": f.power_mw / 1000.0, "energy_mj": energy,
+            "fps_per_w": 1000.0 / energy if energy > 0 else np.nan, "samples": f.samples,
+            "window_ms_mean": f.window_ms_mean, "console_ms": f.console_ms,
+            "windows": f.windows, "flagged_windows": f.set_aside, "method": att.method,
+            "flags": "; ".join(flags),
+        })
+    df = pd.DataFrame(rows)
+    for col in ("freq_level", "freq_khz", "host_level", "host_freq_khz"):
+        df[col] = df[col].astype("Int64")
+    return df
+
+
+def compare_rows(ours: Attribution, theirs: Attribution, ident: RunIdentity, levels: list[int],
+                 published: pd.DataFrame | None) -> pd.DataFrame:
+    """Both methods per setting and layer; ``published_mw`` from Layers.csv where given."""
+    mine = {(f.setting, f.metric, f.layer): f for f in ours.figures}
+    rows = []
+    for f in theirs.figures:
+        o: LayerFigure | None = mine.get((f.setting, f.metric, f.layer))
+        letter = ident.order[f.layer]
+        row = {"model": ident.model, "processor": letter, "freq_level": levels[f.setting],
+               "metric": f.metric, "layer": f.layer,
+               "armcoup_power_mw": f.power_mw,
+               "coupprof_power_mw": o.power_mw if o else np.nan,
+               "diff_pct": (o.power_mw / f.power_mw - 1) * 100 if o else np.nan,
+               "armcoup_time_ms": f.time_ms_mean,
+               "coupprof_time_ms": o.time_ms_mean if o else np.nan,
+               "armcoup_windows": f.windows, "coupprof_windows": o.windows if o else 0}
+        if published is not None:
+            pub = _published(published, ident.model, letter, levels[f.setting] - 1, f.layer,
+                             f.metric)
+            row["published_mw"] = pub
+            row["armcoup_vs_published_rel"] = abs(f.power_mw - pub) / abs(pub) \
+                if pub is not None and pub else np.nan
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def _published(df: pd.DataFrame, model: str, letter: str, freq0: int, layer: int,
+               metric: str) -> float | None:
+    r = df[(df["Graph"] == model) & (df["Component"] == letter) & (df["Freq"] == freq0)
+           & (df["Layer"] == layer) & (df["Metric"] == metric)]
+    if letter in ("N",):
+        r = r[r["Freq_Host"] == freq0]
+    elif letter != "G":
+        r = r[r["Freq_Host"] == -1]
+    if len(r) != 1 or pd.isna(r["Power"].iloc[0]):
+        return None
+    return float(r["Power"].iloc[0])
+
+
+def write_csv_json(df: pd.DataFrame, csv_path: Path, sidecar: dict[str, Any]) -> tuple[Path, Path]:
+    json_path = csv_path.with_suffix(".json")
+    try:
+        csv_path.parent.mkdir(parents=True, exist_ok=True)
+        df.to_csv(csv_path, index=False)
+        json_path.write_text(json.dumps({"format": IMPORT_FORMAT, "csv": csv_path.name,
+                                         **sidecar}, indent=2, default=json_default) + "\n")
+    except OSError as err:
+        raise BadInputError(f"cannot write {err.filename or csv_path}: {err.strerror}",
+                            "choose a writable directory with -o") from None
+    return csv_path, json_path
+
+
+def units() -> dict[str, str]:
+    return dict(UNITS)
