@@ -1,0 +1,272 @@
+"""The space `coupprof explore` searches, and the cost of one point in it.
+
+A *unit* is what runs a layer: a processor letter (L, B, G, N) and, where the tables
+say which host CPU drives a G or N, that host (unit ``G@L``). Each unit runs at the
+level of its DVFS *domain*: its own, or for N its host cluster's (``Board.dvfs_domain``).
+
+**Cost tables** (`CostTables`) are arrays, so a search can evaluate millions of points:
+per (unit, level, layer) the layer's time, energy, dynamic energy and the layer table's
+feed time (``transfer_ms_mean``); per (boundary, src unit, dst unit) the hand-over's time
+and energy; per domain the DVFS transition delay between levels. They are filled from
+coupprof's own tables (`profiler.explore_tables`) or, later, imported ones.
+
+**Costs** follow `profiler.predict` (see its docstring), so a pick's prediction is the
+one `coupprof predict` gives for the same tables:
+
+- hand-over into layer i > 0: the transfer table's time where it has (i - 1, src, dst);
+  else, on the same unit, the layer table's feed time of layer i; else 0 (missing, listed).
+  Its energy: the transfer table's, else the idle power x its time.
+- switch: latency = sum (t_i + h_i + d_i), energy = sum (e_i + E(h_i) + P_idle d_i), where
+  d_i is the DVFS transition delay of layer i's domain from the level it was last set
+  to (by any earlier layer on that domain, or in the previous frame: frames repeat, so a
+  domain starts each frame where the last one left it) to layer i's level; 0 when
+  unchanged. `coupprof run` requests a layer's level just before it, so the change
+  happens while the layer runs; charging the whole delay as time at idle power is the
+  model's choice.
+- pipeline: one level per domain (set once, no transition cost); stage time = sum of its
+  (t_i + h_i); throughput = 1000 / slowest stage; energy as predict's pipeline formula.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from profiler.errors import BadInputError
+
+INF = math.inf
+
+
+@dataclass(frozen=True)
+class Unit:
+    """What runs a layer: processor letter, its host CPU (G/N, when the tables tell
+    hosts apart) and the DVFS domain whose level it runs at."""
+
+    name: str  # "B", "G", or "G@L" when the tables give G's host
+    letter: str
+    domain: str
+    host: str | None = None
+
+
+@dataclass
+class CostTables:
+    """Per-layer, per-boundary and per-domain costs as arrays (units, then levels).
+
+    ``levels[u]`` lists unit u's levels (1-based board levels) present in the tables;
+    arrays over levels are padded to the longest list with inf (time) / nan."""
+
+    units: list[Unit]
+    levels: list[tuple[int, ...]]
+    time_ms: np.ndarray  # [unit, level index, layer]
+    feed_ms: np.ndarray  # [unit, level index, layer]: layer table transfer_ms_mean
+    energy_mj: np.ndarray | None  # [unit, level index, layer], board energy in the layer
+    dynamic_energy_mj: np.ndarray | None  # same shape, above the idle baseline
+    transfer_ms: np.ndarray  # [boundary, src unit, dst unit]; nan: not measured
+    transfer_mj: np.ndarray | None  # same shape; nan: not measured
+    delay_ms: dict[str, np.ndarray] = field(default_factory=dict)  # domain -> [from, to] by level
+    idle_power_w: float | None = None
+    freq_khz: dict[str, dict[int, int]] = field(default_factory=dict)  # domain -> level -> kHz
+    model: str = "model"
+    board: str = ""
+    sources: list[str] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        n_u = len(self.units)
+        if self.time_ms.ndim != 3 or self.time_ms.shape[0] != n_u:
+            raise BadInputError("cost tables: time_ms must be [unit, level, layer]")
+        if self.transfer_ms.shape != (max(self.n_layers - 1, 0), n_u, n_u):
+            raise BadInputError("cost tables: transfer_ms must be [boundary, unit, unit]")
+
+    @property
+    def n_layers(self) -> int:
+        return int(self.time_ms.shape[2])
+
+    @property
+    def has_energy(self) -> bool:
+        return self.energy_mj is not None
+
+    def unit_index(self, name: str) -> int:
+        for i, u in enumerate(self.units):
+            if u.name == name:
+                return i
+        raise BadInputError(f"no unit {name!r} in the tables (have "
+                            f"{', '.join(u.name for u in self.units)})")
+
+    def level_index(self, u: int, level: int) -> int:
+        try:
+            return self.levels[u].index(level)
+        except ValueError:
+            raise BadInputError(f"the tables have no level {level} for {self.units[u].name} "
+                                f"(have {', '.join(map(str, self.levels[u]))})") from None
+
+    def delay(self, domain: str, a: int, b: int) -> float:
+        """Transition delay (ms) of `domain` from level a to level b (0 without a table)."""
+        if a == b:
+            return 0.0
+        d = self.delay_ms.get(domain)
+        if d is None or a >= d.shape[0] or b >= d.shape[1] or math.isnan(d[a, b]):
+            return 0.0
+        return float(d[a, b])
+
+    def domains(self) -> list[str]:
+        return list(dict.fromkeys(u.domain for u in self.units))
+
+    def domain_levels(self, domain: str) -> tuple[int, ...]:
+        """Levels every unit of `domain` has (one level per domain in pipeline mode)."""
+        sets = [set(lv) for u, lv in zip(self.units, self.levels, strict=True)
+                if u.domain == domain]
+        return tuple(sorted(set.intersection(*sets))) if sets else ()
+
+
+# --------------------------------------------------------------------------------
+# A point and its cost
+# --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One point: the unit (index) and level of each layer, in a mode."""
+
+    mode: str  # "switch" or "pipeline"
+    units: tuple[int, ...]
+    levels: tuple[int, ...]  # 1-based board level per layer (the domain's)
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    """Predicted figures of a candidate (per frame)."""
+
+    candidate: Candidate
+    latency_ms: float
+    throughput_fps: float
+    energy_mj: float | None
+    stage_ms: tuple[float, ...]
+    dvfs_delay_ms: float = 0.0
+    missing: tuple[str, ...] = ()
+    energy_upper_bound: bool = False
+
+    @property
+    def fps_per_w(self) -> float | None:
+        return None if not self.energy_mj else 1000.0 / self.energy_mj
+
+
+def stages_of(units: tuple[int, ...]) -> list[tuple[int, int, int]]:
+    """(unit, first layer, last layer) of each maximal run."""
+    out: list[tuple[int, int, int]] = []
+    start = 0
+    for i in range(1, len(units) + 1):
+        if i == len(units) or units[i] != units[start]:
+            out.append((units[start], start, i - 1))
+            start = i
+    return out
+
+
+def handover(t: CostTables, i: int, src: int | None, dst: int, k_dst: int
+             ) -> tuple[float, float | None, bool]:
+    """(time ms, energy mJ or None, missing) of the hand-over into layer i on `dst` at
+    level index `k_dst`, from `src` (None for layer 0: the model input's feed)."""
+    if src is None:
+        return float(t.feed_ms[dst, k_dst, 0]), None, False
+    ms = t.transfer_ms[i - 1, src, dst]
+    if not math.isnan(ms):
+        e = None if t.transfer_mj is None else float(t.transfer_mj[i - 1, src, dst])
+        return float(ms), (None if e is None or math.isnan(e) else e), False
+    if src == dst:
+        return float(t.feed_ms[dst, k_dst, i]), None, False
+    return 0.0, None, True
+
+
+def _layer(t: CostTables, u: int, level: int, i: int) -> tuple[int, float]:
+    k = t.level_index(u, level)
+    ms = float(t.time_ms[u, k, i])
+    if not math.isfinite(ms):
+        raise BadInputError(f"the tables have no time for layer {i} on {t.units[u].name} "
+                            f"at level {level}")
+    return k, ms
+
+
+def evaluate(t: CostTables, c: Candidate) -> Evaluation:
+    """Predicted latency, throughput and energy of `c` (module docstring), written
+    plainly, layer by layer: the searches' ground truth."""
+    n = t.n_layers
+    if len(c.units) != n or len(c.levels) != n:
+        raise BadInputError(f"a candidate maps {len(c.units)} layers, the tables have {n}")
+    idle = t.idle_power_w or 0.0
+    t_ms, h_ms, e_mj, dyn, he = [], [], [], [], []
+    d_total = 0.0
+    missing: list[str] = []
+    # Each domain starts the frame at the level the previous frame left it at.
+    last = {t.units[u].domain: lv for u, lv in zip(c.units, c.levels, strict=True)}
+    for i in range(n):
+        u, lv = c.units[i], c.levels[i]
+        k, ms = _layer(t, u, lv, i)
+        t_ms.append(ms)
+        if t.energy_mj is not None:
+            e_mj.append(float(t.energy_mj[u, k, i]))
+        if t.dynamic_energy_mj is not None:
+            dyn.append(float(t.dynamic_energy_mj[u, k, i]))
+        h, e, miss = handover(t, i, None if i == 0 else c.units[i - 1], u, k)
+        if miss:
+            missing.append(f"{i - 1}:{t.units[c.units[i - 1]].name}->{t.units[u].name}")
+        h_ms.append(h)
+        he.append(e if e is not None else idle * h)
+        if c.mode == "switch":
+            dom = t.units[u].domain
+            d_total += t.delay(dom, last[dom], lv)
+            last[dom] = lv
+    stage_ms = tuple(sum(t_ms[a:b + 1]) + sum(h_ms[a:b + 1]) for _, a, b in stages_of(c.units))
+    serial = sum(t_ms) + sum(h_ms)
+    energy: float | None = None
+    upper = False
+    if c.mode == "switch":
+        latency = serial + d_total
+        fps = 1000.0 / latency if latency > 0 else INF
+        if e_mj:
+            energy = sum(e_mj) + sum(he) + idle * d_total
+    else:
+        latency = serial
+        slowest = max(stage_ms)
+        fps = 1000.0 / slowest if slowest > 0 else INF
+        if e_mj:
+            if dyn and t.idle_power_w is not None:
+                energy = sum(dyn) + sum(x - idle * h for x, h in zip(he, h_ms, strict=True)) \
+                    + idle * (1000.0 / fps)
+            else:
+                energy, upper = sum(e_mj) + sum(he), True
+    return Evaluation(c, latency, fps, energy, stage_ms, d_total, tuple(missing), upper)
+
+
+# --------------------------------------------------------------------------------
+# Naming a candidate as `coupprof run` takes it
+# --------------------------------------------------------------------------------
+
+
+def order_string(t: CostTables, c: Candidate) -> str:
+    """`--order` in compact form, e.g. G2B4N2."""
+    return "".join(f"{t.units[u].letter}{b - a + 1}" for u, a, b in stages_of(c.units))
+
+
+def freq_spec(t: CostTables, c: Candidate) -> str:
+    """`--freq`: per stage (4/8/3) in pipeline mode, per layer (4,4,6,...) in switch mode;
+    for N its host's level, as `coupprof run` applies it."""
+    if c.mode == "pipeline":
+        return "/".join(str(c.levels[a]) for _, a, _ in stages_of(c.units))
+    return ",".join(str(lv) for lv in c.levels)
+
+
+def hosts_string(t: CostTables, c: Candidate) -> str:
+    """The host of each G/N stage where the tables tell hosts apart ('' otherwise)."""
+    parts = [f"{t.units[u].letter}@{t.units[u].host}" for u, _, _ in stages_of(c.units)
+             if t.units[u].host]
+    return ",".join(parts)
+
+
+def switch_space_size(t: CostTables) -> int:
+    """Number of switch-mode points: (sum over units of their levels) ** layers."""
+    return sum(len(lv) for lv in t.levels) ** t.n_layers
+
+
+__all__ = ["Candidate", "CostTables", "Evaluation", "Unit", "evaluate", "freq_spec", "handover",
+           "hosts_string", "order_string", "stages_of", "switch_space_size"]

@@ -1,0 +1,184 @@
+"""Exact switch-mode search (profiler.explore_switch) against brute force.
+
+Ground truth: every (unit, level) per layer enumerated and costed by
+`explore_space.evaluate`, which is written layer by layer, independently of the DP's
+matrices. Tables: synthetic ones on the sim board's levels (N shares B's DVFS domain,
+so its transitions interact), a hand-built one whose optimum is known, and real ones
+from a quick `coupprof sweep` on the simulated board (tests/test_explore_cli.py)."""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from profiler.boards.profiles import load_board
+from profiler.errors import BadInputError
+from profiler.explore_space import Candidate, CostTables, evaluate, freq_spec, order_string
+from profiler.explore_switch import search_switch
+from profiler.explore_tables import from_frames, synthetic_tables
+
+BOARD = load_board("sim")
+
+
+def brute(t: CostTables) -> list:
+    states = [(u, lv) for u in range(len(t.units)) for lv in t.levels[u]]
+    out = []
+    for combo in itertools.product(states, repeat=t.n_layers):
+        c = Candidate("switch", tuple(s[0] for s in combo), tuple(s[1] for s in combo))
+        out.append(evaluate(t, c))
+    return out
+
+
+def small(seed: int, n: int = 4, procs: str = "BGN", delays: bool = True) -> CostTables:
+    t = synthetic_tables(BOARD, n, seed, processors=list(procs), delays=delays)
+    # keep levels 1, 3, 5 so brute force stays small (9 states per layer)
+    df = pd.DataFrame([{"processor": t.units[u].letter, "freq_level": lv, "layer": i,
+                        "time_ms_mean": t.time_ms[u, k, i], "transfer_ms_mean": t.feed_ms[u, k, i],
+                        "energy_mj": t.energy_mj[u, k, i],
+                        "dynamic_energy_mj": t.dynamic_energy_mj[u, k, i]}
+                       for u in range(len(t.units)) for k, lv in enumerate(t.levels[u])
+                       if lv in (1, 3, 5) for i in range(n)])
+    tr = pd.DataFrame([{"boundary": b, "src": t.units[a].letter, "dst": t.units[c].letter,
+                        "time_ms_mean": t.transfer_ms[b, a, c], "energy_mj": t.transfer_mj[b, a, c]}
+                       for b in range(n - 1) for a in range(len(t.units)) for c in range(len(t.units))])
+    dl = None
+    if delays:
+        dl = pd.DataFrame([{"processor": d, "from_level": a, "to_level": b,
+                            "delay_us": 1000.0 * t.delay(d, a, b)}
+                           for d in t.domains() for a in (1, 3, 5) for b in (1, 3, 5) if a != b])
+    return from_frames(df, BOARD, tr, dl, t.idle_power_w, t.model)
+
+
+def close(a: float, b: float) -> bool:
+    return math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-9)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2, 3])
+@pytest.mark.parametrize("delays", [True, False])
+def test_every_exact_result_equals_brute_force(seed: int, delays: bool) -> None:
+    t = small(seed, delays=delays)
+    allp = brute(t)
+    lat_opt = min(e.latency_ms for e in allp)
+    en_opt = min(e.energy_mj for e in allp)
+    r = search_switch(t, None, "latency")
+    assert r.optimal and close(r.best.latency_ms, lat_opt)
+    r = search_switch(t, None, "energy")
+    assert r.optimal and close(r.best.energy_mj, en_opt)
+    lats = sorted(e.latency_ms for e in allp)
+    # bounds from the tight end (only the fastest fits) to the loose one
+    for q in (0.0, 0.02, 0.1, 0.3, 0.6):
+        bound = lats[int(q * (len(lats) - 1))] * (1 + 1e-12)
+        want = min(e.energy_mj for e in allp if e.latency_ms <= bound)
+        r = search_switch(t, bound, "energy", bins=200)
+        assert r.optimal, r.proof()
+        assert r.best.latency_ms <= bound
+        assert close(r.best.energy_mj, want), (q, r.best.energy_mj, want)
+        assert "optimal" in r.proof() and "NOT" not in r.proof()
+    r = search_switch(t, lat_opt * 0.999, "energy")
+    assert r.best is None and "no mapping meets" in r.proof()
+
+
+def test_five_layers_three_units_with_shared_domain() -> None:
+    t = small(7, n=5)
+    allp = brute(t)
+    lats = sorted(e.latency_ms for e in allp)
+    for q in (0.05, 0.25):
+        bound = lats[int(q * (len(lats) - 1))]
+        want = min(e.energy_mj for e in allp if e.latency_ms <= bound)
+        r = search_switch(t, bound, "energy", bins=100)
+        assert r.optimal and close(r.best.energy_mj, want)
+
+
+def test_transition_delays_are_charged_across_domains() -> None:
+    """B at 5, then G, then B at 1: B's level changes although G ran in between."""
+    t = small(0, n=3, procs="BG")
+    a = evaluate(t, Candidate("switch", (0, 1, 0), (5, 3, 1)))
+    b = evaluate(t, Candidate("switch", (0, 1, 0), (5, 3, 5)))
+    # a: B 5->1 in the frame and 1->5 into the next one; b: none
+    assert close(a.dvfs_delay_ms, t.delay("B", 5, 1) + t.delay("B", 1, 5))
+    assert b.dvfs_delay_ms == 0.0
+
+
+def test_known_optimum_by_hand() -> None:
+    """Two layers, B fast and hungry, G slow and frugal, one level each, free
+    hand-overs: least latency is BB, least energy GG, and with 25 ms allowed the best is
+    one layer on each, the big one (layer 1) on B."""
+    rows = []
+    for i, work in enumerate((5.0, 20.0)):
+        rows.append({"processor": "B", "freq_level": 1, "layer": i, "time_ms_mean": work,
+                     "transfer_ms_mean": 0.0, "energy_mj": 2.0 * work})
+        rows.append({"processor": "G", "freq_level": 1, "layer": i, "time_ms_mean": 2 * work,
+                     "transfer_ms_mean": 0.0, "energy_mj": 0.5 * 2 * work})
+    tr = pd.DataFrame([{"boundary": 0, "src": a, "dst": b, "time_ms_mean": 0.0,
+                        "energy_mj": 0.0} for a in "BG" for b in "BG"])
+    t = from_frames(pd.DataFrame(rows), BOARD, tr, None, 0.0)
+    assert order_string(t, search_switch(t, None, "latency").best.candidate) == "B2"
+    assert order_string(t, search_switch(t, None, "energy").best.candidate) == "G2"
+    r = search_switch(t, 30.0, "energy")
+    assert order_string(t, r.best.candidate) == "G1B1"
+    assert r.best.latency_ms == 30.0 and r.best.energy_mj == 5.0 + 40.0
+    assert freq_spec(t, r.best.candidate) == "1,1"
+
+
+def test_bad_inputs_are_one_line_errors() -> None:
+    t = small(0, n=2)
+    with pytest.raises(BadInputError):
+        search_switch(t, -1.0)
+    with pytest.raises(BadInputError):
+        search_switch(t, 10.0, "fps")
+    t.energy_mj = None
+    with pytest.raises(BadInputError, match="no energy"):
+        search_switch(t, 10.0, "energy")
+
+
+def test_resnet50_sized_search_states() -> None:
+    """54 layers, every unit and level of the sim board: the latency DP is exact and
+    quick; its pick is no slower than the best single-processor mapping."""
+    t = synthetic_tables(BOARD, 54, 3)
+    r = search_switch(t, None, "latency")
+    assert r.optimal and r.states == 4 * 6 * 8 * 5
+    singles = [evaluate(t, Candidate("switch", (u,) * 54, (lv,) * 54)).latency_ms
+               for u in range(4) for lv in t.levels[u]]
+    assert r.best.latency_ms <= min(singles) + 1e-9
+    assert np.isfinite(r.best.latency_ms)
+
+
+def two_level_table() -> CostTables:
+    """B with levels 1 and 5; layer 0 is almost as fast at 1 and far cheaper there,
+    layer 1 needs level 5. Changing level costs 0.5 ms (0.5 mJ at 1 W idle) each way,
+    also from the previous frame's last layer into this one's first."""
+    rows = [
+        {"processor": "B", "freq_level": 1, "layer": 0, "time_ms_mean": 3.0, "energy_mj": 1.0},
+        {"processor": "B", "freq_level": 5, "layer": 0, "time_ms_mean": 2.9, "energy_mj": 10.0},
+        {"processor": "B", "freq_level": 1, "layer": 1, "time_ms_mean": 30.0, "energy_mj": 5.0},
+        {"processor": "B", "freq_level": 5, "layer": 1, "time_ms_mean": 3.0, "energy_mj": 6.0},
+    ]
+    df = pd.DataFrame(rows).assign(transfer_ms_mean=0.0)
+    tr = pd.DataFrame([{"boundary": 0, "src": "B", "dst": "B", "time_ms_mean": 0.0,
+                        "energy_mj": 0.0}])
+    dl = pd.DataFrame([{"processor": "B", "from_level": a, "to_level": b, "delay_us": 500.0}
+                       for a, b in ((1, 5), (5, 1))])
+    return from_frames(df, BOARD, tr, dl, 1.0)
+
+
+@pytest.mark.parametrize("bound, levels, energy", [(6.8, (5, 5), 16.0), (7.2, (1, 5), 8.0),
+                                                   (None, (1, 1), 6.0)])
+def test_the_frame_to_frame_transition_is_proven_by_start_levels(bound, levels, energy) -> None:
+    """The relaxed DP lets each domain start a frame at any level, so it thinks (1, 5)
+    costs 6.5 ms / 7.5 mJ; it really costs 7 ms / 8 mJ (5 -> 1 into the next frame).
+    The search then tries every start level and still proves its pick."""
+    t = two_level_table()
+    allp = brute(t)
+    ok = [e for e in allp if bound is None or e.latency_ms <= bound]
+    assert min(e.energy_mj for e in ok) == pytest.approx(energy)
+    r = search_switch(t, bound, "energy")
+    assert r.optimal, r.proof()
+    assert r.best.candidate.levels == levels and r.best.energy_mj == pytest.approx(energy)
+    if bound is not None:
+        r = search_switch(t, bound, "energy", cycle_limit=0)  # start levels not tried
+        assert not r.optimal and "NOT proven optimal" in r.proof()
+        assert r.best.energy_mj >= energy - 1e-9
