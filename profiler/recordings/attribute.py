@@ -16,6 +16,11 @@ included; no lag correction. Their ``in`` row averages the frames' first gap.
 - warm-up frames are left out; frame 0 of a setting whose first layer took as long as
   in the previous setting (its new frequency not yet applied) is flagged, and with no
   warm-up that layer's window is set aside;
+- the sensor's smoothing (its averaging window and update period, the update period
+  measured from how often consecutive readings repeat) still moves some energy across
+  each edge after the shift; to first order a window of T ms gains
+  spread/T x (2 P - P_before - P_after), with spread = E|X|/2 for X the smoothing
+  kernel, so that is subtracted (`edge_spread_ms`);
 - power is energy over time summed across the windows (time-weighted).
 
 Windows the alignment put in a fault are set aside by both methods.
@@ -158,6 +163,28 @@ class StepIntegral:
         return np.where(x > self.knots[-1], self.cum[-1] + (x - self.knots[-1]) * self.last, c)
 
 
+def update_period_ms(rec: Recording) -> float:
+    """The sensor's update period: readings repeat a value until the sensor updates, so it
+    is the mean run of identical consecutive readings times the mean reading interval."""
+    if rec.readings < 3:
+        return 0.0
+    changes = int(np.count_nonzero(np.diff(rec.power_mw))) + 1
+    return float(rec.readings / changes * np.mean(np.diff(rec.t_ms)))
+
+
+def edge_spread_ms(update_ms: float, reading_ms: float) -> float:
+    """How much of a power step the integrated readings move across a window edge (ms of
+    the step): E|X|/2 for X the sum of the sensor's averaging window, its update phase
+    (both ``update_ms`` wide) and the hold between readings (``reading_ms``), centred."""
+    grid = 0.005
+    dens = np.ones(1)
+    for width in (update_ms, update_ms, reading_ms):
+        n = max(1, int(round(width / grid)))
+        dens = np.convolve(dens, np.full(n, 1.0 / n))
+    x = (np.arange(dens.size) - (dens.size - 1) / 2) * grid
+    return float(np.sum(np.abs(x) * dens) / 2)
+
+
 def estimate_lag_ms(rec: Recording, al: Alignment) -> float:
     """The shift of the readings that best fits constant power inside each window."""
     ok = [mt.first for w, mt in zip(al.layout.windows(), al.matches, strict=True)
@@ -178,11 +205,23 @@ def estimate_lag_ms(rec: Recording, al: Alignment) -> float:
 
 
 def coupprof_method(rec: Recording, al: Alignment, console: np.ndarray | None = None,
-                    lag_ms: float | None = None) -> Attribution:
+                    lag_ms: float | None = None, edge_correction: bool = True) -> Attribution:
     segs = al.segs
     lay = al.layout
     lag = estimate_lag_ms(rec, al) if lag_ms is None else float(lag_ms)
     step = StepIntegral(rec.t_ms, rec.power_mw, lag)
+    # Every segment's integrated power, then the first-order correction of the power the
+    # sensor's smoothing moves across each edge: P = E + spread/T * (2E - E_prev - E_next).
+    dt = float(np.mean(np.diff(rec.t_ms))) if rec.readings > 1 else 0.0
+    spread = edge_spread_ms(update_period_ms(rec), dt) if edge_correction else 0.0
+    seg_e = step.energy(segs.t0_ms, segs.t1_ms)
+    seg_t = segs.duration_ms
+    with np.errstate(invalid="ignore", divide="ignore"):
+        seg_p = np.where(seg_t > 0, seg_e / seg_t, np.nan)
+    prev_p = np.r_[seg_p[:1], seg_p[:-1]]
+    next_p = np.r_[seg_p[1:], seg_p[-1:]]
+    with np.errstate(invalid="ignore", divide="ignore"):
+        corr_p = seg_p + spread / seg_t * (2 * seg_p - prev_p - next_p)
     wins = lay.windows()
     notes: list[str] = []
     # Frame 0 still at the previous frequency: its first layer's duration.
@@ -216,7 +255,7 @@ def coupprof_method(rec: Recording, al: Alignment, console: np.ndarray | None = 
             continue
         a = segs.t0_ms[idx]
         b = segs.t1_ms[idx]
-        e = step.energy(a, b)
+        e = corr_p[idx] * seg_t[idx]
         dur = (b - a).tolist()
         power = float(e.sum() / (b - a).sum())
         lo = np.searchsorted(step.knots, a)
@@ -237,6 +276,9 @@ def coupprof_method(rec: Recording, al: Alignment, console: np.ndarray | None = 
                      + ("; those first layers were set aside (no warm-up)" if aside_prev
                         else "; left out with the warm-up frames"))
     mean_dt = float(np.mean(np.diff(rec.t_ms))) if rec.readings > 1 else float("nan")
+    notes.append(f"sensor update period {update_period_ms(rec):.2f} ms; "
+                 + (f"edge spread {spread:.2f} ms corrected" if edge_correction
+                    else "edge spread not corrected"))
     return Attribution(COUPPROF, figures, lag_ms=lag,
                        lag_readings=lag / mean_dt if mean_dt > 0 else None,
                        previous_frequency=prev, notes=notes)
