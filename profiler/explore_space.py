@@ -263,10 +263,36 @@ def hosts_string(t: CostTables, c: Candidate) -> str:
     return ",".join(parts)
 
 
+def run_command(t: CostTables, c: Candidate, board: str = "", model: str = "") -> str:
+    """The `coupprof run` line that measures `c`."""
+    parts = ["coupprof run", f"--order {order_string(t, c)}", f"--mode {c.mode}",
+             f"--freq {freq_spec(t, c)}"]
+    if board:
+        parts.append(f"--board {board}")
+    if model:
+        parts.append(f"--model {model}")
+    return " ".join(parts)
+
+
+def row(t: CostTables, ev: Evaluation, rank: int, board: str = "", model: str = ""
+        ) -> dict[str, object]:
+    """One Pareto CSV row: the mapping as `coupprof run` takes it and its prediction."""
+    c = ev.candidate
+    return {"rank": rank, "mode": c.mode, "order": order_string(t, c), "freq": freq_spec(t, c),
+            "hosts": hosts_string(t, c), "latency_ms": ev.latency_ms,
+            "throughput_fps": ev.throughput_fps, "energy_mj": ev.energy_mj,
+            "fps_per_w": ev.fps_per_w, "dvfs_delay_ms": ev.dvfs_delay_ms,
+            "slowest_stage_ms": max(ev.stage_ms), "stages": len(ev.stage_ms),
+            "energy_upper_bound": ev.energy_upper_bound,
+            "missing_transfers": ";".join(ev.missing),
+            "command": run_command(t, c, board, model)}
+
+
 def switch_space_size(t: CostTables) -> int:
     """Number of switch-mode points: (sum over units of their levels) ** layers."""
     return sum(len(lv) for lv in t.levels) ** t.n_layers
 
 
 __all__ = ["Candidate", "CostTables", "Evaluation", "Unit", "evaluate", "freq_spec", "handover",
-           "hosts_string", "order_string", "stages_of", "switch_space_size"]
+           "hosts_string", "order_string", "row", "run_command", "stages_of",
+           "switch_space_size"]

@@ -374,4 +374,16 @@ def pareto_switch(evs: list[Evaluation]) -> list[Evaluation]:
     return out
 
 
-__all__ = ["SwitchResult", "pareto_switch", "search_switch"]
+__all__ = ["SwitchResult", "pareto_switch", "ranked", "search_switch"]
+
+
+def ranked(res: SwitchResult) -> list[Evaluation]:
+    """The pick first, then the other front points: those within the bound by energy,
+    then the rest by latency."""
+    if res.best is None:
+        return []
+    bound = res.latency_bound_ms if res.latency_bound_ms is not None else INF
+    rest = [e for e in res.front if e.candidate != res.best.candidate]
+    ok = sorted((e for e in rest if e.latency_ms <= bound), key=lambda e: e.energy_mj or INF)
+    late = sorted((e for e in rest if e.latency_ms > bound), key=lambda e: e.latency_ms)
+    return [res.best, *ok, *late]

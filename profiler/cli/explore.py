@@ -1,0 +1,272 @@
+"""`coupprof explore`: the mapping and DVFS levels to use, searched over saved tables.
+
+    coupprof explore --sweep DIR [--transfers CSV] [--delays CSV,...] --mode switch
+                     [--latency-ms X | --objective latency]
+    coupprof explore --sweep DIR --transfers CSV --mode pipeline [--min-fps X]
+    ... [--measure K [--cluster HOST:PORT]]
+
+Searching lives in profiler.explore_switch / explore_pipeline over the tables of
+profiler.explore_tables; measuring in profiler.explore_measure. This module parses,
+calls and renders: a table of the top candidates with the command that runs each, a
+Pareto CSV and its JSON sidecar.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+from rich import box
+from rich.table import Table
+
+from profiler.cli import command_help
+from profiler.cli.options import add_board_args, positive_float, positive_int, stdout_console
+from profiler.cli.plumbing import say
+
+SIDECAR_FORMAT = "coupprof-explore/1"
+
+
+def register(subparsers: Any) -> None:
+    p = subparsers.add_parser(
+        "explore",
+        help=command_help(__name__),
+        description="Search which processor runs each layer and at which DVFS level, from a "
+        "sweep's layer table, a transfer-matrix table and dvfs-latency tables. Switch mode "
+        "(a level per layer, a level change costs its transition delay): the least energy "
+        "per frame under --latency-ms, or the least latency, found exactly by dynamic "
+        "programming (the output says how it is proven). Pipeline mode (contiguous stages on "
+        "distinct processors, a level per processor): the throughput / FPS/W Pareto front, "
+        "exact where the space is small, else NSGA-II (pymoo). Prints the top candidates "
+        "with the `coupprof run` line for each, writes a Pareto CSV; --measure K runs the "
+        "top K and prints measured beside predicted.",
+    )
+    p.add_argument("--sweep", required=True, type=Path, metavar="DIR",
+                   help="directory written by `coupprof sweep -o DIR` (or its sweep.csv)")
+    p.add_argument("--transfers", type=Path, default=None, metavar="CSV",
+                   help="`coupprof transfer-matrix` CSV (without it: hand-overs between "
+                   "processors count 0 and are listed)")
+    p.add_argument("--delays", default=None, metavar="CSV[,CSV...]",
+                   help="`coupprof dvfs-latency` CSVs (without them: level changes cost nothing)")
+    p.add_argument("--mode", choices=("switch", "pipeline"), default="switch",
+                   help="switch (default) or pipeline")
+    p.add_argument("--latency-ms", type=positive_float, default=None, metavar="MS",
+                   help="switch: the latency bound for the least-energy search")
+    p.add_argument("--objective", choices=("energy", "latency", "fps-per-w", "fps"),
+                   default=None, help="switch: energy (default) or latency; pipeline: "
+                   "fps-per-w (default) or fps, picked from the front")
+    p.add_argument("--min-fps", type=positive_float, default=None, metavar="FPS",
+                   help="pipeline: pick only points with at least this throughput")
+    p.add_argument("--processors", default=None, metavar="L,B,G,N",
+                   help="processors to consider (default: every one in the tables)")
+    p.add_argument("--levels", default=None, metavar="I,J,...",
+                   help="levels to consider (default: every one in the tables)")
+    add_board_args(p)
+    s = p.add_argument_group("search")
+    s.add_argument("--bins", type=positive_int, default=1000,
+                   help="switch: latency bins of the bounded search, doubled until proven "
+                   "(default 1000)")
+    s.add_argument("--method", choices=("auto", "exact", "nsga2"), default="auto",
+                   help="pipeline: exact enumeration, NSGA-II, or auto (exact up to "
+                   "--exact-limit points)")
+    s.add_argument("--exact-limit", type=positive_int, default=2_000_000, metavar="N",
+                   help="pipeline: largest space enumerated exactly (default 2,000,000)")
+    s.add_argument("--population", type=positive_int, default=100,
+                   help="NSGA-II population (default 100)")
+    s.add_argument("--generations", type=positive_int, default=100,
+                   help="NSGA-II generations (default 100)")
+    s.add_argument("--seed", type=int, default=0, help="NSGA-II seed (default 0)")
+    o = p.add_argument_group("output")
+    o.add_argument("--top", type=positive_int, default=5, help="candidates shown (default 5)")
+    o.add_argument("--csv", type=Path, default=None,
+                   help="Pareto CSV (default: ./coupprof-out/explore-MODEL-MODE.csv)")
+    o.add_argument("--json", type=Path, default=None, help="sidecar (default: CSV with .json)")
+    m = p.add_argument_group("measuring")
+    m.add_argument("--measure", type=positive_int, default=None, metavar="K",
+                   help="run the top K with `coupprof run`'s machinery, measured beside predicted")
+    m.add_argument("--cluster", default=None, metavar="ADDRESS",
+                   help="Dask scheduler (tcp://HOST:PORT) whose workers each drive one board")
+    m.add_argument("--model", type=Path, default=None,
+                   help="model to run for --measure (default: the sweep's)")
+    m.add_argument("--frames", type=positive_int, default=30,
+                   help="measured frames per candidate (default 30)")
+    p.set_defaults(func=run)
+
+
+def _levels(text: str | None) -> list[int] | None:
+    from profiler.errors import BadInputError
+
+    if not text:
+        return None
+    try:
+        return sorted({int(v) for v in text.split(",") if v.strip()})
+    except ValueError:
+        raise BadInputError(f"--levels {text!r} is not a list of level numbers",
+                            "e.g. --levels 1,3,5") from None
+
+
+def run(args: argparse.Namespace) -> int:
+    from profiler.boards.profiles import load_board
+    from profiler.errors import BadInputError
+    from profiler.explore_tables import load_tables
+    from profiler.sweep_schema import read_sweep
+
+    if args.cluster and not args.measure:
+        raise BadInputError("--cluster spreads --measure over Dask workers, but no --measure "
+                            "was given", "add --measure K")
+    meta = read_sweep(args.sweep).meta.get("settings", {})
+    board = load_board(args.board or meta.get("board") or "sim")
+    procs = [v.strip().upper() for v in args.processors.split(",")] if args.processors else None
+    delays = [d for d in args.delays.split(",") if d] if args.delays else []
+    tables = load_tables(args.sweep, board, args.transfers, delays, procs, _levels(args.levels))
+    model_path = str(args.model or meta.get("model_path") or "")
+    if args.mode == "switch":
+        ranked, proof, info = _switch(args, tables)
+    else:
+        ranked, proof, info = _pipeline(args, tables)
+    rows = [_row(tables, ev, i, board.name, model_path) for i, ev in enumerate(ranked, 1)]
+    out = stdout_console()
+    out.print(_render(rows[:args.top], tables, args.mode, board.name, proof))
+    csv_path = args.csv or Path("coupprof-out") / f"explore-{tables.model}-{args.mode}.csv"
+    json_path = args.json or csv_path.with_suffix(".json")
+    _write(rows, csv_path, json_path, {"board": board.name, "model": tables.model,
+                                       "model_path": model_path, "mode": args.mode,
+                                       "proof": proof, "inputs": tables.sources, **info})
+    out.print(f"wrote {csv_path} ({len(rows)} candidates) and {json_path}")
+    if args.measure:
+        _measure(args, rows[:args.measure], board.name, model_path, meta, csv_path)
+    return 0
+
+
+def _row(tables: Any, ev: Any, rank: int, board: str, model: str) -> dict[str, Any]:
+    from profiler.explore_space import row
+
+    return row(tables, ev, rank, board, model)
+
+
+def _switch(args: argparse.Namespace, tables: Any) -> tuple[list[Any], str, dict[str, Any]]:
+    from profiler.errors import BadInputError
+    from profiler.explore_switch import ranked, search_switch
+
+    objective = args.objective or "energy"
+    if objective not in ("energy", "latency"):
+        raise BadInputError(f"--objective {objective} is a pipeline objective",
+                            "use --objective energy or latency in switch mode")
+    res = search_switch(tables, args.latency_ms, objective, bins=args.bins)
+    for note in res.notes:
+        say(note)
+    info = {"objective": objective, "latency_bound_ms": args.latency_ms,
+            "optimal": res.optimal, "lower_bound": res.lower_bound, "bins": res.bins,
+            "bin_ms": res.delta_ms, "states_per_layer": res.states,
+            "search_seconds": res.seconds, "notes": res.notes}
+    if res.best is None:
+        raise BadInputError(res.proof(), "allow more latency with --latency-ms")
+    return ranked(res), f"{res.proof()} ({res.seconds:.2f} s)", info
+
+
+def _pipeline(args: argparse.Namespace, tables: Any) -> tuple[list[Any], str, dict[str, Any]]:
+    from profiler.errors import BadInputError
+    from profiler.explore_pipeline import pick, ranked, search_pipeline
+
+    objective = {"fps": "fps", "fps-per-w": "fps_per_w", None: "fps_per_w"}.get(args.objective)
+    if objective is None:
+        raise BadInputError(f"--objective {args.objective} is a switch objective",
+                            "use --objective fps-per-w or fps in pipeline mode")
+    res = search_pipeline(tables, args.exact_limit, args.population, args.generations,
+                          args.seed, args.method)
+    best = pick(res.front, args.min_fps, objective)
+    if best is None:
+        top = max(e.throughput_fps for e in res.front)
+        raise BadInputError(f"no pipeline reaches {args.min_fps:g} FPS (the fastest on the "
+                            f"front: {top:.1f} FPS)", "lower --min-fps")
+    info = {"objective": objective, "min_fps": args.min_fps, "method": res.method,
+            "evaluations": res.evaluations, "space": res.space, "search_seconds": res.seconds,
+            "front_size": len(res.front), "notes": res.notes}
+    return ranked(res.front, best, objective), f"{res.describe()} ({res.seconds:.2f} s)", info
+
+
+def _f(v: Any, digits: int = 3) -> str:
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return "-"
+    return f"{v:.{digits}f}"
+
+
+def _render(rows: list[dict[str, Any]], tables: Any, mode: str, board: str, proof: str) -> Table:
+    t = Table(title=f"explore {tables.model} on {board}, {mode} mode: top {len(rows)}",
+              caption=proof, box=box.SIMPLE_HEAD, title_justify="left", caption_justify="left")
+    for col in ("#", "order", "--freq", "latency ms", "FPS", "mJ/frame", "FPS/W", "command"):
+        t.add_column(col, justify="left" if col in ("order", "--freq", "command") else "right",
+                     overflow="fold")
+    for r in rows:
+        t.add_row(str(r["rank"]) + (" pick" if r["rank"] == 1 else ""), r["order"], r["freq"],
+                  _f(r["latency_ms"]), _f(r["throughput_fps"], 1), _f(r["energy_mj"]),
+                  _f(r["fps_per_w"], 1), r["command"])
+    return t
+
+
+def _write(rows: list[dict[str, Any]], csv_path: Path, json_path: Path,
+           meta: dict[str, Any]) -> None:
+    import pandas as pd
+
+    from profiler.errors import BadInputError
+    from profiler.results import environment
+
+    try:
+        csv_path.parent.mkdir(parents=True, exist_ok=True)
+        json_path.parent.mkdir(parents=True, exist_ok=True)
+        pd.DataFrame(rows).to_csv(csv_path, index=False)
+        doc = {"format": SIDECAR_FORMAT, "csv": csv_path.name, **meta, **environment()}
+        json_path.write_text(json.dumps(doc, indent=2, default=str) + "\n")
+    except OSError as err:
+        raise BadInputError(f"cannot write {err.filename or csv_path}: {err.strerror}",
+                            "choose a writable path with --csv") from None
+
+
+def _measure(args: argparse.Namespace, rows: list[dict[str, Any]], board: str, model: str,
+             meta: dict[str, Any], path: Path) -> None:
+    from profiler.errors import BadInputError
+    from profiler.explore_measure import MeasureJob, measure_all
+
+    if not model:
+        raise BadInputError("the sweep names no model to measure", "pass --model")
+    jobs = [MeasureJob(r["rank"], board, model, r["order"], r["mode"], r["freq"],
+                       frames=args.frames, granularity=meta.get("granularity") or "layer",
+                       cuts=meta.get("cuts"), sysfs_root=args.sysfs_root) for r in rows]
+    where = f"on the Dask cluster at {args.cluster}" if args.cluster else "here, one by one"
+    say(f"measuring the top {len(jobs)} {where}")
+    done = measure_all(jobs, args.cluster,
+                       on_result=lambda m: say(f"measured #{m.job.rank} {m.job.order} "
+                                               f"on {m.worker} in {m.seconds:.1f} s"))
+    by_rank = {r["rank"]: r for r in rows}
+    t = Table(title="measured beside predicted", box=box.SIMPLE_HEAD, title_justify="left")
+    for col in ("#", "order", "latency ms", "pred", "err %", "FPS", "pred", "err %", "mJ/frame",
+                "pred", "err %", "worker"):
+        t.add_column(col, justify="left" if col in ("order", "worker") else "right")
+    for m in sorted(done, key=lambda m: m.job.rank):
+        r = by_rank[m.job.rank]
+        t.add_row(str(m.job.rank), m.job.order, _f(m.latency_ms), _f(r["latency_ms"]),
+                  _err(r["latency_ms"], m.latency_ms), _f(m.throughput_fps, 1),
+                  _f(r["throughput_fps"], 1), _err(r["throughput_fps"], m.throughput_fps),
+                  _f(m.energy_mj), _f(r["energy_mj"]), _err(r["energy_mj"], m.energy_mj),
+                  m.worker)
+    stdout_console().print(t)
+    mpath = path.with_name(path.stem + "-measured.csv")
+    import pandas as pd
+
+    pd.DataFrame([{"rank": m.job.rank, "order": m.job.order, "freq": m.job.freq,
+                   "mode": m.job.mode, "latency_ms": m.latency_ms,
+                   "throughput_fps": m.throughput_fps, "energy_mj": m.energy_mj,
+                   "predicted_latency_ms": by_rank[m.job.rank]["latency_ms"],
+                   "predicted_throughput_fps": by_rank[m.job.rank]["throughput_fps"],
+                   "predicted_energy_mj": by_rank[m.job.rank]["energy_mj"],
+                   "worker": m.worker, "seconds": m.seconds}
+                  for m in sorted(done, key=lambda m: m.job.rank)]).to_csv(mpath, index=False)
+    print(f"wrote {mpath}")
+
+
+def _err(pred: Any, meas: Any) -> str:
+    if pred is None or meas is None or not meas:
+        return "-"
+    return f"{(pred - meas) / meas * 100:.1f}"

@@ -1,0 +1,160 @@
+"""Measuring explore's picks with the machinery behind `coupprof run`, here or on a Dask
+cluster.
+
+`measure(job)` loads the board and model, sets the per-processor levels or requests
+the per-layer ones, opens the power source (`sim` on the simulated board) and runs the
+mapping with `profiler.pipeline.run_mapping`, restoring every governor after. A job
+is a small frozen dataclass, so Dask ships it to a worker as it is; each worker drives
+the board it runs on (start workers with one thread each: one measurement per board at
+a time). `measure_all` streams results back as they finish.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+from collections.abc import Callable, Sequence
+from contextlib import ExitStack
+from dataclasses import dataclass
+from pathlib import Path
+
+from profiler.errors import BadInputError
+
+DASK_FIX = "pip install 'coupprof[cluster]'   (or: pip install 'dask[distributed]>=2024.1')"
+
+
+@dataclass(frozen=True)
+class MeasureJob:
+    """One `coupprof run`, as explore would type it."""
+
+    rank: int
+    board: str
+    model: str  # .tflite path on the worker
+    order: str
+    mode: str
+    freq: str
+    frames: int = 30
+    warmup: int = 3
+    seed: int = 0
+    power: str | None = None  # default: sim on the simulated board, else none
+    marker: str | None = None
+    granularity: str = "layer"
+    cuts: str | None = None
+    sysfs_root: str | None = None
+
+
+@dataclass(frozen=True)
+class Measured:
+    job: MeasureJob
+    latency_ms: float
+    throughput_fps: float
+    energy_mj: float | None
+    seconds: float
+    worker: str
+
+    @property
+    def fps_per_w(self) -> float | None:
+        return 1000.0 / self.energy_mj if self.energy_mj else None
+
+
+def measure(job: MeasureJob) -> Measured:
+    """Run one job on this machine's board (see the module docstring)."""
+    from governors import RestoreGuard, sysfs_root_from_env, writable_governor
+    from profiler.boards.profiles import load_board
+    from profiler.mapping import parse_freq, parse_order
+    from profiler.pipeline import MappingRunConfig, run_mapping
+    from profiler.slicing.slicer import slice_model
+
+    t0 = time.perf_counter()
+    root = Path(job.sysfs_root) if job.sysfs_root else sysfs_root_from_env()
+    board = load_board(job.board, root)
+    sliced = slice_model(Path(job.model), job.granularity, job.cuts)
+    mapping = parse_order(job.order, len(sliced.layers), board)
+    plan = parse_freq(job.freq, mapping, board)
+    govs = {}
+    if plan.mode != "none":
+        for letter in mapping.processors:
+            dom = board.dvfs_domain(letter)
+            if dom.has_dvfs and dom.letter not in govs:
+                govs[dom.letter] = writable_governor(board, letter, root)
+    with ExitStack() as stack:
+        session, activity = _power(job, board, root)
+        if session is not None:
+            stack.enter_context(session)
+        stack.enter_context(RestoreGuard(list(govs.values())))
+        if plan.mode == "per-processor":
+            for dom, (level, _khz) in plan.setup.items():
+                govs[dom].set_level(level)
+        run = run_mapping(sliced, board, MappingRunConfig(
+            mapping, job.mode, frames=job.frames, warmup=job.warmup, freq=plan,
+            governors=govs, power=session, activity=activity, seed=job.seed,
+            model_name=Path(job.model).name))
+    return Measured(job, float(run.latency_ns.mean()) / 1e6, float(run.throughput_fps),
+                    None if run.energy_mj is None else float(run.energy_mj),
+                    time.perf_counter() - t0, f"{socket.gethostname()}:{os.getpid()}")
+
+
+def _power(job: MeasureJob, board: object, root: Path) -> tuple[object | None, object | None]:
+    """(PowerSession, sim activity model) for the job's power spec, as `coupprof run`."""
+    from profiler.markers import open_marker
+    from profiler.power.session import PowerSession
+    from profiler.power.sources import NoneSource, SourceHardware, open_power_source
+
+    simulated = bool(getattr(board, "simulated", False))
+    spec = job.power or ("sim" if simulated else "none")
+    extra: dict[str, object] = {"trace_dir": None}
+    model = None
+    if spec.split(":")[0].lower() == "sim":
+        if not simulated:
+            raise BadInputError("--power sim needs the simulated board")
+        from profiler.simboard import SimPowerModel
+
+        model = SimPowerModel(board)  # type: ignore[arg-type]
+        extra["sim_power_model"] = model
+    source = open_power_source(spec, SourceHardware(extra=extra))
+    if isinstance(source, NoneSource):
+        return None, None
+    marker = None
+    if source.mode == "stream":
+        marker = open_marker(job.marker or ("sim" if source.kind == "sim" else "none"),
+                             sim_sink=source if source.kind == "sim" else None,
+                             sysfs_root=root / "class" / "gpio")
+    return PowerSession(source, marker, baseline_s=0.3), model
+
+
+def measure_all(jobs: Sequence[MeasureJob], cluster: str | None = None,
+                on_result: Callable[[Measured], None] | None = None) -> list[Measured]:
+    """Measure `jobs` here one after the other, or on the Dask scheduler at `cluster`
+    (results in the order they finish; `on_result` hears each as it arrives)."""
+    out: list[Measured] = []
+    if cluster is None:
+        for job in jobs:
+            m = measure(job)
+            out.append(m)
+            if on_result:
+                on_result(m)
+        return out
+    try:
+        from distributed import Client, as_completed
+    except ImportError:
+        raise BadInputError("--cluster needs dask.distributed, which is not installed",
+                            DASK_FIX) from None
+    try:
+        client = Client(cluster, timeout=10)
+    except (OSError, TimeoutError) as err:
+        raise BadInputError(f"cannot reach the Dask scheduler at {cluster}: {err}",
+                            "start one (dask scheduler) and workers with --nthreads 1") from None
+    try:
+        futures = client.map(measure, list(jobs), pure=False)
+        for fut in as_completed(futures):
+            m = fut.result()
+            out.append(m)
+            if on_result:
+                on_result(m)
+    finally:
+        client.close()
+    return out
+
+
+__all__ = ["DASK_FIX", "MeasureJob", "Measured", "measure", "measure_all"]
