@@ -10,6 +10,16 @@ Speed: a layer that takes `t_host` on the host CPU takes
 on processor X at frequency f, where `a` (freq_sensitivity) is the share of the
 layer's time that scales with the clock (the rest is memory-bound).
 
+A processor with a work model (``macs_per_us_at_max``, as the simulated G) does not
+stretch host time: a sub-model run costs, whatever the host took (if less),
+
+    t_sim = call_overhead + (MACs / macs_per_us_at_max + bytes / bytes_per_us_at_max)
+                            * ((1 - a) + a * f_max / f)
+
+where bytes are the runtime tensors its operators read and write. The fixed part is
+paid once per call (dispatch, upload, read-back, as a GPU behind a runtime pays it),
+so layers run as separate sub-models cost one overhead each and a whole model one.
+
 Power while busy: P = P_static + C_eff * V^2 * f (p_static_mw, c_eff_nf, the level's volts_mv).
 
 Transition delay: Table 10 of ARM-CO-UP gives the shortest and longest delay per
@@ -35,6 +45,14 @@ class SimConstants:
     dvfs_delay_down_us: tuple[float, float] = (0.0, 0.0)
     nominal_khz: int | None = None  # for processors without DVFS (the NPU)
     nominal_mv: int | None = None
+    # The work model (None: stretch host time by speed_at_max instead).
+    macs_per_us_at_max: float | None = None
+    bytes_per_us_at_max: float | None = None
+    call_overhead_us: float = 0.0
+
+    @property
+    def models_work(self) -> bool:
+        return self.macs_per_us_at_max is not None
 
 
 def constants(proc: ProcessorSpec) -> SimConstants:
@@ -51,7 +69,14 @@ def constants(proc: ProcessorSpec) -> SimConstants:
         dvfs_delay_down_us=tuple(raw.get("dvfs_delay_down_us", (0.0, 0.0))),  # type: ignore[arg-type]
         nominal_khz=raw.get("nominal_khz"),
         nominal_mv=raw.get("nominal_mv"),
+        macs_per_us_at_max=_opt_float(raw.get("macs_per_us_at_max")),
+        bytes_per_us_at_max=_opt_float(raw.get("bytes_per_us_at_max")),
+        call_overhead_us=float(raw.get("call_overhead_us", 0.0)),
     )
+
+
+def _opt_float(v: object) -> float | None:
+    return None if v is None else float(v)  # type: ignore[arg-type]
 
 
 def _operating_point(proc: ProcessorSpec, freq_khz: int | None) -> tuple[int, float]:
@@ -79,6 +104,32 @@ def stretch_factor(proc: ProcessorSpec, freq_khz: int | None) -> float:
     f, _ = _operating_point(proc, freq_khz)
     a = c.freq_sensitivity
     return (1.0 / c.speed_at_max) * ((1.0 - a) + a * proc.freqs_khz[-1] / f)
+
+
+def freq_factor(proc: ProcessorSpec, freq_khz: int | None) -> float:
+    """(1 - a) + a * f_max / f: how much slower the clock-bound share runs at `freq_khz`."""
+    if not proc.freqs_khz:
+        return 1.0
+    f, _ = _operating_point(proc, freq_khz)
+    a = constants(proc).freq_sensitivity
+    return (1.0 - a) + a * proc.freqs_khz[-1] / f
+
+
+def work_ns(proc: ProcessorSpec, freq_khz: int | None, macs: int, nbytes: int) -> float:
+    """Modelled time of the work alone (no per-call overhead) on a work-model processor."""
+    c = constants(proc)
+    if c.macs_per_us_at_max is None:
+        raise BoardError(f"simulated processor {proc.letter} has no work model",
+                         "add macs_per_us_at_max to its [processors.X.sim] table")
+    us = macs / c.macs_per_us_at_max
+    if c.bytes_per_us_at_max:
+        us += nbytes / c.bytes_per_us_at_max
+    return us * 1000.0 * freq_factor(proc, freq_khz)
+
+
+def call_ns(proc: ProcessorSpec, freq_khz: int | None, macs: int, nbytes: int) -> float:
+    """Modelled time of one sub-model call: the fixed per-call overhead plus its work."""
+    return constants(proc).call_overhead_us * 1000.0 + work_ns(proc, freq_khz, macs, nbytes)
 
 
 def power_mw(proc: ProcessorSpec, freq_khz: int | None) -> float:

@@ -118,6 +118,7 @@ class RunInfo:
     freq_level: int | None = None
     freq_khz: int | None = None
     power_source: str = "none"
+    method: str = "sliced"  # how layer times were measured: sliced | fused (profiler.fused)
     runtime: str = ""
     runtime_version: str = ""
     python: str = ""

@@ -18,6 +18,12 @@ frequency alone) so runs can be concatenated (sweeps, notebooks); then:
 
 Power columns (power_w, energy_mj, dynamic_energy_mj, fps_per_w, samples) are
 present only when the run has them; without a power source they are absent, never 0.
+
+A run measured with the fused method (`profiler.fused`, `with_fused`) adds to each layer
+row time_ms_fused, time_ms_fused_ci95 and below_resolution, and one row ``kind =
+"fixed"``: the fixed per-call cost (time_ms_fused and its interval, layer blank). Its
+energy columns are then the layer's power times its fused time (energy_mj_sliced keeps
+the sliced window's); the time_ms_* columns stay the sliced sub-model's.
 """
 
 from __future__ import annotations
@@ -26,7 +32,7 @@ import io
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
@@ -37,6 +43,9 @@ from rich.table import Table
 from profiler.boards.host import format_cpu_list
 from profiler.errors import BadInputError
 from profiler.results import LayerRun
+
+if TYPE_CHECKING:
+    from profiler.fused import FusedResult
 
 SIDE_CAR_FORMAT = "coupprof-layers/1"
 
@@ -75,6 +84,13 @@ UNITS = {
     "dynamic_energy_mj": "mJ per frame above the idle baseline",
     "fps_per_w": "frames per joule of the layer (1 / energy in J)",
     "latency_ms": "ms per frame, compute + transfer",
+    "time_ms_fused": "ms, the layer inside one uninterrupted run of the model: "
+                     "T(prefix 0..k) - T(prefix 0..k-1), 20 % trimmed mean over interleaved rounds "
+                     "(fixed row: the empty prefix, the fixed cost per call)",
+    "time_ms_fused_ci95": "ms, half-width of time_ms_fused's 95 % interval",
+    "below_resolution": "true when time_ms_fused's interval reaches 0: an upper bound only",
+    "energy_mj_sliced": "mJ per frame of the layer's sliced windows (fused runs: energy_mj is "
+                        "power_w x time_ms_fused)",
     "fps": "frames per second = 1000 / latency_ms_mean",
 }
 
@@ -199,6 +215,54 @@ def run_tables(run: LayerRun, raw: bool = True) -> RunTables:
     )
 
 
+def with_fused(tables: RunTables, fused: FusedResult) -> RunTables:
+    """`tables` of a sliced run plus the fused figures (see the module docstring). A
+    layer's energy becomes its power (from its own windows) times its fused time."""
+    df = tables.layers.copy()
+    n = len(df)
+    if len(fused.layers) != n:
+        raise ValueError(f"fused result has {len(fused.layers)} layers, the run {n}")
+    t_ms = fused.times_ms()
+    df["time_ms_fused"] = t_ms
+    df["time_ms_fused_ci95"] = [layer.ci95_ms for layer in fused.layers]
+    df["below_resolution"] = [layer.below_resolution for layer in fused.layers]
+    tot = dict(tables.totals)
+    if "power_w" in df.columns:
+        baseline = float(tot.get("baseline_power_w", tables.info.get("extra", {}).get(
+            "baseline_power_w", 0.0)) or 0.0)
+        df["energy_mj_sliced"] = df["energy_mj"]
+        power = df["power_w"].to_numpy(dtype=float)
+        df["energy_mj"] = power * t_ms
+        df["dynamic_energy_mj"] = (power - baseline) * t_ms
+        df["fps_per_w"] = [1000.0 / e if e > 0 else float("inf") for e in df["energy_mj"]]
+        tot["energy_mj_sliced"] = float(df["energy_mj_sliced"].sum())
+        tot["energy_mj"] = float(df["energy_mj"].sum())
+        tot["dynamic_energy_mj"] = float(df["dynamic_energy_mj"].sum())
+        tot["fps_per_w"] = 1000.0 / tot["energy_mj"] if tot["energy_mj"] > 0 else float("inf")
+    tot.update({
+        "fused_layer_sum_ms": fused.layer_sum_ms,
+        "fixed_ms": fused.fixed.time_ms,
+        "fixed_ms_ci95": fused.fixed.ci95_ms,
+        "whole_ms": fused.whole.time_ms,
+        "whole_ms_ci95": fused.whole.ci95_ms,
+        "rounds": float(fused.rounds),
+    })
+    info = dict(tables.info)
+    info["method"] = "fused"
+    info["fused"] = fused.info()
+    return RunTables(layers=df, frames=tables.frames, info=info, totals=tot)
+
+
+def fixed_row(tables: RunTables) -> pd.DataFrame | None:
+    """The ``kind = "fixed"`` CSV row of a fused run (None for a sliced run)."""
+    tot = tables.totals
+    if "fixed_ms" not in tot:
+        return None
+    return pd.DataFrame({"kind": ["fixed"], **id_columns(tables.info, 1),
+                         "time_ms_fused": [tot["fixed_ms"]],
+                         "time_ms_fused_ci95": [tot["fixed_ms_ci95"]]})
+
+
 # -- files -------------------------------------------------------------------------
 
 
@@ -212,6 +276,9 @@ def write_tables(tables: RunTables, csv_path: str | Path,
     csv_p = Path(csv_path)
     json_p = Path(json_path) if json_path is not None else default_json_path(csv_p)
     parts = [tables.layers]
+    fixed = fixed_row(tables)
+    if fixed is not None:
+        parts.append(fixed)
     if tables.frames is not None:
         frames = tables.frames.copy()
         for col in ("start_ns", "end_ns", "transfer_start_ns", "transfer_end_ns"):
@@ -345,6 +412,8 @@ def render(tables: RunTables) -> Table:
     Times are per frame in ms; bytes in KiB; the CSV has every column at full precision.
     """
     df, tot = tables.layers, tables.totals
+    if "time_ms_fused" in df.columns:
+        return render_fused(tables)
     power = [c for c in POWER_COLUMNS if c in df.columns]
     # Light box, one space between columns: the table fits an 80-column terminal.
     table = Table(title=title(tables.info), caption=_caption(tables), box=box.SIMPLE_HEAD,
@@ -388,6 +457,61 @@ def render(tables: RunTables) -> Table:
     cells += [f"{sum(lost.values())} layers"] if lost else []
     table.add_row(*cells, style="bold")
     return table
+
+
+def render_fused(tables: RunTables) -> Table:
+    """A fused run: each layer's fused time with its 95 % interval (an upper bound where it
+    is below resolution), the sliced median beside it, and the fixed per-call row."""
+    df, tot = tables.layers, tables.totals
+    power = [c for c in POWER_COLUMNS if c in df.columns and c != "samples"]
+    table = Table(title=title(tables.info) + " - fused", caption=_fused_caption(tables),
+                  box=box.SIMPLE_HEAD, padding=(0, 1), collapse_padding=True, pad_edge=False)
+    table.add_column("layer", justify="right")
+    table.add_column("operators", overflow="fold", ratio=1, min_width=10)
+    for head in ("fused ms", "±95%", "sliced ms", "xfer ms", "KiB in", "KiB out", "MMAC"):
+        table.add_column(head, justify="right", no_wrap=True)
+    labels = {"power_w": "W", "energy_mj": "mJ", "dynamic_energy_mj": "dyn mJ",
+              "fps_per_w": "FPS/W"}
+    for c in power:
+        table.add_column(labels[c], justify="right", no_wrap=True)
+    table.add_column("flag", no_wrap=True)
+    for r in df.itertuples(index=False):
+        row = r._asdict()
+        low = bool(row["below_resolution"])
+        t, h = float(row["time_ms_fused"]), float(row["time_ms_fused_ci95"])
+        cells = [str(row["layer"]), short_ops(row["op_types"]),
+                 f"<{t + h:.3f}" if low else _f(t), _f(h), _f(row["time_ms_median"]),
+                 _f(row["transfer_ms_mean"]), _kib(row["bytes_in"]), _kib(row["bytes_out"]),
+                 _f(row["macs"] / 1e6, 2)]
+        cells += ["" if low and c != "power_w" else _f(row[c]) for c in power]
+        cells.append("below resolution" if low else "")
+        table.add_row(*cells)
+    table.add_section()
+    table.add_row("fixed", "per call", _f(tot.get("fixed_ms")), _f(tot.get("fixed_ms_ci95")),
+                  "", "", "", "", "", *["" for _ in power], "")
+    lows = int(df["below_resolution"].astype(bool).sum())
+    table.add_row("total", f"{len(df)} layers + fixed",
+                  _f(tot.get("fused_layer_sum_ms", 0.0) + tot.get("fixed_ms", 0.0)), "",
+                  _f(tot.get("time_ms_median")), _f(tot.get("transfer_ms_mean")), "", "",
+                  _f(tot.get("macs", 0) / 1e6, 2),
+                  *[_f(tot.get(c)) for c in power],
+                  f"{lows} below resolution" if lows else "", style="bold")
+    return table
+
+
+def _fused_caption(tables: RunTables) -> str:
+    tot, fused = tables.totals, tables.info.get("fused", {})
+    settings = fused.get("settings", {})
+    whole = tot.get("whole_ms", float("nan"))
+    text = (f"whole model, one call: {whole:.3f} ± {tot.get('whole_ms_ci95', float('nan')):.3f} ms"
+            f" = {1000.0 / whole if whole > 0 else float('inf'):.1f} FPS; "
+            f"{int(tot.get('rounds', 0))} interleaved rounds in {fused.get('elapsed_s', 0):.1f} s"
+            f" (budget {settings.get('budget_s', '?')} s, "
+            f"{'every interval within target' if fused.get('converged') else 'budget or rounds spent'})"
+            f"; sliced: {tables.info.get('frames', '?')} frames")
+    if "energy_mj" in tot:
+        text += "; energy = each layer's power x its fused time (fixed row: not included)"
+    return text
 
 
 def _flags(df: pd.DataFrame, column: str, test: Any) -> dict[int, bool]:

@@ -53,7 +53,8 @@ BOARD_KEYS = {"name", "description", "match", "simulated", "sim", "markers"}
 PROC_KEYS = {"kind", "name", "cores", "freqs_khz", "volts_mv", "governor", "host",
              "accelerator", "delegate", "notes", "sim"}
 SIM_PROC_KEYS = {"p_static_mw", "c_eff_nf", "speed_at_max", "freq_sensitivity",
-                 "dvfs_delay_up_us", "dvfs_delay_down_us", "nominal_khz", "nominal_mv"}
+                 "dvfs_delay_up_us", "dvfs_delay_down_us", "nominal_khz", "nominal_mv",
+                 "macs_per_us_at_max", "bytes_per_us_at_max", "call_overhead_us"}
 SIM_PROC_REQUIRED = {"p_static_mw", "c_eff_nf", "speed_at_max"}
 SIM_BOARD_KEYS = {"idle_power_mw", "notes"}
 MARKER_KEYS = {"chip", "lines", "backend"}
@@ -262,6 +263,14 @@ def _sim_constants(c: _Checker, key: str, raw: Any, has_dvfs: bool, volts: list[
     c.number(s, key, "speed_at_max", 1e-4, 1.0)
     if "freq_sensitivity" in s:
         c.number(s, key, "freq_sensitivity", 0, 1)
+    # The work model (see governors.sim_model): MACs and bytes per us, overhead per call.
+    if "macs_per_us_at_max" in s:
+        c.number(s, key, "macs_per_us_at_max", 1e-3, 1e9)
+    for k, hi in (("bytes_per_us_at_max", 1e9), ("call_overhead_us", 1e7)):
+        if k in s:
+            if "macs_per_us_at_max" not in s:
+                raise c.fail(f"{key}.{k}", "needs macs_per_us_at_max (the work model)")
+            c.number(s, key, k, 0 if k == "call_overhead_us" else 1e-3, hi)
     for k in ("dvfs_delay_up_us", "dvfs_delay_down_us"):
         if k in s:
             v = s[k]

@@ -2,7 +2,10 @@
 
 Slices the model (default grouping, `--granularity op` or `--cuts`), pins to the
 processor's cores, runs warm-up then measured frames layer by layer, prints the
-layer table and writes a tidy CSV with a JSON sidecar.
+layer table and writes a tidy CSV with a JSON sidecar. With `--method fused` (the
+default for G and N) it then measures every layer inside uninterrupted runs of the
+model (`profiler.fused`) and the table shows those times, their intervals and the
+fixed per-call row beside the sliced ones.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from profiler.boards.host import format_cpu_list
 from profiler.cli import command_help
 from profiler.cli.options import (
     add_board_args,
+    add_method_options,
     add_model_options,
     add_power_options,
     nonneg_int,
@@ -24,7 +28,9 @@ from profiler.cli.options import (
 )
 from profiler.cli.plumbing import (
     choose_board,
+    fused_settings,
     load_model,
+    method_for,
     open_power,
     resolve_freq,
     say,
@@ -65,6 +71,7 @@ def register(subparsers: Any) -> None:
                    help="also write one CSV row per layer and frame with raw timestamps")
     p.add_argument("--seed", type=int, default=0, help="seed of the random input (default: 0)")
     add_power_options(p)
+    add_method_options(p)
     p.set_defaults(func=run)
 
 
@@ -78,13 +85,17 @@ def run(args: argparse.Namespace) -> int:
     from governors import RestoreGuard, writable_governor
     from profiler.executors.factory import make_executor
     from profiler.executors.logs import quiet_native_exit
+    from profiler.fused import measure_model
     from profiler.runner import LayerRunner
-    from profiler.tables import render, run_tables, write_tables
+    from profiler.tables import render, run_tables, with_fused, write_tables
 
     quiet_native_exit()
     board = choose_board(args)
     proc = board.processor(args.processor)
     level = resolve_freq(board, proc, args.freq)
+    method = method_for(args, proc)
+    settings = fused_settings(args) if method == "fused" else None
+    fused = None
 
     power_error: ProfilerError | None = None
     power = None
@@ -127,6 +138,9 @@ def run(args: argparse.Namespace) -> int:
                 progress=step(bar, "energy per layer"))
             power_error = power.error
         fallback = fallback_columns(runner)
+        if settings is not None:
+            fused = measure_model(executor, data, sliced, settings, seed=args.seed,
+                                  progress=step(bar, "fused rounds"), model_name=model.name)
 
     extra: dict[str, Any] = {"board_description": board.description, "seed": args.seed,
                              "cores_text": format_cpu_list(executor.cores),
@@ -155,6 +169,7 @@ def run(args: argparse.Namespace) -> int:
         freq_level=level[0] if level else None,
         freq_khz=level[1] if level else None,
         power_source=session.source.spec if session is not None else "none",
+        method=method,
         extra=extra,
         **environment(),
     )
@@ -164,6 +179,8 @@ def run(args: argparse.Namespace) -> int:
                       layer_extras=layer_extras,
                       total_extras=dict(power.totals) if power is not None else {})
     tables = run_tables(result, raw=args.raw)
+    if fused is not None:
+        tables = with_fused(tables, fused)
     stdout_console().print(render(tables))
     csv_p, json_p = write_tables(tables, csv_path, args.json)
     print(f"wrote {csv_p} ({len(tables.layers)} layer rows"

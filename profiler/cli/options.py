@@ -114,3 +114,30 @@ def add_multi_processor_options(p: argparse.ArgumentParser) -> None:
     add_board_args(p)
     add_power_options(p, counter=False)
     p.add_argument("--seed", type=int, default=0, help="seed of the random input (default: 0)")
+
+
+METHOD_HELP = (
+    "How a layer's time is measured. fused: inside uninterrupted runs of the model, as "
+    "differences of cumulative prefixes (layers 0..k) called in interleaved rounds, with "
+    "the fixed per-call cost as its own row and a 95 %% interval per layer; rounds go on "
+    "until every interval is within the target or the budget is spent. sliced: each "
+    "layer as its own sub-model (what a stage boundary pays; gives the hand-overs).")
+
+
+def add_method_options(p: argparse.ArgumentParser) -> None:
+    """--method and the fused method's rounds, target and budget."""
+    m = p.add_argument_group("method", METHOD_HELP)
+    m.add_argument("--method", choices=("fused", "sliced"), default=None,
+                   help="fused | sliced (default: fused for G and N, where a fixed per-call "
+                   "cost dwarfs small layers; sliced for CPU clusters)")
+    m.add_argument("--budget-s", type=positive_float, default=60.0, metavar="S",
+                   help="fused: wall seconds of measured rounds at most (default: 60)")
+    m.add_argument("--target-ms", type=float, default=0.02, metavar="MS",
+                   help="fused: stop once every 95 %% half-width is within this many ms or "
+                   "--target-rel of the layer (default: 0.02)")
+    m.add_argument("--target-rel", type=float, default=0.02, metavar="R",
+                   help="fused: relative target (default: 0.02 = 2 %%)")
+    m.add_argument("--min-rounds", type=positive_int, default=10, metavar="N",
+                   help="fused: measured rounds at least (default: 10)")
+    m.add_argument("--max-rounds", type=positive_int, default=10_000, metavar="N",
+                   help="fused: measured rounds at most (default: 10000)")

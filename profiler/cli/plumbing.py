@@ -19,6 +19,7 @@ from profiler.errors import BadInputError, BoardError
 if TYPE_CHECKING:
     from governors import Governor
     from profiler.cli.progress import TaskProgress
+    from profiler.fused import FusedSettings
     from profiler.mapping import FreqPlan
     from profiler.markers.base import Marker
     from profiler.power.session import PowerSession
@@ -198,3 +199,23 @@ def open_power(args: argparse.Namespace, board: Board, trace_dir: Path | None = 
         return None, None
     return PowerSession(source, marker, baseline_s=args.baseline_s,
                         counter_updates=getattr(args, "counter_updates", 20)), model
+
+
+# ---------------------------------------------------------------------------
+# The measurement method
+
+
+def method_for(args: argparse.Namespace, proc: ProcessorSpec) -> str:
+    """--method, else fused for accelerators (G, N) and sliced for CPU clusters."""
+    from profiler.fused import default_method
+
+    return args.method or default_method(proc.kind)
+
+
+def fused_settings(args: argparse.Namespace) -> FusedSettings:
+    """The fused method's rounds, target and budget from --min-rounds .. --budget-s."""
+    from profiler.fused import FusedSettings
+
+    return FusedSettings(target_ms=args.target_ms, target_rel=args.target_rel,
+                         budget_s=args.budget_s, min_rounds=args.min_rounds,
+                         max_rounds=args.max_rounds)

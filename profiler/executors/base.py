@@ -19,7 +19,10 @@ read blocks until the device is done). A hand-over between layers is
 `dst.set_input(j, src.output(i))`, with a copy in between when it crosses threads.
 
 `stretch` turns any executor into a slower processor (the simulated board): after
-each run the executor waits until ``elapsed * stretch()`` has passed.
+each run the executor waits until ``elapsed * stretch()`` has passed. `modelled`
+does the same from a work model instead: given a sub-model's bytes it returns the
+modelled duration of one run (read at each run, so DVFS changes apply), and each
+run lasts that long, or the host's own time if that is longer.
 
 `SubModelInterpreter` dresses a `SubModel` as a LiteRT interpreter so the per-layer
 runner (`profiler.runner.LayerRunner`) drives accelerators unchanged.
@@ -45,6 +48,8 @@ from profiler.errors import BadInputError, BoardError, HardwareError
 
 #: A function returning t_target / t_host for the next run (>= 1), read after each run.
 Stretch = Callable[[], float]
+#: A sub-model's bytes -> a function giving its modelled run time in ns now.
+Modelled = Callable[[bytes], Callable[[], float]]
 
 # Below this much remaining time a stretched run spins instead of sleeping (with the
 # thread's timer slack cut to 1 us, sleeps overshoot by tens of microseconds at most).
@@ -112,12 +117,16 @@ class StretchedSubModel(SubModel):
     The wait sleeps (freeing the core, as an idle processor would) and spins only for
     the last `_SPIN_NS`, so the target end is met within a few microseconds."""
 
-    def __init__(self, inner: SubModel, stretch: Stretch, clock: Clock = perf_clock,
-                 basis: str = "wall") -> None:
+    def __init__(self, inner: SubModel, stretch: Stretch | None, clock: Clock = perf_clock,
+                 basis: str = "wall", duration_ns: Callable[[], float] | None = None) -> None:
         if basis not in ("wall", "cpu"):
             raise ValueError(f"stretch basis must be 'wall' or 'cpu', not {basis!r}")
+        if (stretch is None) == (duration_ns is None):
+            raise ValueError("give exactly one of stretch and duration_ns")
         self.inner = inner
         self.stretch = stretch
+        # A modelled duration replaces elapsed * stretch (the host's time, if longer, stays).
+        self.duration_ns = duration_ns
         self.clock = clock
         self.basis = basis
         self.name = inner.name
@@ -138,10 +147,16 @@ class StretchedSubModel(SubModel):
         # of this thread, so a stage's layers add up to their modelled total.
         # Only a previous run on the same clock, just before this one, leaves a debt
         # (another executor's clock, or a test's fake one, says nothing about this run).
+        # A modelled call stands alone (its fixed cost is a call's own), so it keeps
+        # its overshoot rather than passing it to the next call.
         last = getattr(_thread_state, "last", None)
-        debt = last[1] if (last is not None and last[2] is self.clock
+        debt = last[1] if (last is not None and last[2] is self.clock and self.duration_ns is None
                            and 0 <= t0 - last[0] < _BURST_GAP_NS) else 0
-        target = t0 + int(elapsed * max(1.0, float(self.stretch())))
+        if self.duration_ns is not None:
+            target = t0 + max(elapsed, int(self.duration_ns()))
+        else:
+            assert self.stretch is not None
+            target = t0 + int(elapsed * max(1.0, float(self.stretch())))
         end = wait_until(max(target - debt, t0), self.clock)
         _thread_state.last = (end, max(0, end - (target - debt)), self.clock)
 
@@ -203,7 +218,8 @@ class Executor(ABC):
 
     def __init__(self, proc: ProcessorSpec, *, cores: Sequence[int] | None = None,
                  threads: int | None = None, stretch: Stretch | None = None,
-                 clock: Clock = perf_clock, stretch_basis: str = "wall") -> None:
+                 clock: Clock = perf_clock, stretch_basis: str = "wall",
+                 modelled: Modelled | None = None) -> None:
         host_cores = tuple(cores) if cores is not None else tuple(proc.cores)
         if not host_cores:
             raise BoardError(f"processor {proc.letter} lists no CPU cores to drive it from",
@@ -215,6 +231,7 @@ class Executor(ABC):
         self.cores: tuple[int, ...] = host_cores
         self.threads: int = threads if threads is not None else self.default_threads()
         self.stretch = stretch
+        self.modelled = modelled
         self.stretch_basis = stretch_basis
         self.clock = clock
         self._saved: set[int] | None = None
@@ -283,7 +300,10 @@ class Executor(ABC):
             # Creating it unpinned would leave its worker threads on any core.
             raise RuntimeError(f"{type(self).__name__}.load() called before open()")
         sub = self._load(model_bytes, name)
-        if self.stretch is not None:
+        if self.modelled is not None:
+            sub = StretchedSubModel(sub, None, self.clock, self.stretch_basis,
+                                    duration_ns=self.modelled(model_bytes))
+        elif self.stretch is not None:
             sub = StretchedSubModel(sub, self.stretch, self.clock, self.stretch_basis)
         self._subs.append(sub)
         return sub
@@ -299,7 +319,9 @@ class Executor(ABC):
         d: dict[str, Any] = {"processor": self.proc.letter, "kind": self.proc.kind,
                              "executor": self.kind, "cores": list(self.cores),
                              "threads": self.threads}
-        if self.stretch is not None:
+        if self.modelled is not None:
+            d["modelled"] = "work model"
+        elif self.stretch is not None:
             d["stretched"] = self.stretch_basis
         return d
 

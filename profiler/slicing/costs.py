@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 
 from profiler.slicing.graph import ModelView
+from profiler.slicing.specs import TensorSpec
 
 
 def _shape(g: ModelView, t: int) -> list[int]:
@@ -63,3 +64,21 @@ def constant_bytes(g: ModelView, tensors: set[int] | list[int]) -> int:
                 buf = g.model.buffers[b]
                 total += len(buf.data) if buf.data is not None else int(buf.size or 0)
     return total
+
+
+def tensor_bytes(g: ModelView, t: int) -> int:
+    """Bytes of tensor ``t`` at its stored shape (unknown types count one byte per element)."""
+    return TensorSpec.from_tensor(t, g.tensor(t)).nbytes
+
+
+def op_traffic_bytes(g: ModelView, i: int) -> int:
+    """Runtime bytes operator ``i`` reads and writes (constants left out: weights stay put)."""
+    ins = [t for t in g.op_inputs(i) if g.is_runtime(t)]
+    return sum(tensor_bytes(g, t) for t in ins + g.op_outputs(i))
+
+
+def model_work(g: ModelView) -> tuple[int, int]:
+    """(MACs, runtime bytes moved) of every operator of subgraph 0: the simulated board's
+    work model prices a sub-model by these two numbers."""
+    ops = range(g.num_ops)
+    return sum(op_macs(g, i) for i in ops), sum(op_traffic_bytes(g, i) for i in ops)

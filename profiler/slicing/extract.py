@@ -126,7 +126,7 @@ def build_submodel(g: ModelView, ops: Sequence[int], inputs: Sequence[int],
     sub.subgraphs = [sg, *others]
     sub.description = description
     sub.buffers = buffers
-    sub.signatureDefs = [_signature(tensors, sg.inputs, sg.outputs)]
+    sub.signatureDefs = [signature(tensors, sg.inputs, sg.outputs)]
     return sub
 
 
@@ -147,7 +147,7 @@ def _copy_subgraph(other: schema.SubGraphT, buffer_of, opcode) -> schema.SubGrap
     return sg
 
 
-def _signature(tensors: list[schema.TensorT], ins: list[int], outs: list[int]) -> schema.SignatureDefT:
+def signature(tensors: list[schema.TensorT], ins: list[int], outs: list[int]) -> schema.SignatureDefT:
     used: set[str] = set()
 
     def entry(t: int, fallback: str) -> schema.TensorMapT:

@@ -1,0 +1,386 @@
+"""Fused per-layer times: what each layer costs inside an uninterrupted run of the model.
+
+The sliced method (`profiler.runner`) runs every layer as its own sub-model, so each
+layer pays the processor's fixed per-call cost (dispatch, upload, synchronisation,
+read-back). On a CPU that is microseconds; on LiteRT's GPU accelerator it is about
+0.9 ms per call, more than most layers, and the sliced layers add up to 15-30 times
+the whole model. Here a layer's cost is measured inside a run of the model instead.
+
+Scheme: cumulative prefixes. For a model of n layers, n + 1 sub-models are compiled
+once on the processor (`profiler.slicing.prefix`): the empty prefix P(-1) (upload the
+inputs, reduce them, read back) and P(k) = layers 0..k. Then, round after round, every
+prefix is called once with the same inputs, and
+
+    fixed per-call cost  = T(P(-1))
+    layer k              = T(P(k)) - T(P(k-1))
+
+Why this scheme:
+
+- Every layer runs where an application runs it: after its predecessors, in one call,
+  with no synchronisation or read-back of its own. Whatever a call costs once
+  (dispatch, upload, the final sync) cancels in the difference and is reported once,
+  as the fixed row, measured in the same rounds as the layers (interleaving itself
+  changes what a call costs, by 0.3-0.6 ms on an H100).
+- The layers telescope: fixed + sum of layers = T(P(n-1)), the whole model (with its
+  real outputs, when they are small), so the layers add up to the whole run by
+  construction, not by luck.
+- On a GPU or NPU each prefix's outputs are reduced on the processor (a MEAN over H and
+  W) before they are read back, so a difference does not measure how the boundary
+  tensor's size changes the read-back. On a CPU nothing is downloaded: outputs stay in
+  host memory unread, as an application's intermediate tensors do.
+- The empty prefix is a SLICE of a corner of the inputs: its call is the fixed cost
+  (dispatch, upload, synchronisation, a tiny read-back) and nothing that grows with the
+  model, so the layers keep all of their own time.
+- Each round visits every prefix once, and a visit is ``visit_calls`` calls back to back
+  of which the first ``visit_warm`` are not timed: the timed calls then find the caches
+  and the processor's state as an application running the model frame after frame
+  does. Interleaving single calls measures every call cold: on one core of the 2-core
+  development VM the prefixes of the default model then add up to 8 % more than the
+  whole model run alone, and on the H100 interleaving added 0.3-0.6 ms to every call.
+- Rounds interleave the prefixes, alternating forward and backward order, so slow drift
+  (clocks, temperature, other load) hits P(k) and P(k-1) alike and a linear drift
+  within a round cancels over two rounds; each round gives one paired difference per
+  layer, and the layer's figure is the trimmed mean of those (20 % off each end, as
+  Wilcox recommends: a preempted or late-woken call moves two neighbouring differences,
+  and on a busy host a third of the calls may be such), with a 95 % interval from the
+  winsorized variance (Tukey-McLaughlin).
+
+Other schemes considered: per-op profiling inside the runtime (LiteRT's GPU
+accelerator fuses and queues kernels; it has no per-layer timing to read); suffixes
+(the same maths, but every call would upload a different boundary tensor); short
+windows k-w..k (cheaper per round for deep models, but they do not telescope to the
+whole run and each window starts from an uploaded tensor, not a computed one). The
+prefixes' price is time: a round costs about n/2 whole runs, and a layer's
+interval comes from the jitter of runs as long as the model, so deep models on slow
+processors need many rounds. Rounds therefore adapt: they stop when every layer's
+interval is within the target (``target_ms``, or ``target_rel`` of the layer's time,
+whichever is larger) or when the time budget is spent. A layer whose interval still
+reaches zero is flagged below resolution: its figure is an upper bound, never a
+confident number.
+
+`FusedProfiler(prefixes, executor).measure(settings)` returns a `FusedResult`. The
+clock is a parameter (`profiler.clock`), so the maths is checked exactly in tests.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from profiler.clock import Clock, perf_clock
+from profiler.errors import BadInputError
+
+if TYPE_CHECKING:  # types only: importing profiler.executors loads LiteRT's runtimes
+    from profiler.executors.base import Executor, SubModel
+    from profiler.slicing.prefix import PrefixModel
+
+METHODS = ("fused", "sliced")
+#: Share of rounds cut from each end before averaging a layer's differences.
+TRIM = 0.2
+
+
+@dataclass(frozen=True)
+class FusedSettings:
+    """How long to measure: rounds adapt between min_rounds and max_rounds until every
+    layer's 95 % half-width is within max(target_ms, target_rel * |time|), or budget_s
+    (wall seconds of measured rounds) is spent."""
+
+    target_ms: float = 0.02
+    target_rel: float = 0.02
+    budget_s: float = 60.0
+    min_rounds: int = 10
+    max_rounds: int = 10_000
+    warmup_rounds: int = 2
+    check_every: int = 5
+    visit_calls: int = 3  # calls of a prefix back to back per round ...
+    visit_warm: int = 1  # ... of which the first are not timed
+
+    def __post_init__(self) -> None:
+        if self.min_rounds < 3:
+            raise BadInputError(f"--min-rounds {self.min_rounds}: an interval needs 3 rounds or more",
+                                "give --min-rounds 3 or more")
+        if self.max_rounds < self.min_rounds:
+            raise BadInputError(f"--max-rounds {self.max_rounds} is below --min-rounds "
+                                f"{self.min_rounds}", "raise --max-rounds")
+        if not 0 <= self.visit_warm < self.visit_calls:
+            raise BadInputError(f"visit of {self.visit_calls} calls with {self.visit_warm} "
+                                "untimed: at least one call must be timed", "")
+        if self.budget_s <= 0 or self.target_ms < 0 or self.target_rel < 0:
+            raise BadInputError("--budget-s must be positive and the targets not negative",
+                                "e.g. --budget-s 60 --target-ms 0.02")
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """A time from repeated rounds: trimmed mean and the half-width of its 95 % interval."""
+
+    time_ms: float
+    ci95_ms: float
+
+    @property
+    def below_resolution(self) -> bool:
+        """The interval reaches zero (or below): the figure is only an upper bound."""
+        return self.time_ms - self.ci95_ms <= 0.0
+
+    @property
+    def upper_ms(self) -> float:
+        return self.time_ms + self.ci95_ms
+
+
+@dataclass(frozen=True)
+class FusedLayer:
+    index: int
+    time_ms: float
+    ci95_ms: float
+    below_resolution: bool
+    within_target: bool
+
+
+@dataclass
+class FusedResult:
+    """Per-layer fused times, the fixed per-call row, and how they were measured."""
+
+    layers: list[FusedLayer]
+    fixed: Estimate
+    whole: Estimate  # T(P(n-1)): the whole model, one call
+    rounds: int
+    elapsed_s: float
+    converged: bool  # every layer within its target (else the budget or max_rounds ended it)
+    settings: FusedSettings
+    prefix_read_bytes: list[int] = field(default_factory=list)
+    prefix_reduced: list[int] = field(default_factory=list)
+    round_ns: np.ndarray | None = field(default=None, repr=False)  # (rounds, n + 1)
+
+    @property
+    def layer_sum_ms(self) -> float:
+        return float(sum(layer.time_ms for layer in self.layers))
+
+    def times_ms(self) -> np.ndarray:
+        return np.array([layer.time_ms for layer in self.layers])
+
+    def info(self) -> dict[str, Any]:
+        """What the JSON sidecar records of the method."""
+        return {
+            "method": "fused",
+            "scheme": "cumulative prefixes, outputs reduced on the processor (MEAN over H, W)",
+            "rounds": self.rounds,
+            "elapsed_s": round(self.elapsed_s, 3),
+            "converged": self.converged,
+            "settings": self.settings.to_dict(),
+            "fixed_ms": self.fixed.time_ms,
+            "fixed_ms_ci95": self.fixed.ci95_ms,
+            "whole_ms": self.whole.time_ms,
+            "whole_ms_ci95": self.whole.ci95_ms,
+            "layer_sum_ms": self.layer_sum_ms,
+            "prefix_read_bytes": list(self.prefix_read_bytes),
+            "prefix_reduced_outputs": list(self.prefix_reduced),
+            "below_resolution": [layer.index for layer in self.layers if layer.below_resolution],
+        }
+
+
+# -- statistics ----------------------------------------------------------------------
+
+def _t_quantile_975(dof: int) -> float:
+    """Student's t 0.975 quantile (Cornish-Fisher expansion; within 0.2 % for dof >= 3)."""
+    z = 1.959963984540054
+    v = max(dof, 1)
+    return (z + (z**3 + z) / (4 * v) + (5 * z**5 + 16 * z**3 + 3 * z) / (96 * v**2)
+            + (3 * z**7 + 19 * z**5 + 17 * z**3 - 15 * z) / (384 * v**3))
+
+
+def trimmed_estimate(values_ns: np.ndarray, trim: float = TRIM, axis: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """(trimmed mean, 95 % half-width) in ms along ``axis`` (Tukey-McLaughlin interval).
+
+    With g values cut from each end of n: mean of the middle n - 2g, standard error
+    s_w / ((1 - 2 trim) sqrt(n)) where s_w is the sample deviation of the winsorized
+    values, and t with n - 2g - 1 degrees of freedom."""
+    x = np.sort(np.moveaxis(np.asarray(values_ns, dtype=np.float64) / 1e6, axis, 0), axis=0)
+    n = x.shape[0]
+    g = int(math.floor(trim * n))
+    mid = x[g:n - g] if g else x
+    mean = mid.mean(axis=0)
+    if n < 2:
+        return mean, np.full(mean.shape, np.inf)
+    w = x.copy()
+    if g:
+        w[:g] = x[g]
+        w[n - g:] = x[n - g - 1]
+    s_w = w.std(axis=0, ddof=1)
+    h = n - 2 * g
+    se = s_w / ((h / n) * math.sqrt(n))
+    return mean, _t_quantile_975(h - 1) * se
+
+
+def layer_estimates(round_ns: np.ndarray, trim: float = TRIM,
+                    ) -> tuple[Estimate, list[Estimate], Estimate]:
+    """(fixed, layers, whole) from per-round prefix times (rounds, n + 1): layer k is
+    the paired difference T(P(k)) - T(P(k-1)) of each round."""
+    t = np.asarray(round_ns, dtype=np.int64)
+    diffs = np.diff(t, axis=1)
+    fm, fh = trimmed_estimate(t[:, 0], trim)
+    lm, lh = trimmed_estimate(diffs, trim)
+    wm, wh = trimmed_estimate(t[:, -1], trim)
+    layers = [Estimate(float(m), float(h)) for m, h in zip(lm, lh, strict=True)]
+    return Estimate(float(fm), float(fh)), layers, Estimate(float(wm), float(wh))
+
+
+def within_target(est: Estimate, settings: FusedSettings) -> bool:
+    return est.ci95_ms <= max(settings.target_ms, settings.target_rel * abs(est.time_ms))
+
+
+# -- measuring -----------------------------------------------------------------------
+
+class FusedProfiler:
+    """Loads every prefix on an open executor, then measures rounds (`measure`).
+
+    One call of a prefix, timed: set every input (the upload), run, and with
+    ``read_outputs`` read every output into host memory (a GPU's download; on a CPU the
+    outputs are already there). ``hooks(position, start)`` is called before (start=True) and after
+    each timed call of a measured round (position 0 = the empty prefix), e.g. to move a
+    marker; its cost falls outside the timed window.
+    """
+
+    def __init__(self, prefixes: Sequence[PrefixModel], executor: Executor, *,
+                 inputs: Sequence[np.ndarray] | None = None, seed: int = 0,
+                 clock: Clock = perf_clock, model_name: str = "model",
+                 read_outputs: bool = True) -> None:
+        from profiler.runner import random_input
+
+        if not prefixes or prefixes[0].last != -1:
+            raise ValueError("prefixes must start with the empty prefix (prefix_models)")
+        self.prefixes = list(prefixes)
+        self.clock = clock
+        self.read_outputs = read_outputs
+        self.subs: list[SubModel] = [
+            executor.load(p.model_bytes, name=f"prefix 0..{p.last} of {model_name}")
+            for p in self.prefixes]
+        first = self.subs[0]
+        rng = np.random.default_rng(seed)
+        if inputs is None:
+            inputs = [random_input(io.shape, io.dtype, rng) for io in first.inputs]
+        self.inputs = [np.ascontiguousarray(x) for x in inputs]
+        for sub in self.subs:
+            if [io.shape for io in sub.inputs] != [io.shape for io in first.inputs]:
+                raise ValueError(f"{sub.name}: inputs differ from the empty prefix's")
+        self._calls = [self._timed_call(sub) for sub in self.subs]
+
+    def _timed_call(self, sub: SubModel) -> Callable[[], int]:
+        clock, inputs = self.clock, self.inputs
+        set_input, run, output = sub.set_input, sub.run, sub.output
+        n_out = len(sub.outputs) if self.read_outputs else 0
+
+        def call() -> int:
+            t0 = clock()
+            for i, x in enumerate(inputs):
+                set_input(i, x)
+            run()
+            for i in range(n_out):
+                np.array(output(i), copy=True)  # the read-back an application does
+            return clock() - t0
+
+        return call
+
+    def run_round(self, backward: bool, hooks: Callable[[int, bool], None] | None = None,
+                  calls: int = 3, warm: int = 1) -> np.ndarray:
+        """One visit of every prefix (``calls`` calls, the first ``warm`` untimed); returns
+        each prefix's mean timed call (ns) in prefix order. ``hooks`` bracket the timed
+        calls of each visit."""
+        n = len(self._calls)
+        out = np.empty(n, dtype=np.int64)
+        order = range(n - 1, -1, -1) if backward else range(n)
+        timed = calls - warm
+        for p in order:
+            call = self._calls[p]
+            for _ in range(warm):
+                call()
+            if hooks:
+                hooks(p, True)
+            total = 0
+            for _ in range(timed):
+                total += call()
+            if hooks:
+                hooks(p, False)
+            out[p] = total // timed
+        return out
+
+    def measure(self, settings: FusedSettings | None = None,
+                progress: Callable[[int, int], None] | None = None,
+                hooks: Callable[[int, bool], None] | None = None,
+                wall: Callable[[], float] = time.monotonic) -> FusedResult:
+        """Warm-up rounds, then measured rounds until every layer is within its target
+        (checked every ``check_every`` rounds after ``min_rounds``), the budget is spent
+        or ``max_rounds`` is reached. ``progress(done, expected)``: rounds so far and an
+        estimate of the rounds the budget allows."""
+        s = settings or FusedSettings()
+        for r in range(s.warmup_rounds):
+            self.run_round(backward=bool(r % 2), calls=s.visit_calls, warm=s.visit_warm)
+        rows: list[np.ndarray] = []
+        start = wall()
+        converged = False
+        while True:
+            rows.append(self.run_round(backward=bool(len(rows) % 2), hooks=hooks,
+                                       calls=s.visit_calls, warm=s.visit_warm))
+            done = len(rows)
+            spent = wall() - start
+            if progress:
+                per_round = spent / done
+                progress(done, max(done, min(s.max_rounds, int(s.budget_s / max(per_round, 1e-9)))))
+            if done >= s.min_rounds and (done - s.min_rounds) % s.check_every == 0:
+                fixed, layers, _ = layer_estimates(np.array(rows))
+                if all(within_target(e, s) for e in [fixed, *layers]):
+                    converged = True
+                    break
+            if done >= s.max_rounds or (spent >= s.budget_s and done >= s.min_rounds):
+                break
+        return self.result(np.array(rows), s, wall() - start, converged)
+
+    def result(self, round_ns: np.ndarray, settings: FusedSettings, elapsed_s: float,
+               converged: bool) -> FusedResult:
+        fixed, layers, whole = layer_estimates(round_ns)
+        return FusedResult(
+            layers=[FusedLayer(k, e.time_ms, e.ci95_ms, e.below_resolution,
+                               within_target(e, settings)) for k, e in enumerate(layers)],
+            fixed=fixed, whole=whole, rounds=int(round_ns.shape[0]), elapsed_s=elapsed_s,
+            converged=converged, settings=settings,
+            prefix_read_bytes=[p.read_bytes for p in self.prefixes],
+            prefix_reduced=[p.reduced for p in self.prefixes],
+            round_ns=round_ns,
+        )
+
+
+def downloads(kind: str) -> bool:
+    """Whether a processor of this kind hands its outputs back by a download (GPU, NPU;
+    the simulated G too, which models one), so prefixes reduce and read them."""
+    return kind in ("gpu", "npu")
+
+
+def default_method(kind: str) -> str:
+    """fused for accelerators (G, N: a fixed per-call cost dwarfs small layers), sliced
+    for CPU clusters (microseconds per call; sliced also gives the hand-overs)."""
+    return "fused" if kind in ("gpu", "npu") else "sliced"
+
+
+def measure_model(executor: Executor, data: bytes, sliced: Any,
+                  settings: FusedSettings | None = None, *,
+                  progress: Callable[[int, int], None] | None = None, seed: int = 0,
+                  clock: Clock = perf_clock, model_name: str = "model") -> FusedResult:
+    """Build the prefixes of ``data`` cut as ``sliced`` (a `SlicedModel` of it), load them
+    on the open ``executor`` and measure (see `FusedProfiler.measure`). Outputs are
+    reduced and read back where the processor downloads them (`downloads`).
+
+    Memory: every prefix stays loaded, about n/2 copies of the model's weights."""
+    from profiler.slicing.prefix import REDUCE_ABOVE_BYTES, prefix_models
+
+    down = downloads(executor.proc.kind)
+    prefixes = prefix_models(data, sliced, reduce_above_bytes=REDUCE_ABOVE_BYTES if down else None)
+    prof = FusedProfiler(prefixes, executor, seed=seed, clock=clock, model_name=model_name,
+                         read_outputs=down)
+    return prof.measure(settings, progress=progress)

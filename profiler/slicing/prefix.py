@@ -1,0 +1,179 @@
+"""Cumulative prefix models: layers 0..k of a sliced model as one sub-model each.
+
+`prefix_models(data, sliced)` gives n + 1 models for a model of n layers: the empty
+prefix and layers 0..k for every k. Every prefix takes all the model's inputs, so each
+call uploads the same bytes; its outputs are what the rest of the model reads from it
+(and the model outputs it holds).
+
+With ``reduce_above_bytes`` (for processors whose outputs are downloaded: GPU, NPU),
+an output larger than that gets a MEAN over its inner axes (H and W of an NHWC tensor)
+appended, so the prefix reads back a few KB whatever the boundary tensor's size:
+otherwise differences of prefixes measure how the read-back changes (about 0.5-0.7 ms
+per MB on an H100 behind LiteRT's GPU accelerator), not the layer. A MEAN, unlike a
+slice, reads every element, so no compiler can skip work the prefix must do; its own
+cost (a pass over the tensor) is what remains in a difference. With None (CPU: outputs
+stay in host memory and are not read) nothing is appended.
+
+The empty prefix needs an operator: a SLICE of a corner of each input (a few values),
+which costs a dispatch and nothing that grows with the input, so the fixed row is the
+call's cost and the layers keep all of their own.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from ai_edge_litert import schema_py_generated as schema
+
+from profiler.slicing.extract import boundaries, build_submodel, signature
+from profiler.slicing.graph import ModelView
+from profiler.slicing.specs import SlicedModel, TensorSpec
+from profiler.tflite.model_io import parse_model, serialize_model
+
+#: Outputs above this many bytes are reduced on the processor before read-back (a
+#: classifier's 1000 scores, 4000 bytes, are read as they are).
+REDUCE_ABOVE_BYTES = 4 * 1024
+
+
+@dataclass(frozen=True)
+class PrefixModel:
+    """Layers 0..last of a model as one sub-model (last = -1: the empty prefix)."""
+
+    last: int
+    model_bytes: bytes
+    outputs: int  # outputs read back per call
+    reduced: int  # of which reduced by an appended MEAN
+    read_bytes: int  # bytes read back per call
+
+
+def prefix_models(data: bytes, sliced: SlicedModel, *,
+                  reduce_above_bytes: int | None = REDUCE_ABOVE_BYTES) -> list[PrefixModel]:
+    """The empty prefix, then layers 0..k for k = 0 .. n-1 (see the module docstring)."""
+    g = ModelView.of(parse_model(data, "model"))
+    groups = [list(layer.op_indices) for layer in sliced.layers]
+    inputs = list(g.inputs)
+    out: list[PrefixModel] = []
+    held: set[int] = set()
+    for last in range(-1, len(groups)):
+        if last >= 0:
+            held |= set(groups[last])
+        ops = sorted(held)
+        if ops:
+            rest = sorted(set(range(g.num_ops)) - held)
+            outputs = boundaries(g, [ops, rest] if rest else [ops])[0][1]
+        else:
+            outputs = list(inputs)
+        sub = build_submodel(g, ops, inputs, outputs,
+                             description=f"coupprof prefix 0..{last} of {sliced.source_sha256[:12]}")
+        if not ops:
+            _slice_corners(sub)
+            reduced = len(outputs)
+        elif reduce_above_bytes is not None:
+            reduced = _reduce_outputs(sub, reduce_above_bytes)
+        else:
+            reduced = 0
+        read = sum(_nbytes(sub.subgraphs[0].tensors[t]) for t in sub.subgraphs[0].outputs)
+        out.append(PrefixModel(last, serialize_model(sub), len(outputs), reduced, read))
+    return out
+
+
+def _nbytes(tensor: schema.TensorT) -> int:
+    return TensorSpec.from_tensor(0, tensor).nbytes
+
+
+def _slice_corners(sub: schema.ModelT) -> None:
+    """Make each output (an input of the empty prefix) a SLICE of its corner: index 0 of
+    every axis but the last, at most 256 values of the last."""
+    sg = sub.subgraphs[0]
+    code = _opcode(sub, schema.BuiltinOperator.SLICE)
+    new_outs = []
+    for t in [int(t) for t in sg.outputs]:
+        tensor = sg.tensors[t]
+        shape = [int(d) for d in (tensor.shape if tensor.shape is not None else [])] or [1]
+        size = [1] * (len(shape) - 1) + [min(shape[-1], 256)]
+        begin_t = _const_int32(sub, sg, np.zeros(len(shape), dtype=np.int32), f"coupprof_begin_{t}")
+        size_t = _const_int32(sub, sg, np.array(size, dtype=np.int32), f"coupprof_size_{t}")
+        out_t = _new_tensor(sg, tensor, size, f"coupprof_corner_{t}")
+        op = schema.OperatorT()
+        op.opcodeIndex = code
+        op.inputs = [t, begin_t, size_t]
+        op.outputs = [out_t]
+        op.builtinOptionsType = schema.BuiltinOptions.SliceOptions
+        op.builtinOptions = schema.SliceOptionsT()
+        sg.operators.append(op)
+        new_outs.append(out_t)
+    sg.outputs = new_outs
+    sub.signatureDefs = [signature(sg.tensors, list(sg.inputs), new_outs)]
+
+
+def _new_tensor(sg: schema.SubGraphT, like: schema.TensorT, shape: list[int], name: str) -> int:
+    """A runtime tensor of ``like``'s type and quantization (the value range is kept)."""
+    t = schema.TensorT()
+    t.shape = np.array(shape, dtype=np.int32)
+    t.type = like.type
+    t.quantization = like.quantization
+    t.name = name
+    sg.tensors.append(t)
+    return len(sg.tensors) - 1
+
+
+def _reduce_outputs(sub: schema.ModelT, above_bytes: int) -> int:
+    """Append MEAN over the inner axes to every output above ``above_bytes``; returns
+    how many were reduced."""
+    sg = sub.subgraphs[0]
+    outs = [int(t) for t in sg.outputs]
+    new_outs: list[int] = []
+    mean_code: int | None = None
+    count = 0
+    for t in outs:
+        tensor = sg.tensors[t]
+        shape = [int(d) for d in (tensor.shape if tensor.shape is not None else [])]
+        axes = list(range(1, len(shape) - 1)) if len(shape) >= 3 else list(range(1, len(shape)))
+        if _nbytes(tensor) <= above_bytes or not axes:
+            new_outs.append(t)
+            continue
+        if mean_code is None:
+            mean_code = _opcode(sub, schema.BuiltinOperator.MEAN)
+        axes_t = _const_int32(sub, sg, np.array(axes, dtype=np.int32), f"coupprof_axes_{t}")
+        kept = [d for i, d in enumerate(shape) if i not in axes]
+        red_t = _new_tensor(sg, tensor, kept, f"coupprof_mean_{t}")
+        op = schema.OperatorT()
+        op.opcodeIndex = mean_code
+        op.inputs = [t, axes_t]
+        op.outputs = [red_t]
+        op.builtinOptionsType = schema.BuiltinOptions.ReducerOptions
+        opts = schema.ReducerOptionsT()
+        opts.keepDims = False
+        op.builtinOptions = opts
+        sg.operators.append(op)
+        new_outs.append(red_t)
+        count += 1
+    sg.outputs = new_outs
+    sub.signatureDefs = [signature(sg.tensors, list(sg.inputs), new_outs)]
+    return count
+
+
+def _opcode(sub: schema.ModelT, builtin: int) -> int:
+    for i, code in enumerate(sub.operatorCodes):
+        if max(code.builtinCode, code.deprecatedBuiltinCode) == builtin:
+            return i
+    code = schema.OperatorCodeT()
+    code.builtinCode = builtin
+    code.deprecatedBuiltinCode = min(builtin, 127)
+    code.version = 1
+    sub.operatorCodes.append(code)
+    return len(sub.operatorCodes) - 1
+
+
+def _const_int32(sub: schema.ModelT, sg: schema.SubGraphT, value: np.ndarray, name: str) -> int:
+    buf = schema.BufferT()
+    buf.data = np.frombuffer(value.astype("<i4").tobytes(), dtype=np.uint8)
+    sub.buffers.append(buf)
+    t = schema.TensorT()
+    t.shape = np.array(value.shape, dtype=np.int32)
+    t.type = schema.TensorType.INT32
+    t.buffer = len(sub.buffers) - 1
+    t.name = name
+    sg.tensors.append(t)
+    return len(sg.tensors) - 1

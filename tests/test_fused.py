@@ -1,0 +1,162 @@
+"""The fused method: prefix models, the interval maths, and per-layer truth on the
+simulated board (real LiteRT runs, the sim G's work model paces them).
+
+Ground truth on the simulated board is the work model itself (governors.sim_model),
+computed here from each layer's operators, never from a measurement.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from governors import sim_model
+from governors.factory import make_governor
+from profiler import zoo
+from profiler.boards.model import ProcessorSpec
+from profiler.boards.profiles import load_board
+from profiler.executors.cpu import CpuExecutor
+from profiler.executors.factory import make_executor
+from profiler.fused import FusedProfiler, FusedSettings, layer_estimates, trimmed_estimate
+from profiler.runner import LayerRunner
+from profiler.runtime import make_interpreter
+from profiler.slicing.costs import model_work, op_macs, op_traffic_bytes
+from profiler.slicing.graph import ModelView
+from profiler.slicing.prefix import prefix_models
+from profiler.slicing.slicer import slice_model
+from profiler.tflite.model_io import parse_model
+
+
+@pytest.fixture(scope="module")
+def default_model() -> tuple[bytes, object]:
+    data = zoo.default_model_path().read_bytes()
+    return data, slice_model(data, cache_dir=False)
+
+
+def _run(model_bytes: bytes, x: np.ndarray) -> list[np.ndarray]:
+    it = make_interpreter(model_bytes, num_threads=1)
+    it.allocate_tensors()
+    it.set_tensor(it.get_input_details()[0]["index"], x)
+    it.invoke()
+    return [it.get_tensor(d["index"]) for d in it.get_output_details()]
+
+
+def test_prefixes_compute_the_model_and_reduce_big_outputs(default_model) -> None:
+    data, sliced = default_model
+    prefixes = prefix_models(data, sliced)
+    assert [p.last for p in prefixes] == list(range(-1, len(sliced.layers)))
+    x = np.random.default_rng(1).uniform(-1, 1, (1, 128, 128, 3)).astype(np.float32)
+    # The last prefix reads the model's own output (4000 bytes: kept as it is).
+    whole = _run(data, x)[0]
+    np.testing.assert_allclose(_run(prefixes[-1].model_bytes, x)[0], whole, rtol=1e-5, atol=1e-6)
+    assert prefixes[-1].reduced == 0 and prefixes[-1].read_bytes == whole.nbytes
+    # The empty prefix reads a corner of the input.
+    np.testing.assert_array_equal(_run(prefixes[0].model_bytes, x)[0], x[:1, :1, :1, :])
+    # Prefix 0..k reads the mean over H, W of the boundary tensor that layer k's sub-model
+    # outputs (the sliced chain gives the boundary tensor).
+    cur = x
+    for k, layer in enumerate(sliced.layers):
+        cur = _run(layer.model_bytes, cur)[0]
+        got = _run(prefixes[k + 1].model_bytes, x)[0]
+        want = cur.mean(axis=(1, 2)) if cur.nbytes > 4096 else cur
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+        assert prefixes[k + 1].read_bytes <= 4096
+    # Without reduction (CPU) each prefix outputs the boundary tensor itself.
+    cpu = prefix_models(data, sliced, reduce_above_bytes=None)
+    np.testing.assert_allclose(_run(cpu[3].model_bytes, x)[0],
+                               _run(sliced.layers[2].model_bytes,
+                                    _run(sliced.layers[1].model_bytes,
+                                         _run(sliced.layers[0].model_bytes, x)[0])[0])[0],
+                               rtol=1e-4, atol=1e-5)
+    assert cpu[3].reduced == 0 and cpu[3].read_bytes == 128 * 1024
+
+
+def test_trimmed_interval_has_its_coverage() -> None:
+    """95 % intervals of 20-value samples (one wild value in ten samples) cover the true
+    mean about 95 % of the time; the count is deterministic (seeded)."""
+    rng = np.random.default_rng(7)
+    trials, n, mu = 4000, 20, 5.0
+    x = rng.normal(mu, 0.3, (n, trials))
+    wild = rng.random(trials) < 0.1
+    x[0, wild] += 50.0  # a preempted call: trimming must absorb it
+    mean, half = trimmed_estimate(x * 1e6)
+    covered = np.abs(mean - mu) <= half
+    assert 0.93 <= covered.mean() <= 0.975
+    # Hand-computed case: 10 values, 2 cut from each end.
+    v = np.array([1, 2, 3, 4, 5, 6, 7, 8, 50, 100], dtype=float)
+    m, h = trimmed_estimate(v * 1e6)
+    assert m == pytest.approx(np.mean(v[2:8]))
+    w = np.array([3, 3, 3, 4, 5, 6, 7, 8, 8, 8], dtype=float)
+    se = w.std(ddof=1) / (0.6 * np.sqrt(10))
+    assert h == pytest.approx(2.5706 * se, rel=2e-3)  # t(0.975, 5) = 2.5706
+
+
+def test_layer_estimates_telescope_exactly() -> None:
+    """Made-up round times: fixed 1 ms, layers 2, 0.5, 3 ms, plus a per-round drift."""
+    drift = np.arange(12)[:, None] * 10_000
+    truth = np.cumsum([1_000_000, 2_000_000, 500_000, 3_000_000])
+    rounds = truth[None, :] + drift
+    fixed, layers, whole = layer_estimates(rounds)
+    assert [e.time_ms for e in layers] == pytest.approx([2.0, 0.5, 3.0])
+    assert all(e.ci95_ms == pytest.approx(0.0, abs=1e-9) for e in layers)  # drift cancels
+    assert fixed.time_ms + sum(e.time_ms for e in layers) == pytest.approx(whole.time_ms)
+
+
+def _layer_truth_ns(data: bytes, sliced, proc: ProcessorSpec, khz: int | None) -> list[float]:
+    """The work model's time of each layer's operators (no per-call overhead)."""
+    g = ModelView.of(parse_model(data))
+    out = []
+    for layer in sliced.layers:
+        ops = sorted(set(layer.op_indices))
+        macs = sum(op_macs(g, i) for i in ops)
+        nbytes = sum(op_traffic_bytes(g, i) for i in ops)
+        out.append(sim_model.work_ns(proc, khz, macs, nbytes))
+    return out
+
+
+def test_sim_board_fused_recovers_layers_sliced_is_off_by_the_fixed_cost(default_model) -> None:
+    data, sliced = default_model
+    board = load_board("sim")
+    proc = board.processor("G")
+    gov = make_governor(board, proc)
+    khz = gov.effective_khz()
+    truth_ms = np.array(_layer_truth_ns(data, sliced, proc, khz)) / 1e6
+    fixed_ms = sim_model.constants(proc).call_overhead_us / 1000
+    assert fixed_ms == pytest.approx(1.0) and truth_ms.max() > 3.0  # several ms, as on a Mali
+    with make_executor(board, "G") as ex:
+        fused = FusedProfiler(prefix_models(data, sliced), ex).measure(
+            FusedSettings(min_rounds=10, target_rel=0.01, budget_s=30, warmup_rounds=1))
+        sliced_t = LayerRunner(sliced, ex).run(frames=15, warmup=1)
+    assert gov.effective_khz() == khz  # nothing changed the level under the test
+    got = fused.times_ms()
+    big = truth_ms >= 1.0
+    assert big.sum() >= 14
+    err = np.abs(got - truth_ms) / truth_ms
+    assert err[big].max() <= 0.05, (got, truth_ms)
+    # Every layer carries an interval, and none is below resolution here.
+    assert not any(layer.below_resolution for layer in fused.layers)
+    # The fixed row: the empty prefix's modelled call (the overhead, reducing the input)
+    # plus what the host adds per call (inputs, read-back, waking up: under 0.15 ms).
+    empty = prefix_models(data, sliced)[0].model_bytes
+    empty_ms = sim_model.call_ns(proc, khz, *model_work(ModelView.of(parse_model(empty)))) / 1e6
+    assert empty_ms == pytest.approx(fixed_ms, rel=0.05)
+    assert empty_ms - 0.01 <= fused.fixed.time_ms <= empty_ms + 0.15
+    # Sliced: every layer is off by the fixed cost (it pays it again), within 10 % of it.
+    sl_ms = np.median(sliced_t.time_ns, axis=0) / 1e6
+    assert np.abs(sl_ms - truth_ms - fixed_ms).max() <= 0.1 * fixed_ms, sl_ms - truth_ms
+    # The fused layers and the fixed row add up to the whole model, one call.
+    assert fused.fixed.time_ms + fused.layer_sum_ms == pytest.approx(fused.whole.time_ms, rel=0.01)
+
+
+def test_cpu_prefixes_telescope_to_the_whole_model(default_model) -> None:
+    """On a real CPU core: few rounds, so only the adding-up is checked (exact by
+    construction of the estimator, up to trimming)."""
+    data, sliced = default_model
+    with CpuExecutor(ProcessorSpec("B", "cpu", "one core", (0,)), threads=1) as ex:
+        prof = FusedProfiler(prefix_models(data, sliced), ex)
+        res = prof.measure(FusedSettings(min_rounds=5, max_rounds=5, warmup_rounds=1))
+    assert res.rounds == 5 and res.round_ns is not None and res.round_ns.shape == (5, 16)
+    assert len(res.layers) == 15
+    assert all(np.isfinite([layer.ci95_ms for layer in res.layers]))
+    info = res.info()
+    assert info["method"] == "fused" and info["rounds"] == 5 and info["settings"]["budget_s"] == 60
