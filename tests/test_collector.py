@@ -111,6 +111,23 @@ def test_record_streams_to_disk_and_loads_back(vlogger: VirtualLogger, tmp_path:
     assert abs(fit.clock.to_host_ns(mid) - truth.to_host_ns(mid)) < 1_000_000
 
 
+@pytest.mark.parametrize("vlogger", [{"status_interval_s": 0.01}], indirect=True)
+def test_status_frames_do_not_pile_up_during_a_long_capture(vlogger: VirtualLogger) -> None:
+    # STATUS arrives once a second for as long as a capture runs; nothing reads the
+    # command-reply queue until the next command, so only ACKs may go there.
+    queued: list[int] = []
+
+    def progress(elapsed_s: float, counters) -> None:
+        if elapsed_s >= 0.4 and not queued:
+            queued.append(col._messages.qsize())
+
+    with Collector(vlogger.port) as col:
+        col.open()
+        trace = col.record(0.5, progress=progress, tick_s=0.05)
+    assert trace.counters.status_frames >= 20  # they were decoded and counted
+    assert queued == [0]
+
+
 def test_set_rate_and_calibration_through_the_collector(vlogger: VirtualLogger) -> None:
     with Collector(vlogger.port) as col:
         col.open()

@@ -253,7 +253,10 @@ class Collector:
                     c.device_samples_dropped = m.samples_dropped
                     c.device_edges_total = m.edges_total
         for m in out.messages:
-            self._messages.put(m)
+            # Only ACKs are waited for (_command). STATUS comes once a second for as long
+            # as a capture runs, and nothing reads the queue until the next command.
+            if isinstance(m, P.Ack):
+                self._messages.put(m)
 
     def _port_lost(self, err: BaseException) -> None:
         with self._lock:
