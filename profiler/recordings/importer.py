@@ -86,13 +86,19 @@ def read_trace(path: Path, fmt: str, spec: CsvSpec | None) -> Recording:
     return read_csv_trace(path, spec)
 
 
-def console_matrix(log: ConsoleLog | None, layout: RunLayout) -> np.ndarray | None:
+def console_matrix(log: ConsoleLog | None, layout: RunLayout, npu_run: bool = False
+                   ) -> np.ndarray | None:
+    """(settings, layers) console times: the marker window's (``Layer Number``), or with
+    ``npu_run`` ARM-CO-UP's Time column, which for an NPU layer is only its run
+    (``AVG_prof_run_time``)."""
     if log is None:
         return None
     m = np.full((len(layout.settings), layout.layers), np.nan)
     for s, st in enumerate(log.settings[: len(layout.settings)]):
         for k, v in enumerate(st.layer_ms[: layout.layers]):
             m[s, k] = v
+            if npu_run and k in st.npu_ms:
+                m[s, k] = st.npu_ms[k]["npu_prof_run_ms"]
     return m
 
 
@@ -108,7 +114,7 @@ def import_trace(rec: Recording, layout: RunLayout, ident: RunIdentity, method: 
         warnings.append(f"the console log has {len(console.settings)} settings, the layout "
                         f"{len(layout.settings)}")
     al = align(rec, layout, cm, progress)
-    theirs = armcoup_method(rec, al, cm)
+    theirs = armcoup_method(rec, al, console_matrix(console, layout, npu_run=True))
     ours = coupprof_method(rec, al, cm, lag_ms)
     levels = [s.level for s in layout.settings]
     flagged: dict[int, list[int]] = {}

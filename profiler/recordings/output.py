@@ -108,9 +108,12 @@ def compare_rows(ours: Attribution, theirs: Attribution, ident: RunIdentity, lev
                "armcoup_time_ms": f.time_ms_mean,
                "coupprof_time_ms": o.time_ms_mean if o else np.nan,
                "armcoup_windows": f.windows, "coupprof_windows": o.windows if o else 0}
+        # ARM-CO-UP profiled each processor with a uniform order, except the NPU, which
+        # alternates with its host (NBNB..., BNBN...): of those runs only N rows are theirs.
+        theirs_here = len(set(ident.order)) == 1 or letter == "N"
         if published is not None:
             pub = _published(published, ident.model, letter, levels[f.setting] - 1, f.layer,
-                             f.metric)
+                             f.metric) if theirs_here else None
             row["published_mw"] = pub
             row["armcoup_vs_published_rel"] = abs(f.power_mw - pub) / abs(pub) \
                 if pub is not None and pub else np.nan
