@@ -266,7 +266,9 @@ def _render(res: Any, layout: Any) -> None:
           f"expected {layout.describe()}")
     faults = f"{al.faults} fault(s), flagged frames (setting, frame): {al.flagged}" \
         if al.faults else "no missed or spurious edges"
-    print(f"alignment: {faults}" + (" (scored with the console log)" if al.console_used else ""))
+    ratio = res.sidecar["alignment"]["window_over_console_median"]
+    print(f"alignment: {faults}" + (f" (scored with the console log; marker windows / console "
+                                    f"times: median {ratio:.3f})" if ratio else ""))
     if res.ours.lag_ms is not None:
         print(f"sensor lag: {res.ours.lag_ms:.1f} ms (~{res.ours.lag_readings:.1f} readings), "
               + ("compensated" if res.sidecar["lag_compensated"] else "reported, not applied "

@@ -18,7 +18,7 @@ import pandas as pd
 
 from profiler.boards.model import Board
 from profiler.errors import BadInputError
-from profiler.recordings.align import Alignment, align
+from profiler.recordings.align import OK, Alignment, align
 from profiler.recordings.armcoup_tables import layers_table, transfers_table
 from profiler.recordings.attribute import (
     ARMCOUP,
@@ -28,7 +28,7 @@ from profiler.recordings.attribute import (
     coupprof_method,
 )
 from profiler.recordings.console import ConsoleLog, read_console_log
-from profiler.recordings.layout import RunLayout, Setting
+from profiler.recordings.layout import LAYER, RunLayout, Setting
 from profiler.recordings.output import RunIdentity, compare_rows, layer_rows, units
 from profiler.recordings.traces import CsvSpec, Recording, read_armcoup_log, read_csv_trace
 
@@ -129,6 +129,7 @@ def import_trace(rec: Recording, layout: RunLayout, ident: RunIdentity, method: 
     if al.ignored_tail:
         warnings.append(f"{al.ignored_tail} marker segment(s) after the last expected window "
                         "were ignored")
+    ratio = _console_ratio(al, cm)
     sidecar = {
         "source": {"path": str(rec.path), "sha256": rec.sha256, "format": rec.fmt,
                    "readings": rec.readings, "lines": rec.total_lines,
@@ -141,7 +142,8 @@ def import_trace(rec: Recording, layout: RunLayout, ident: RunIdentity, method: 
                    "segments_expected": layout.total, "segments_observed": len(al.segs)},
         "alignment": {"faults": al.faults, "flagged_frames": [list(x) for x in al.flagged],
                       "uncovered_settings": al.uncovered_settings,
-                      "ignored_segments": al.ignored_tail, "scored_with_console": al.console_used},
+                      "ignored_segments": al.ignored_tail, "scored_with_console": al.console_used,
+                      "window_over_console_median": ratio},
         "sensor_lag_ms": ours.lag_ms, "sensor_lag_readings": ours.lag_readings,
         "lag_compensated": method == COUPPROF,
         "previous_frequency_frames": [{"setting": s, "first_layer_ms": d, "setting_median_ms": m}
@@ -150,6 +152,20 @@ def import_trace(rec: Recording, layout: RunLayout, ident: RunIdentity, method: 
         "units": units(),
     }
     return TraceImport(rec, layout, al, ours, theirs, table, compare, sidecar, console, warnings)
+
+
+def _console_ratio(al: Alignment, cm: np.ndarray | None) -> float | None:
+    """Median of (marker window / console layer time) over the matched layer windows: how
+    well the trace's windows agree with the board's own timing."""
+    if cm is None:
+        return None
+    ratios = []
+    for w, mt in zip(al.layout.windows(), al.matches, strict=True):
+        if w.kind == LAYER and mt.status == OK and w.layer is not None \
+                and w.setting < cm.shape[0] and np.isfinite(cm[w.setting, w.layer]) \
+                and cm[w.setting, w.layer] > 0:
+            ratios.append(al.segs.duration_ms[mt.first] / cm[w.setting, w.layer])
+    return float(np.median(ratios)) if ratios else None
 
 
 def make_layout(order: str, frames: int, warmup: int, levels: list[int],

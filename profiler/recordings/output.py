@@ -34,6 +34,8 @@ UNITS = {
     "energy_mj": "mJ per frame = power_w x time_ms_mean",
     "fps_per_w": "frames per joule of the layer (1 / energy in J)",
     "samples": "readings inside the windows",
+    "input_ms": "ms, the frame's first marker gap (input), mean window",
+    "input_power_w": "W over that gap",
 }
 
 
@@ -58,6 +60,7 @@ def layer_rows(att: Attribution, ident: RunIdentity, levels: list[int],
                board: Board | None, flagged: dict[int, list[int]]) -> pd.DataFrame:
     """The layer table (``task`` figures only)."""
     rows: list[dict[str, Any]] = []
+    inputs = {f.setting: f for f in att.figures if f.metric == "in"}
     for f in att.figures:
         if f.metric != "task":
             continue
@@ -85,6 +88,11 @@ def layer_rows(att: Attribution, ident: RunIdentity, levels: list[int],
             "window_ms_mean": f.window_ms_mean, "console_ms": f.console_ms,
             "windows": f.windows, "flagged_windows": f.set_aside, "method": att.method,
             "flags": "; ".join(flags),
+            # the frame's first gap (input), on layer 0's row as in the Layers.csv import
+            "input_ms": inputs[f.setting].window_ms_mean
+            if f.layer == 0 and f.setting in inputs else np.nan,
+            "input_power_w": inputs[f.setting].power_mw / 1000.0
+            if f.layer == 0 and f.setting in inputs else np.nan,
         })
     df = pd.DataFrame(rows)
     for col in ("freq_level", "freq_khz", "host_level", "host_freq_khz"):
