@@ -4,10 +4,9 @@ domain, for the throughput / FPS/W Pareto front (ARM-CO-UP Table 4).
 - exact: every stage split x processor order x domain levels, evaluated with prefix sums
   and numpy broadcasting over the levels, where the space has at most ``exact_limit``
   points; the front is then the true one.
-- NSGA-II (pymoo, optional extra ``explore``) otherwise: a random-key encoding (stage
-  order from the argsort of one key per unit, cuts from up to U - 1 keys, a level key
-  per domain), so pymoo's default real-valued operators apply; every decoded point is
-  costed exactly, so the front holds real candidates.
+- NSGA-II (pymoo, optional extra ``explore``) otherwise: integer genes, one per layer
+  (its unit) and one per domain (its level), decoded into a valid pipeline (`decode`);
+  then a Pareto local search around its front. Every point is costed exactly, so the front holds real candidates.
 
 Costs are `profiler.explore_space.evaluate`'s pipeline ones (tests check they agree).
 """
@@ -23,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from profiler.errors import BadInputError
-from profiler.explore_space import Candidate, CostTables, Evaluation, evaluate
+from profiler.explore_space import Candidate, CostTables, Evaluation, evaluate, stages_of
 
 PYMOO_FIX = "pip install 'coupprof[explore]'   (or: pip install 'pymoo>=0.6')"
 
@@ -36,13 +35,16 @@ class PipelineResult:
     space: int  # points in the space
     seconds: float
     notes: list[str] = field(default_factory=list)
+    local_evaluations: int = 0
 
     def describe(self) -> str:
         if self.method == "exact":
             return (f"exact: all {self.space:,} points enumerated; the front is the true "
                     "Pareto front of the tables")
-        return (f"NSGA-II: {self.evaluations:,} evaluations of a {self.space:,}-point space; "
-                "a front of real candidates, not proven optimal")
+        more = f" + {self.local_evaluations:,} in a local search around its front" \
+            if self.local_evaluations else ""
+        return (f"NSGA-II: {self.evaluations:,} evaluations{more}, of a {self.space:,}-point "
+                "space; a front of real candidates, not proven optimal")
 
 
 class _Fast:
@@ -220,35 +222,51 @@ def _candidate(t: CostTables, seq: tuple[int, ...], bounds: tuple[int, ...] | li
 # --------------------------------------------------------------------------------
 
 
+def genes(t: CostTables) -> np.ndarray:
+    """Upper bound of each integer gene: a unit per layer, a level index per domain."""
+    U = len(t.units)
+    per_dom = [len(set.intersection(*[set(t.levels[u]) for u in range(U)
+                                      if t.units[u].domain == d])) for d in t.domains()]
+    return np.array([U - 1] * t.n_layers + [max(k - 1, 0) for k in per_dom])
+
+
 def decode(t: CostTables, x: np.ndarray) -> Candidate:
-    """Random keys -> a valid pipeline candidate (module docstring)."""
-    U, n = len(t.units), t.n_layers
+    """Integer genes -> a valid pipeline: one gene per layer picks its unit, one per
+    domain its level (an index into the levels the domain's units share). Runs of one
+    unit are stages; a run on a processor that an earlier, non-adjacent stage already
+    uses joins the stage before it, so every gene vector is a pipeline and a mutated gene
+    at a boundary moves a cut."""
+    n = t.n_layers
     doms = t.domains()
-    order = [int(u) for u in np.argsort(x[:U], kind="stable")]
-    cut_keys = x[U:U + U - 1]
-    cuts = sorted({int(min(k, 1 - 1e-12) * n) for k in cut_keys} - {0})
-    seq: list[int] = []
+    units: list[int] = []
     letters: set[str] = set()
-    for u in order:  # distinct processors; a second host of one letter is skipped
-        if t.units[u].letter not in letters:
-            seq.append(u)
+    for g in x[:n]:
+        u = int(g)
+        if units and u == units[-1]:
+            units.append(u)
+        elif t.units[u].letter in letters:
+            units.append(units[-1])  # processor already has a stage: stay in this one
+        else:
+            units.append(u)
             letters.add(t.units[u].letter)
-    cuts = cuts[:len(seq) - 1]
-    seq = seq[:len(cuts) + 1]
-    dl = _domain_levels(t, tuple(seq))
+    seq = tuple(u for u, _, _ in stages_of(tuple(units)))
     dom_level = {}
-    for d, levels in dl.items():
-        g = x[2 * U - 1 + doms.index(d)]
-        dom_level[d] = levels[min(int(g * len(levels)), len(levels) - 1)]
-    return _candidate(t, tuple(seq), [0, *cuts, n], dom_level)
+    for d, levels in _domain_levels(t, seq).items():
+        dom_level[d] = levels[min(int(x[n + doms.index(d)]), len(levels) - 1)]
+    return Candidate("pipeline", tuple(units), tuple(dom_level[t.units[u].domain] for u in units))
 
 
 def nsga2_front(t: CostTables, pop_size: int = 100, generations: int = 100, seed: int = 0,
-                ) -> PipelineResult:
-    """The front NSGA-II finds (pymoo), from ``pop_size`` x ``generations`` evaluations."""
+                polish: bool = True) -> PipelineResult:
+    """The front NSGA-II finds (pymoo), from ``pop_size`` x ``generations`` evaluations,
+    then (``polish``) a Pareto local search around it."""
     try:
         from pymoo.algorithms.moo.nsga2 import NSGA2
         from pymoo.core.problem import Problem
+        from pymoo.operators.crossover.pntx import TwoPointCrossover
+        from pymoo.operators.mutation.pm import PM
+        from pymoo.operators.repair.rounding import RoundingRepair
+        from pymoo.operators.sampling.rnd import IntegerRandomSampling
         from pymoo.optimize import minimize
     except ImportError:
         raise BadInputError("pipeline search over this many points needs pymoo, which is "
@@ -257,8 +275,7 @@ def nsga2_front(t: CostTables, pop_size: int = 100, generations: int = 100, seed
         raise BadInputError("the layer tables have no energy_mj, so there is no FPS/W front",
                             "sweep with a power source (--power)")
     t0 = time.perf_counter()
-    U = len(t.units)
-    n_var = 2 * U - 1 + len(t.domains())
+    upper = genes(t)
     cache: dict[Candidate, Evaluation] = {}
 
     def cost(x: np.ndarray) -> tuple[float, float]:
@@ -270,22 +287,108 @@ def nsga2_front(t: CostTables, pop_size: int = 100, generations: int = 100, seed
 
     class Mapping(Problem):
         def __init__(self) -> None:
-            super().__init__(n_var=n_var, n_obj=2, xl=0.0, xu=1.0)
+            super().__init__(n_var=len(upper), n_obj=2, xl=0, xu=upper, vtype=int)
 
         def _evaluate(self, X: np.ndarray, out: dict[str, Any], *args: Any,
                       **kwargs: Any) -> None:
             out["F"] = np.array([cost(x) for x in X])
 
-    res = minimize(Mapping(), NSGA2(pop_size=pop_size), ("n_gen", generations), seed=seed,
-                   verbose=False)
-    evs = list(cache.values())
+    # Integer genes: two-point crossover keeps runs of layers (stages) together;
+    # polynomial mutation, rounded, moves a layer to another unit or a level by a step.
+    algorithm = NSGA2(pop_size=pop_size, sampling=IntegerRandomSampling(),
+                      crossover=TwoPointCrossover(),
+                      mutation=PM(prob=1.0, eta=3.0, vtype=float, repair=RoundingRepair()),
+                      eliminate_duplicates=True)
+    res = minimize(Mapping(), algorithm, ("n_gen", generations), seed=seed, verbose=False)
+    n_eval = int(res.algorithm.evaluator.n_eval)
+    n_nsga = len(cache)
+    front = _front(list(cache.values()))
+    polish_evals = 0
+    if polish:
+        front, polish_evals = _polish(t, front, cache)
+    notes = [f"{n_nsga:,} distinct candidates costed by NSGA-II"]
+    if polish:
+        notes.append(f"local search around the front: {polish_evals:,} more candidates costed")
+    return PipelineResult(front, "NSGA-II", n_eval, space_size(t), time.perf_counter() - t0,
+                          notes, polish_evals)
+
+
+def _front(evs: list[Evaluation]) -> list[Evaluation]:
     mask = _front_mask(np.array([e.throughput_fps for e in evs]),
                        np.array([e.fps_per_w or 0.0 for e in evs]))
-    front = sorted((e for e, k in zip(evs, mask, strict=True) if k),
-                   key=lambda e: -e.throughput_fps)
-    n_eval = int(res.algorithm.evaluator.n_eval)
-    return PipelineResult(front, "NSGA-II", n_eval, space_size(t), time.perf_counter() - t0,
-                          [f"{len(cache):,} distinct candidates costed"])
+    return sorted((e for e, k in zip(evs, mask, strict=True) if k),
+                  key=lambda e: -e.throughput_fps)
+
+
+def _neighbours(t: CostTables, c: Candidate) -> list[Candidate]:
+    """Pipelines one step away: a cut moved by up to 3 layers, a domain one level up or
+    down, two stages' processors (or whole stages) swapped, a stage moved to an unused processor, a stage
+    split in two (onto an unused processor) or two stages merged."""
+    st = stages_of(c.units)
+    seq = [u for u, _, _ in st]
+    bounds = [a for _, a, _ in st] + [t.n_layers]
+    level = {t.units[u].domain: lv for u, lv in zip(c.units, c.levels, strict=True)}
+    used = {t.units[u].letter for u in seq}
+    free = [u for u in range(len(t.units)) if t.units[u].letter not in used]
+    out: list[Candidate] = []
+
+    def add(sq: list[int], bd: list[int], lv: dict[str, int]) -> None:
+        allowed = _domain_levels(t, tuple(sq))
+        lvl = {}
+        for d, options in allowed.items():
+            if not options:
+                return
+            lvl[d] = lv[d] if lv.get(d) in options else options[-1]
+        out.append(_candidate(t, tuple(sq), bd, lvl))
+
+    for j in range(1, len(seq)):
+        for step in (-3, -2, -1, 1, 2, 3):
+            b = bounds[j] + step
+            if bounds[j - 1] < b < bounds[j + 1]:
+                add(seq, [*bounds[:j], b, *bounds[j + 1:]], level)
+        add(seq[:j] + seq[j + 1:], bounds[:j] + bounds[j + 1:], level)  # merge into stage j - 1
+    for d, options in _domain_levels(t, tuple(seq)).items():
+        k = options.index(level[d])
+        for k2 in (k - 1, k + 1):
+            if 0 <= k2 < len(options):
+                add(seq, bounds, {**level, d: options[k2]})
+    sizes = [bounds[j + 1] - bounds[j] for j in range(len(seq))]
+    for a, b in itertools.combinations(range(len(seq)), 2):
+        sq = list(seq)
+        sq[a], sq[b] = sq[b], sq[a]
+        add(sq, bounds, level)  # processors swapped, stages stay
+        sz = list(sizes)
+        sz[a], sz[b] = sz[b], sz[a]
+        add(sq, [0, *itertools.accumulate(sz)], level)  # whole stages swapped
+    for j in range(len(seq)):
+        for u in free:
+            for lv in t.levels[u]:
+                add([*seq[:j], u, *seq[j + 1:]], bounds, {**level, t.units[u].domain: lv})
+                mid = (bounds[j] + bounds[j + 1]) // 2
+                if bounds[j] < mid:
+                    add([*seq[:j + 1], u, *seq[j + 1:]], [*bounds[:j + 1], mid, *bounds[j + 1:]],
+                        {**level, t.units[u].domain: lv})
+    return out
+
+
+def _polish(t: CostTables, front: list[Evaluation], cache: dict[Candidate, Evaluation],
+            rounds: int = 30) -> tuple[list[Evaluation], int]:
+    """Pareto local search: cost every neighbour of the front's points until the front
+    stops changing (at most `rounds` times)."""
+    added = 0
+    done: set[Candidate] = set()
+    for _ in range(rounds):
+        todo = [e.candidate for e in front if e.candidate not in done]
+        if not todo:
+            break
+        for c in todo:
+            done.add(c)
+            for nb in _neighbours(t, c):
+                if nb not in cache:
+                    cache[nb] = evaluate(t, nb)
+                    added += 1
+        front = _front(list(cache.values()))
+    return front, added
 
 
 def search_pipeline(t: CostTables, exact_limit: int = 2_000_000, pop_size: int = 100,
@@ -321,16 +424,29 @@ def ranked(front: list[Evaluation], best: Evaluation | None, objective: str = "f
     return ([best] if best is not None else []) + rest
 
 
+def epsilon(found: list[Evaluation], true: list[Evaluation]) -> float:
+    """Multiplicative epsilon indicator: the least e such that every point of `true` has
+    a point of `found` with at least 1 / (1 + e) of its throughput and of its FPS/W
+    (0: `found` reaches the whole true front)."""
+    worst = 0.0
+    for q in true:
+        best = min(max(q.throughput_fps / f.throughput_fps, (q.fps_per_w or 0.0)
+                       / (f.fps_per_w or 1e-300)) for f in found)
+        worst = max(worst, best - 1.0)
+    return max(worst, 0.0)
+
+
 def igd(found: list[Evaluation], true: list[Evaluation]) -> float:
-    """Inverted generational distance of `found` to `true` in objective space scaled by
-    the true front's ranges (throughput, FPS/W): the mean over true points of the
-    distance to the nearest found point."""
+    """Inverted generational distance of `found` to `true`, relative: objectives
+    (throughput, FPS/W) divided by the true front's largest value of each, so 0.01 is
+    1 % of the best throughput / FPS/W; the mean over true points of the distance to the
+    nearest found point."""
     tf = np.array([[e.throughput_fps, e.fps_per_w or 0.0] for e in true])
     ff = np.array([[e.throughput_fps, e.fps_per_w or 0.0] for e in found])
-    span = np.where(np.ptp(tf, axis=0) > 0, np.ptp(tf, axis=0), 1.0)
-    d = np.linalg.norm((tf[:, None, :] - ff[None, :, :]) / span, axis=2)
+    scale = np.where(tf.max(axis=0) > 0, tf.max(axis=0), 1.0)
+    d = np.linalg.norm((tf[:, None, :] - ff[None, :, :]) / scale, axis=2)
     return float(d.min(axis=1).mean())
 
 
-__all__ = ["PYMOO_FIX", "PipelineResult", "decode", "enumerate_front", "igd", "nsga2_front",
+__all__ = ["PYMOO_FIX", "PipelineResult", "decode", "genes", "enumerate_front", "epsilon", "igd", "nsga2_front",
            "pick", "ranked", "search_pipeline", "space_size"]
