@@ -173,6 +173,20 @@ def test_generic_csv_reads_the_same_readings(tmp_path: Path) -> None:
     a = coupprof_method(csv_rec, align(csv_rec, run.layout, None)).figures
     b = coupprof_method(rec, align(rec, run.layout, None)).figures
     assert [f.power_mw for f in a] == pytest.approx([f.power_mw for f in b], rel=1e-9)
+    # and through the command: the same layer table as from the ARM-CO-UP log
+    r = cli("import", "export.csv", "--time-col", "t_s", "--time-unit", "s", "--current-col",
+            "I_mA", "--current-unit", "mA", "--voltage-col", "V", "--marker-col", "D0",
+            "--marker-col", "D1", "--order", "B" * LAYER_MS.size, "--model", "Sim",
+            "--levels", "1-3", "--board", "rk3399pro", "-o", "csv", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    r = cli("import", f"power_Sim_{'B' * LAYER_MS.size}.csv", "--levels", "1-3", "-o", "log",
+            cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    name = f"Sim_{'B' * LAYER_MS.size}.csv"
+    via_csv, via_log = pd.read_csv(tmp_path / "csv" / name), pd.read_csv(tmp_path / "log" / name)
+    np.testing.assert_allclose(via_csv["power_w"], via_log["power_w"], rtol=1e-9)
+    assert json.loads((tmp_path / "csv" / name).with_suffix(".json").read_text())[
+        "source"]["format"] == "csv"
 
 
 def test_malformed_lines_are_skipped_and_listed(tmp_path: Path) -> None:
