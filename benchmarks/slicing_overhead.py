@@ -4,12 +4,17 @@
    median of the whole model's invoke time. Both run in the same process on the same
    core, interleaved frame by frame (order alternating), so drift hits both alike.
    Targets: <= 1.10 on the default model, <= 1.05 on ResNet50.
+   Beside it, the fused method (`profiler.fused`: differences of cumulative prefixes in
+   interleaved rounds, the whole model among them): (sum of fused layers + the fixed
+   per-call row) / the whole model's median invoke, target within 2 %; and, for every
+   layer of 1 ms or more, fused vs sliced (median over frames), target within 5 %.
 2. Wall time to slice ResNet50 (cache off).
 3. Instrumentation cost per layer: a chain of N trivial ADD sub-models, run through
    the runner (clock reads, hand-over copies, timestamp bookkeeping) and bare
    (only the N invokes); (instrumented - bare) / N. Target: <= 5 us per layer.
 
-    .venv/bin/python benchmarks/slicing_overhead.py [--frames 300] [--resnet-frames 30] [--json FILE]
+    .venv/bin/python benchmarks/slicing_overhead.py [--frames 300] [--resnet-frames 30]
+        [--fused-budget-s 60] [--resnet-fused-budget-s 300] [--json FILE]
 """
 
 from __future__ import annotations
@@ -24,16 +29,22 @@ import time
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from profiler import zoo
 from profiler.boards.model import ProcessorSpec
 from profiler.executors.cpu import CpuExecutor
+from profiler.fused import FusedProfiler, FusedSettings, trimmed_estimate
 from profiler.runner import LayerRunner
+from profiler.slicing.prefix import prefix_models
 from profiler.slicing.slicer import slice_model
 from profiler.tflite.model_io import serialize_model
 from profiler.zoo.emit import draw_constants, to_model
 from profiler.zoo.graph import GraphBuilder
 
 TARGETS = {"default": 1.10, "resnet50": 1.05}
+FUSED_WHOLE_TARGET = 0.02  # |fused sum + fixed - whole| / whole
+FUSED_SLICED_TARGET = 0.05  # |fused - sliced| / sliced, layers of 1 ms or more
 INSTRUMENTATION_TARGET_US = 5.0
 
 
@@ -62,13 +73,19 @@ def ratio(data: bytes, executor: CpuExecutor, frames: int, warmup: int) -> dict[
     for _ in range(warmup):
         whole_frame()
         layer_frame()
-    sums, wholes = [], []
+    sums, wholes, rows = [], [], []
+
+    def layer_frame_kept() -> int:
+        row = runner.run_frame()
+        rows.append([end - start for _, _, start, end in row])
+        return sum(rows[-1])
+
     for f in range(frames):
         if f % 2:  # alternate which goes first
             wholes.append(whole_frame())
-            sums.append(layer_frame())
+            sums.append(layer_frame_kept())
         else:
-            sums.append(layer_frame())
+            sums.append(layer_frame_kept())
             wholes.append(whole_frame())
     med_sum, med_whole = statistics.median(sums), statistics.median(wholes)
     return {
@@ -77,7 +94,85 @@ def ratio(data: bytes, executor: CpuExecutor, frames: int, warmup: int) -> dict[
         "median_layer_sum_ms": med_sum / 1e6,
         "median_whole_ms": med_whole / 1e6,
         "ratio": med_sum / med_whole,
+        "layer_median_ms": [statistics.median(c) / 1e6 for c in zip(*rows, strict=True)],
     }
+
+
+def fused_vs(data: bytes, executor: CpuExecutor, sliced_r: dict[str, Any],
+             budget_s: float) -> dict[str, Any]:
+    """The fused method on the same core. Each round also visits the whole model (one
+    untimed invoke, then the fastest of two timed invokes, as the prefixes are visited),
+    so the whole invoke it is compared with shares the rounds' drift and load. Sliced
+    layer medians come from `ratio` (run just before)."""
+    sliced = slice_model(data, cache_dir=False)
+    settings = FusedSettings(budget_s=budget_s, target_ms=0.001, target_rel=0.01)
+    prof = FusedProfiler(prefix_models(data, sliced, reduce_above_bytes=None), executor,
+                         read_outputs=False)
+    whole = executor.load(data, name="whole model")
+    for i, x in enumerate(prof.inputs):
+        whole.set_input(i, x)
+    clock = time.perf_counter_ns
+
+    def whole_visit() -> int:
+        whole.run()
+        best = None
+        for _ in range(settings.visit_calls - settings.visit_warm):
+            t0 = clock()
+            whole.run()
+            dt = clock() - t0
+            best = dt if best is None else min(best, dt)
+        return int(best or 0)
+
+    for r in range(settings.warmup_rounds):
+        prof.run_round(bool(r % 2), calls=settings.visit_calls, warm=settings.visit_warm)
+        whole_visit()
+    rows, wholes = [], []
+    start = time.monotonic()
+    while time.monotonic() - start < budget_s or len(rows) < settings.min_rounds:
+        if len(rows) % 2:
+            wholes.append(whole_visit())
+        rows.append(prof.run_round(bool(len(rows) % 2), calls=settings.visit_calls,
+                                   warm=settings.visit_warm))
+        if len(rows) % 2:
+            wholes.append(whole_visit())
+    res = prof.result(np.array(rows), settings, time.monotonic() - start, converged=False)
+    whole_ms = float(trimmed_estimate(np.array(wholes))[0])
+    fused_ms = res.times_ms()
+    sl_ms = sliced_r["layer_median_ms"]
+    big = [k for k, t in enumerate(sl_ms) if t >= 1.0]
+    gaps = [abs(fused_ms[k] - sl_ms[k]) / sl_ms[k] for k in big]
+    return {
+        "rounds": res.rounds, "elapsed_s": res.elapsed_s, "budget_s": budget_s,
+        "fused_layer_sum_ms": res.layer_sum_ms, "fixed_ms": res.fixed.time_ms,
+        "fixed_ms_ci95": res.fixed.ci95_ms, "whole_invoke_ms": whole_ms,
+        "fused_sum_over_whole": res.layer_sum_ms / whole_ms,
+        "sliced_sum_over_whole_same_rounds": sliced_r["median_layer_sum_ms"] / whole_ms,
+        "layers_1ms": len(big), "max_fused_vs_sliced": max(gaps) if gaps else float("nan"),
+        "below_resolution": [layer.index for layer in res.layers if layer.below_resolution],
+        "median_ci95_ms": float(statistics.median(layer.ci95_ms for layer in res.layers)),
+        "fused_ms": [float(t) for t in fused_ms],
+        "fused_ci95_ms": [layer.ci95_ms for layer in res.layers],
+        "sliced_median_ms": sl_ms,
+    }
+
+
+def print_fused(name: str, f: dict[str, Any], whole_ms: float, sliced_ratio: float) -> None:
+    dev = abs(f["fused_sum_over_whole"] - 1)
+    print(f"{name}: side by side: sliced sum / whole invoke = {sliced_ratio:.3f} (frames "
+          f"interleaved); fused sum {f['fused_layer_sum_ms']:.3f} ms / whole invoke "
+          f"{f['whole_invoke_ms']:.3f} ms (same rounds) = {f['fused_sum_over_whole']:.3f} "
+          f"(target within {FUSED_WHOLE_TARGET:.0%}: "
+          f"{'ok' if dev <= FUSED_WHOLE_TARGET else 'OVER TARGET'}); fixed row "
+          f"{f['fixed_ms']:.4f} ± {f['fixed_ms_ci95']:.4f} ms (input upload, a dispatch); "
+          f"{f['rounds']} rounds in {f['elapsed_s']:.1f} s, median interval "
+          f"±{f['median_ci95_ms']:.4f} ms, {len(f['below_resolution'])} layers below resolution")
+    if f["layers_1ms"]:
+        ok = f["max_fused_vs_sliced"] <= FUSED_SLICED_TARGET
+        print(f"{name}: {f['layers_1ms']} layers of 1 ms or more, fused vs sliced at most "
+              f"{f['max_fused_vs_sliced']:.1%} apart (target {FUSED_SLICED_TARGET:.0%}: "
+              f"{'ok' if ok else 'OVER TARGET'})")
+    else:
+        print(f"{name}: no layer of 1 ms or more on this core")
 
 
 def add_chain(n: int, shape: tuple[int, ...] = (1, 8)) -> bytes:
@@ -129,6 +224,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--frames", type=int, default=300, help="frames on the default model")
     ap.add_argument("--resnet-frames", type=int, default=30, help="frames on ResNet50")
     ap.add_argument("--resnet-size", type=int, default=224, help="ResNet50 input size")
+    ap.add_argument("--fused-budget-s", type=float, default=60.0,
+                    help="fused rounds' budget on the default model, s")
+    ap.add_argument("--resnet-fused-budget-s", type=float, default=300.0,
+                    help="fused rounds' budget on ResNet50, s")
+    ap.add_argument("--skip-fused", action="store_true")
     ap.add_argument("--skip-resnet", action="store_true")
     ap.add_argument("--chain", type=int, default=200, help="trivial layers for the cost test")
     ap.add_argument("--core", type=int, default=None, help="core to pin to (default: the last)")
@@ -148,6 +248,10 @@ def main(argv: list[str] | None = None) -> int:
               f"{r['median_layer_sum_ms']:.3f} ms / median whole invoke {r['median_whole_ms']:.3f} ms"
               f" = ratio {r['ratio']:.3f} (target <= {TARGETS['default']:.2f}: "
               f"{verdict(r['ratio'], TARGETS['default'])}; {args.frames} frames)")
+        if not args.skip_fused:
+            f = fused_vs(default.read_bytes(), ex, r, args.fused_budget_s)
+            out["default"]["fused"] = f
+            print_fused(default.name, f, r["median_whole_ms"], r["ratio"])
 
         if not args.skip_resnet:
             data = zoo.build("resnet50", size=args.resnet_size)
@@ -164,6 +268,10 @@ def main(argv: list[str] | None = None) -> int:
                   f"median whole invoke {r['median_whole_ms']:.2f} ms = ratio {r['ratio']:.3f} "
                   f"(target <= {TARGETS['resnet50']:.2f}: {verdict(r['ratio'], TARGETS['resnet50'])}; "
                   f"{args.resnet_frames} frames)")
+            if not args.skip_fused:
+                f = fused_vs(data, ex, r, args.resnet_fused_budget_s)
+                out["resnet50"]["fused"] = f
+                print_fused("resnet50", f, r["median_whole_ms"], r["ratio"])
 
         c = instrumentation(ex, args.chain, frames=300)
         out["instrumentation"] = c

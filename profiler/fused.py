@@ -37,6 +37,9 @@ Why this scheme:
   does. Interleaving single calls measures every call cold: on one core of the 2-core
   development VM the prefixes of the default model then add up to 8 % more than the
   whole model run alone, and on the H100 interleaving added 0.3-0.6 ms to every call.
+  A visit's figure is its fastest timed call: what disturbs a call (a preemption, a
+  late wake-up, another process on the processor) only adds time, so the fastest of a
+  few back-to-back calls is the undisturbed one, and every prefix is treated alike.
 - Rounds interleave the prefixes, alternating forward and backward order, so slow drift
   (clocks, temperature, other load) hits P(k) and P(k-1) alike and a linear drift
   within a round cancels over two rounds; each round gives one paired difference per
@@ -291,7 +294,7 @@ class FusedProfiler:
     def run_round(self, backward: bool, hooks: Callable[[int, bool], None] | None = None,
                   calls: int = 3, warm: int = 1) -> np.ndarray:
         """One visit of every prefix (``calls`` calls, the first ``warm`` untimed); returns
-        each prefix's mean timed call (ns) in prefix order. ``hooks`` bracket the timed
+        each prefix's fastest timed call (ns) in prefix order. ``hooks`` bracket the timed
         calls of each visit."""
         n = len(self._calls)
         out = np.empty(n, dtype=np.int64)
@@ -303,12 +306,10 @@ class FusedProfiler:
                 call()
             if hooks:
                 hooks(p, True)
-            total = 0
-            for _ in range(timed):
-                total += call()
+            best = min(call() for _ in range(timed))
             if hooks:
                 hooks(p, False)
-            out[p] = total // timed
+            out[p] = best
         return out
 
     def measure(self, settings: FusedSettings | None = None,
