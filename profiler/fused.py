@@ -42,11 +42,11 @@ Why this scheme:
   few back-to-back calls is the undisturbed one, and every prefix is treated alike.
 - Rounds interleave the prefixes, alternating forward and backward order, so slow drift
   (clocks, temperature, other load) hits P(k) and P(k-1) alike and a linear drift
-  within a round cancels over two rounds; each round gives one paired difference per
-  layer, and the layer's figure is the trimmed mean of those (20 % off each end, as
-  Wilcox recommends: a preempted or late-woken call moves two neighbouring differences,
-  and on a busy host a third of the calls may be such), with a 95 % interval from the
-  winsorized variance (Tukey-McLaughlin).
+  within a round cancels over two rounds. Each prefix's figure is the trimmed mean of
+  its rounds (20 % off each end, as Wilcox recommends: on a busy host one call in ten
+  may be disturbed), and a layer's is the difference of two such, so the layers add up
+  exactly; its 95 % interval comes from the round-by-round paired differences (free of
+  the drift both calls of a round share), by the winsorized variance (Tukey-McLaughlin).
 
 Other schemes considered: per-op profiling inside the runtime (LiteRT's GPU
 accelerator fuses and queues kernels; it has no per-layer timing to read); suffixes
@@ -224,15 +224,19 @@ def trimmed_estimate(values_ns: np.ndarray, trim: float = TRIM, axis: int = 0) -
 
 def layer_estimates(round_ns: np.ndarray, trim: float = TRIM,
                     ) -> tuple[Estimate, list[Estimate], Estimate]:
-    """(fixed, layers, whole) from per-round prefix times (rounds, n + 1): layer k is
-    the paired difference T(P(k)) - T(P(k-1)) of each round."""
+    """(fixed, layers, whole) from per-round prefix times (rounds, n + 1).
+
+    Layer k's figure is the difference of the trimmed means of T(P(k)) and T(P(k-1)), so
+    the fixed row and the layers add up to the whole model's figure exactly; its interval
+    comes from the paired differences T(P(k)) - T(P(k-1)) of each round, whose spread
+    is free of the drift that both calls of a round share."""
     t = np.asarray(round_ns, dtype=np.int64)
-    diffs = np.diff(t, axis=1)
-    fm, fh = trimmed_estimate(t[:, 0], trim)
-    lm, lh = trimmed_estimate(diffs, trim)
-    wm, wh = trimmed_estimate(t[:, -1], trim)
-    layers = [Estimate(float(m), float(h)) for m, h in zip(lm, lh, strict=True)]
-    return Estimate(float(fm), float(fh)), layers, Estimate(float(wm), float(wh))
+    means, halves = trimmed_estimate(t, trim)
+    _, diff_halves = trimmed_estimate(np.diff(t, axis=1), trim)
+    layers = [Estimate(float(means[k + 1] - means[k]), float(diff_halves[k]))
+              for k in range(t.shape[1] - 1)]
+    return (Estimate(float(means[0]), float(halves[0])), layers,
+            Estimate(float(means[-1]), float(halves[-1])))
 
 
 def within_target(est: Estimate, settings: FusedSettings) -> bool:
