@@ -42,11 +42,18 @@ class FakeGpioKernel:
         self._thread.start()
 
     def pre_export(self, number: int, direction: str = "in") -> Path:
-        """A line some other process exported before the marker ran."""
+        """A line some other process exported before the marker ran.
+
+        The directory appears with its files already written, as the kernel's does:
+        made in place, a marker that saw it could open ``value`` while it was still
+        empty and then read back what the fake wrote over it (a busy host did that:
+        '' for '0', b'1' for b'1\\n')."""
         d = self.root / f"gpio{number}"
-        d.mkdir()
-        (d / "direction").write_text(direction + "\n")
-        (d / "value").write_text("0\n")
+        tmp = self.root / f".gpio{number}.new"
+        tmp.mkdir()
+        (tmp / "direction").write_text(direction + "\n")
+        (tmp / "value").write_text("0\n")
+        tmp.rename(d)
         return d
 
     def _handle(self, name: str, number: int) -> None:
