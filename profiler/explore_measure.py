@@ -141,7 +141,7 @@ def measure_all(jobs: Sequence[MeasureJob], cluster: str | None = None,
         raise BadInputError("--cluster needs dask.distributed, which is not installed",
                             DASK_FIX) from None
     try:
-        client = Client(cluster, timeout=10)
+        client = Client(cluster, timeout=5)
     except (OSError, TimeoutError) as err:
         raise BadInputError(f"cannot reach the Dask scheduler at {cluster}: {err}",
                             "start one (dask scheduler) and workers with --nthreads 1") from None

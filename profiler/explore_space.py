@@ -274,11 +274,12 @@ def run_command(t: CostTables, c: Candidate, board: str = "", model: str = "") -
     return " ".join(parts)
 
 
-def row(t: CostTables, ev: Evaluation, rank: int, board: str = "", model: str = ""
-        ) -> dict[str, object]:
-    """One Pareto CSV row: the mapping as `coupprof run` takes it and its prediction."""
+def row(t: CostTables, ev: Evaluation, rank: int, board: str = "", model: str = "",
+        kind: str = "front") -> dict[str, object]:
+    """One Pareto CSV row: the mapping as `coupprof run` takes it and its prediction;
+    kind: pick, front (another point of the trade-off) or single (one processor)."""
     c = ev.candidate
-    return {"rank": rank, "mode": c.mode, "order": order_string(t, c), "freq": freq_spec(t, c),
+    return {"rank": rank, "kind": kind, "mode": c.mode, "order": order_string(t, c), "freq": freq_spec(t, c),
             "hosts": hosts_string(t, c), "latency_ms": ev.latency_ms,
             "throughput_fps": ev.throughput_fps, "energy_mj": ev.energy_mj,
             "fps_per_w": ev.fps_per_w, "dvfs_delay_ms": ev.dvfs_delay_ms,
@@ -288,11 +289,23 @@ def row(t: CostTables, ev: Evaluation, rank: int, board: str = "", model: str = 
             "command": run_command(t, c, board, model)}
 
 
+def single_processor(t: CostTables, mode: str) -> list[Evaluation]:
+    """Every mapping of the whole model on one unit at one level (the baselines a
+    search must beat)."""
+    n = t.n_layers
+    out = []
+    for u, levels in enumerate(t.levels):
+        for k, lv in enumerate(levels):
+            if np.isfinite(t.time_ms[u, k]).all():
+                out.append(evaluate(t, Candidate(mode, (u,) * n, (lv,) * n)))
+    return out
+
+
 def switch_space_size(t: CostTables) -> int:
     """Number of switch-mode points: (sum over units of their levels) ** layers."""
     return sum(len(lv) for lv in t.levels) ** t.n_layers
 
 
 __all__ = ["Candidate", "CostTables", "Evaluation", "Unit", "evaluate", "freq_spec", "handover",
-           "hosts_string", "order_string", "row", "run_command", "stages_of",
+           "hosts_string", "order_string", "row", "run_command", "single_processor", "stages_of",
            "switch_space_size"]

@@ -29,6 +29,7 @@ from profiler.errors import BadInputError
 from profiler.explore_space import Candidate, CostTables, Evaluation, evaluate
 
 INF = math.inf
+FRONT_BINS = 400  # bins whose cheapest mapping is costed for the trade-off front
 
 
 @dataclass
@@ -238,12 +239,13 @@ def _starts(sp: _Space) -> list[tuple[int, ...]]:
 
 
 def search_switch(t: CostTables, latency_ms: float | None = None, objective: str = "energy",
-                  bins: int = 1000, max_bins: int = 8000, cycle_limit: int = 64
-                  ) -> SwitchResult:
+                  bins: int = 1000, max_bins: int = 8000, cycle_limit: int = 64,
+                  front: bool = False) -> SwitchResult:
     """The optimal switch-mode mapping (module docstring): least latency
     (``objective="latency"``), or least energy, under ``latency_ms`` when given.
     ``cycle_limit``: at most this many start vectors are tried where the relaxed pick's
-    own frame-to-frame transition keeps it from being proven."""
+    own frame-to-frame transition keeps it from being proven. ``front``: with no bound,
+    also find the latency / energy trade-off (a bounded search is given it anyway)."""
     t0 = time.perf_counter()
     if objective not in ("energy", "latency"):
         raise BadInputError(f"objective {objective!r} is not energy or latency")
@@ -271,6 +273,14 @@ def search_switch(t: CostTables, latency_ms: float | None = None, objective: str
             val = float(best.energy_mj or 0.0)
         res = SwitchResult(best, objective, latency_ms, val <= lb + _tol(lb), lb, 0, 0.0,
                            sp.states, 0.0, notes=notes)
+        if front and t.energy_mj is not None:
+            # the trade-off between the fastest and the cheapest mapping, for the table
+            cheapest = best if objective == "energy" else _scalar(t, sp, 0.0, 1.0, starts)[0]
+            span = max(cheapest.latency_ms, best.latency_ms) * (1 + 1e-9)
+            seen: set[Candidate] = set()
+            evs: list[Evaluation] = [best, cheapest]
+            _bins_pass(t, sp, span, bins, None, seen, evs, None)
+            res.front = pareto_switch(evs)
         if latency_ms is not None and best.latency_ms > latency_ms:
             res.best, res.optimal = None, False
         res.seconds = time.perf_counter() - t0
@@ -342,6 +352,14 @@ def _bins_pass(t: CostTables, sp: _Space, bound: float, bins: int, v0: tuple[int
         if ev.latency_ms <= bound * (1 + 1e-12) and ev.energy_mj is not None and (
                 incumbent is None or ev.energy_mj < (incumbent.energy_mj or INF)):
             incumbent = ev
+    if v0 is None:  # the latency / energy trade-off: each bin's cheapest mapping
+        finite = np.flatnonzero(np.isfinite(best_e))
+        for b in finite[np.linspace(0, len(finite) - 1, min(len(finite), FRONT_BINS)).astype(int)]:
+            where = (*np.unravel_index(int(arg[b]), tab.E.shape[:-1]), int(b))
+            cand = _path(sp, tab, int(np.ravel_multi_index(where, tab.E.shape)))
+            if cand not in seen:
+                seen.add(cand)
+                front.append(evaluate(t, cand))
     return incumbent, lb
 
 

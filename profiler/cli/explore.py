@@ -126,9 +126,16 @@ def run(args: argparse.Namespace) -> int:
         ranked, proof, info = _switch(args, tables)
     else:
         ranked, proof, info = _pipeline(args, tables)
-    rows = [_row(tables, ev, i, board.name, model_path) for i, ev in enumerate(ranked, 1)]
+    rows = [_row(tables, ev, i, board.name, model_path, "pick" if i == 1 else "front")
+            for i, ev in enumerate(ranked, 1)]
+    shown = {r["order"] + r["freq"] for r in rows}
+    for ev in _singles(tables, args):
+        r = _row(tables, ev, len(rows) + 1, board.name, model_path, "single")
+        if r["order"] + r["freq"] not in shown:
+            rows.append(r)
     out = stdout_console()
-    out.print(_render(rows[:args.top], tables, args.mode, board.name, proof))
+    top = rows[:args.top] + [r for r in rows[args.top:] if r["kind"] == "single"]
+    out.print(_render(top, tables, args.mode, board.name, proof))
     csv_path = args.csv or Path("coupprof-out") / f"explore-{tables.model}-{args.mode}.csv"
     json_path = args.json or csv_path.with_suffix(".json")
     _write(rows, csv_path, json_path, {"board": board.name, "model": tables.model,
@@ -140,10 +147,31 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _row(tables: Any, ev: Any, rank: int, board: str, model: str) -> dict[str, Any]:
+def _row(tables: Any, ev: Any, rank: int, board: str, model: str, kind: str
+         ) -> dict[str, Any]:
     from profiler.explore_space import row
 
-    return row(tables, ev, rank, board, model)
+    return row(tables, ev, rank, board, model, kind)
+
+
+def _singles(tables: Any, args: argparse.Namespace) -> list[Any]:
+    """The best whole-model-on-one-processor mapping of each processor, by the objective
+    (those meeting --latency-ms / --min-fps first): what the pick must beat."""
+    from profiler.explore_space import single_processor
+
+    best: dict[int, Any] = {}
+    for ev in single_processor(tables, args.mode):
+        u = ev.candidate.units[0]
+        if args.mode == "switch":
+            ok = args.latency_ms is None or ev.latency_ms <= args.latency_ms
+            key = (not ok, ev.latency_ms if args.objective == "latency" else ev.energy_mj or 0)
+        else:
+            ok = args.min_fps is None or ev.throughput_fps >= args.min_fps
+            key = (not ok, -(ev.throughput_fps if args.objective == "fps" else
+                             ev.fps_per_w or 0.0))
+        if u not in best or key < best[u][0]:
+            best[u] = (key, ev)
+    return [ev for _, ev in sorted(best.values(), key=lambda kv: kv[0])]
 
 
 def _switch(args: argparse.Namespace, tables: Any) -> tuple[list[Any], str, dict[str, Any]]:
@@ -154,7 +182,7 @@ def _switch(args: argparse.Namespace, tables: Any) -> tuple[list[Any], str, dict
     if objective not in ("energy", "latency"):
         raise BadInputError(f"--objective {objective} is a pipeline objective",
                             "use --objective energy or latency in switch mode")
-    res = search_switch(tables, args.latency_ms, objective, bins=args.bins)
+    res = search_switch(tables, args.latency_ms, objective, bins=args.bins, front=True)
     for note in res.notes:
         say(note)
     info = {"objective": objective, "latency_bound_ms": args.latency_ms,
@@ -196,11 +224,12 @@ def _f(v: Any, digits: int = 3) -> str:
 def _render(rows: list[dict[str, Any]], tables: Any, mode: str, board: str, proof: str) -> Table:
     t = Table(title=f"explore {tables.model} on {board}, {mode} mode: top {len(rows)}",
               caption=proof, box=box.SIMPLE_HEAD, title_justify="left", caption_justify="left")
-    for col in ("#", "order", "--freq", "latency ms", "FPS", "mJ/frame", "FPS/W", "command"):
+    for col in ("#", "kind", "order", "--freq", "latency ms", "FPS", "mJ/frame", "FPS/W",
+                "command"):
         t.add_column(col, justify="left" if col in ("order", "--freq", "command") else "right",
                      overflow="fold")
     for r in rows:
-        t.add_row(str(r["rank"]) + (" pick" if r["rank"] == 1 else ""), r["order"], r["freq"],
+        t.add_row(str(r["rank"]), r["kind"], r["order"], r["freq"],
                   _f(r["latency_ms"]), _f(r["throughput_fps"], 1), _f(r["energy_mj"]),
                   _f(r["fps_per_w"], 1), r["command"])
     return t
