@@ -12,8 +12,11 @@ A sweep therefore costs close to the sum of the frames it runs
 (`benchmarks/sweep.py` measures the ratio).
 
 Per pair: set the level and wait until it is in effect, run the frames (with the
-power session's markers, if any), append the layer rows to ``sweep.csv`` and
-rewrite ``sweep.json``. Which pairs are left to do is `profiler.sweep_plan`; the
+power session's markers, if any), for a processor measured with the fused method
+(`profiler.fused`, the default for G and N) also the interleaved prefix rounds (the
+prefixes are loaded once per processor), append the layer rows to ``sweep.csv`` and
+rewrite ``sweep.json`` (a fused pair's entry holds its fixed per-call row, rounds and
+budget). Which pairs are left to do is `profiler.sweep_plan`; the
 files and reading them back, `profiler.sweep_schema`.
 """
 
@@ -29,12 +32,16 @@ from typing import Any
 
 from profiler.boards.model import Board, ProcessorSpec
 from profiler.errors import BadInputError
+from profiler.fused import FusedProfiler, FusedSettings, default_method, downloads
 from profiler.jsonfile import write_json_atomic
 from profiler.results import LAYER_END, TRANSFER_START, LayerInfo, LayerRun, LayerTimings, RunInfo
 from profiler.runner import LayerHooks
 from profiler.sweep_plan import Pair, ResumeState, resume_state
 from profiler.sweep_schema import CSV_NAME, JSON_NAME, make_output_dir, sidecar_key
-from profiler.tables import layer_table, totals
+from profiler.tables import RunTables, layer_table, totals, with_fused
+
+# Columns a fused pair adds; a sliced pair of a sweep that has fused pairs leaves them blank.
+FUSED_COLUMNS = ("time_ms_fused", "time_ms_fused_ci95", "below_resolution")
 
 # -- settings and results ------------------------------------------------------------
 
@@ -50,6 +57,11 @@ class SweepSettings:
     cuts: str | None = None
     seed: int = 0
     settle_s: float = 0.05  # how long set_level waits for the read-back to match
+    method: str | None = None  # fused | sliced; None: fused for G and N, sliced for CPUs
+    fused: FusedSettings = field(default_factory=FusedSettings)
+
+    def method_for(self, proc: ProcessorSpec) -> str:
+        return self.method or default_method(proc.kind)
 
 
 @dataclass
@@ -212,6 +224,8 @@ class Sweep:
             "warmup": s.warmup, "threads": s.threads, "seed": s.seed,
             "layers": len(sliced.layers), "slice_cuts": list(sliced.cuts),
             "power_source": self.power.source.spec if self.power is not None else "none",
+            "method": s.method or "fused for G and N, sliced for CPU clusters",
+            "fused": s.fused.to_dict(),
         }
 
     def _governors(self, todo: Sequence[Pair]) -> dict[str, Any]:
@@ -265,9 +279,12 @@ class Sweep:
         from profiler.runner import LayerRunner
 
         proc = self.board.processor(letter)
+        any_fused = any(self.settings.method_for(self.board.processor(p.processor)) == "fused"
+                        for p in self.pairs)
         with self._executor(proc) as executor:
             runner = LayerRunner(job.sliced, executor, hooks=self.hooks, seed=self.settings.seed,
                                  model_name=self.model_path.name)  # hooks: per pair
+            prof = self._fused_profiler(proc, executor, job)
             for pair in pairs:
                 job.progress.pair_started(job.index, pair)
                 t0 = time.perf_counter_ns()
@@ -277,11 +294,33 @@ class Sweep:
                 run = LayerRun(info, job.layer_infos, timings,
                                dict(energy.columns) if energy is not None else {},
                                dict(energy.totals) if energy is not None else {})
-                rows = layer_table(run)
+                rows, tot, fused_info = layer_table(run), totals(run), None
+                if prof is not None:
+                    fused = prof.measure(self.settings.fused)
+                    tables = with_fused(RunTables(rows, None, info.to_dict(), tot), fused)
+                    rows, tot, fused_info = tables.layers, tables.totals, fused.info()
+                elif any_fused:
+                    rows = rows.assign(**{c: float("nan") for c in FUSED_COLUMNS})
+                    if "energy_mj" in rows.columns:  # a sliced pair's energy is the sliced one
+                        rows["energy_mj_sliced"] = rows["energy_mj"]
                 job.output.csv.append(rows)
-                self._record(job, PairResult(pair, effective, warning, totals(run), len(rows),
+                self._record(job, PairResult(pair, effective, warning, tot, len(rows),
                                              frame_time_ns(timings), time.perf_counter_ns() - t0),
-                             energy)
+                             energy, fused_info)
+
+    def _fused_profiler(self, proc: ProcessorSpec, executor: Any, job: _Job,
+                        ) -> FusedProfiler | None:
+        """The processor's prefixes, loaded once for all its pairs (None: sliced)."""
+        if self.settings.method_for(proc) != "fused":
+            return None
+        from profiler.slicing.prefix import REDUCE_ABOVE_BYTES, prefix_models
+        from profiler.tflite.model_io import read_model_bytes
+
+        down = downloads(proc.kind)
+        prefixes = prefix_models(read_model_bytes(self.model_path), job.sliced,
+                                 reduce_above_bytes=REDUCE_ABOVE_BYTES if down else None)
+        return FusedProfiler(prefixes, executor, seed=self.settings.seed, read_outputs=down,
+                             model_name=self.model_path.name)
 
     def _set_level(self, job: _Job, pair: Pair, gov: Any) -> tuple[int | None, str | None]:
         """Set the pair's level (if it has one) and wait until it is in effect: the
@@ -338,11 +377,14 @@ class Sweep:
             power_source=self.power.source.spec if self.power is not None else "none", **job.env,
         )
 
-    def _record(self, job: _Job, pr: PairResult, energy: Any) -> None:
+    def _record(self, job: _Job, pr: PairResult, energy: Any,
+                fused_info: dict[str, Any] | None = None) -> None:
         """The pair's rows are on disk: note it in the sidecar, the result and progress."""
         entry = pr.to_dict()
         if energy is not None:
             entry["power"] = energy.info
+        if fused_info is not None:
+            entry["fused"] = fused_info
         job.output.meta["pairs"][sidecar_key(pr.pair.processor, pr.pair.level)] = entry
         write_json_atomic(self.json_path, job.output.meta)
         job.result.done.append(pr)

@@ -296,7 +296,8 @@ def test_unwritable_governor_files_stop_the_sweep_before_it_starts(tmp_path: Pat
 
 def test_sweep_on_the_simulated_board_covers_l_b_g_at_every_level(tmp_path: Path) -> None:
     r = coupprof("--board", "sim", "--processors", "L,B,G", "--freqs", "all", "--frames", "4",
-                 "--warmup", "1", "--baseline-s", "0.05", "-o", "sim", cwd=tmp_path)
+                 "--warmup", "1", "--baseline-s", "0.05", "--method", "sliced", "-o", "sim",
+                 cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     sim = load_board("sim")
     df = pd.read_csv(tmp_path / "sim" / "sweep.csv")
@@ -366,8 +367,8 @@ def test_simulated_processors_run_at_the_modelled_speed_of_the_level(tmp_path: P
              for p in "LBG" for k in (1, len(sim.processor(p).freqs_khz))]
     spans = FrameSpans()
     frames = 6
-    Sweep(sim, MODEL, pairs, tmp_path / "o", SweepSettings(frames=frames, warmup=1),
-          hooks=spans).run()
+    Sweep(sim, MODEL, pairs, tmp_path / "o",
+          SweepSettings(frames=frames, warmup=1, method="sliced"), hooks=spans).run()
     assert len(spans.wall_ns) == frames * len(pairs)
 
     def pair_ns(i: int, less_wait: bool) -> int:
@@ -400,7 +401,7 @@ def test_no_recorded_frame_runs_before_the_new_level_is_in_effect(tmp_path: Path
     watch = EffectiveWatch(make_governor(sim, g))
     # Down from the top then up again: the delays of ARM-CO-UP Table 10 (up to 4.5 ms) apply.
     pairs = [Pair("G", k, g.freqs_khz[k - 1]) for k in (5, 1, 4, 2)]
-    Sweep(sim, MODEL, pairs, tmp_path / "o", SweepSettings(frames=2, warmup=0),
+    Sweep(sim, MODEL, pairs, tmp_path / "o", SweepSettings(frames=2, warmup=0, method="sliced"),
           hooks=watch).run()
     assert watch.seen == [p.freq_khz for p in pairs for _ in range(2)]
 
@@ -428,7 +429,7 @@ def test_a_logger_lost_mid_sweep_keeps_the_finished_pairs_and_resumes(tmp_path: 
     sim = load_board("sim")
     g = sim.processor("G")
     pairs = [Pair("G", 1, g.freqs_khz[0]), Pair("G", 5, g.freqs_khz[4])]
-    settings = SweepSettings(frames=3, warmup=0)
+    settings = SweepSettings(frames=3, warmup=0, method="sliced")
     opts = argparse.Namespace(power=None, marker=None, baseline_s=0.02, rate=None,
                               counter_updates=20)
     power, model = open_power(opts, sim)

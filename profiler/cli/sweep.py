@@ -22,13 +22,14 @@ from rich.table import Table
 from profiler.cli import command_help
 from profiler.cli.options import (
     add_board_args,
+    add_method_options,
     add_model_options,
     add_power_options,
     nonneg_int,
     positive_int,
     stdout_console,
 )
-from profiler.cli.plumbing import open_power, say, sysfs_root
+from profiler.cli.plumbing import fused_settings, open_power, say, sysfs_root
 from profiler.cli.progress import Throttle, new_bar
 from profiler.sweep import PairResult, SweepProgress, SweepResult
 from profiler.sweep_plan import Pair
@@ -63,6 +64,7 @@ def register(subparsers: Any) -> None:
                    help="add only the pairs missing from DIR/sweep.csv")
     p.add_argument("--seed", type=int, default=0, help="seed of the random input (default: 0)")
     add_power_options(p, baseline_s=0.25, baseline_what="before each pair")
+    add_method_options(p)  # --budget-s applies to each fused pair
     p.set_defaults(func=run)
 
 
@@ -74,6 +76,9 @@ def _pair_line(i: int, n: int, r: PairResult) -> str:
     t = r.totals
     text = (f"[{i}/{n}] {r.pair.label()}: {r.rows} layers, "
             f"{t['latency_ms_mean']:.3f} ms/frame, {t['fps']:.1f} FPS")
+    if "fixed_ms" in t:
+        text += (f"; fused: {t['whole_ms']:.3f} ms/call = fixed {t['fixed_ms']:.3f} + layers "
+                 f"{t['fused_layer_sum_ms']:.3f}, {int(t['rounds'])} rounds")
     if "energy_mj" in t:
         text += f", {t['energy_mj']:.3f} mJ/frame"
     if "fps_per_w" in t:
@@ -156,15 +161,18 @@ def summary_table(result: SweepResult) -> Table:
     t = Table(title=f"sweep: {len(result.done)} pairs measured"
               + (f", {len(result.skipped)} already done" if result.skipped else ""),
               box=box.SIMPLE_HEAD, padding=(0, 1), pad_edge=False)
-    for head in ("proc", "level", "MHz", "reads MHz", "ms/frame", "FPS"):
+    for head in ("proc", "level", "MHz", "reads MHz", "method", "ms/frame", "FPS"):
         t.add_column(head, justify="right")
     if power:
         t.add_column("mJ/frame", justify="right")
         t.add_column("FPS/W", justify="right")
     for r in result.done:
+        # A fused pair's frame is one call of the whole model (fixed row + fused layers).
+        ms = r.totals.get("whole_ms", r.totals["latency_ms_mean"])
         cells = [r.pair.processor, "" if r.pair.level is None else str(r.pair.level),
                  _mhz(r.pair.freq_khz), _mhz(r.effective_khz),
-                 f"{r.totals['latency_ms_mean']:.3f}", f"{r.totals['fps']:.1f}"]
+                 "fused" if "whole_ms" in r.totals else "sliced", f"{ms:.3f}",
+                 f"{1000.0 / ms if ms > 0 else float('inf'):.1f}"]
         if power:
             cells += [f"{r.totals.get('energy_mj', float('nan')):.3f}",
                       f"{r.totals.get('fps_per_w', float('nan')):.2f}"]
@@ -187,7 +195,8 @@ def run(args: argparse.Namespace) -> int:
     pairs = plan_pairs(board, parse_processors(args.processors, board), freqs)
     out = args.output or Path("coupprof-out") / f"sweep-{Path(args.model).stem}-{board.name}"
     settings = SweepSettings(frames=args.frames, warmup=args.warmup, threads=args.threads,
-                             granularity=args.granularity, cuts=args.cuts, seed=args.seed)
+                             granularity=args.granularity, cuts=args.cuts, seed=args.seed,
+                             method=args.method, fused=fused_settings(args))
     power, sim_power = open_power(args, board)
     sweep = Sweep(board, Path(args.model), pairs, out, settings, resume=args.resume,
                   sysfs_root=root, power=power, sim_power=sim_power)

@@ -1,0 +1,90 @@
+"""`--method fused` through the real CLI (subprocesses) on the simulated board: the
+table's fixed row and intervals, the CSV's columns and fixed row, the sidecar, the
+saved run re-rendered, and a sweep mixing a sliced CPU and a fused G."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from profiler.tables import read_tables, render_text
+
+COUPPROF = str(Path(sys.executable).with_name("coupprof"))
+# A few rounds only: these tests check the plumbing; tests/test_fused.py checks the figures.
+FAST = ["--min-rounds", "3", "--max-rounds", "3", "--budget-s", "30"]
+
+
+def cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([COUPPROF, *args], cwd=cwd, capture_output=True, text=True,
+                          timeout=600, env={"COLUMNS": "160", "PATH": "/usr/bin:/bin"})
+
+
+@pytest.fixture(scope="module")
+def g_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    d = tmp_path_factory.mktemp("fused")
+    r = cli("layers", "--board", "sim", "--processor", "G", "--freq", "5", "--frames", "3",
+            "--warmup", "1", "--cuts", "6,12,18", *FAST, "--csv", "g.csv", cwd=d)
+    assert r.returncode == 0, r.stderr
+    (d / "stdout.txt").write_text(r.stdout)
+    return d
+
+
+def test_g_defaults_to_fused_with_fixed_row_and_intervals(g_run: Path) -> None:
+    out = (g_run / "stdout.txt").read_text()
+    assert "- fused" in out and "±95%" in out and "sliced ms" in out
+    fixed = [line for line in out.splitlines() if line.strip().startswith("fixed")]
+    assert len(fixed) == 1 and "per call" in fixed[0]
+    df = pd.read_csv(g_run / "g.csv")
+    layers, fixed_rows = df[df.kind == "layer"], df[df.kind == "fixed"]
+    assert len(layers) == 4 and len(fixed_rows) == 1
+    assert {"time_ms_fused", "time_ms_fused_ci95", "below_resolution",
+            "energy_mj_sliced"} <= set(df.columns)
+    assert (layers.time_ms_fused_ci95 >= 0).all()
+    # The sim G pays ~1 ms per call: the fixed row carries it, the fused layers do not.
+    assert 0.9 < float(fixed_rows.time_ms_fused.iloc[0]) < 1.5
+    assert (layers.time_ms_median - layers.time_ms_fused).min() > 0.8
+    # Energy: the layer's power times its fused time.
+    assert layers.energy_mj.to_numpy() == pytest.approx(
+        (layers.power_w * layers.time_ms_fused).to_numpy())
+    meta = json.loads((g_run / "g.json").read_text())
+    assert meta["method"] == "fused"
+    f = meta["fused"]
+    assert f["rounds"] == 3 and f["settings"]["budget_s"] == 30
+    assert f["fixed_ms"] + f["layer_sum_ms"] == pytest.approx(f["whole_ms"])
+    assert meta["units"]["time_ms_fused_ci95"].startswith("ms")
+
+
+def test_saved_fused_run_renders_again(g_run: Path) -> None:
+    text = render_text(read_tables(g_run / "g.csv"))
+    assert "fixed" in text and "±95%" in text
+
+
+def test_cpu_defaults_to_sliced_and_method_fused_is_available(tmp_path: Path) -> None:
+    r = cli("layers", "--board", "sim", "--processor", "B", "--frames", "2", "--warmup", "0",
+            "--power", "none", "--csv", "b.csv", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert "fused" not in r.stdout
+    assert json.loads((tmp_path / "b.json").read_text())["method"] == "sliced"
+    r = cli("layers", "--board", "sim", "--processor", "B", "--frames", "2", "--warmup", "0",
+            "--power", "none", "--method", "fused", *FAST, "--csv", "bf.csv", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert "fixed" in r.stdout and json.loads((tmp_path / "bf.json").read_text())["method"] == "fused"
+
+
+def test_sweep_mixes_sliced_cpu_and_fused_g(tmp_path: Path) -> None:
+    r = cli("sweep", "--board", "sim", "--processors", "B,G", "--freqs", "5", "--frames", "2",
+            "--warmup", "0", "--cuts", "6,12,18", *FAST, "-o", "sw", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    df = pd.read_csv(tmp_path / "sw" / "sweep.csv")
+    assert df[df.processor == "B"].time_ms_fused.isna().all()
+    assert df[df.processor == "G"].time_ms_fused.notna().all()
+    meta = json.loads((tmp_path / "sw" / "sweep.json").read_text())
+    g = next(v for k, v in meta["pairs"].items() if k.startswith("G"))
+    assert g["fused"]["rounds"] == 3 and g["fused"]["fixed_ms"] > 0.9
+    assert "fused" not in next(v for k, v in meta["pairs"].items() if k.startswith("B"))
+    assert "fused" in r.stdout and "sliced" in r.stdout
