@@ -9,8 +9,14 @@ Costs (all per frame, ms unless named otherwise), for layer ``i`` on processor `
           P_{i-1} == P_i:     transfer(i - 1, P_i, P_i) if the transfer table has it,
                               else the layer table's transfer_ms_mean for layer i
 
-**Switch mode** (one frame at a time): latency = sum_i (t_i + h_i); throughput =
-1000 / latency.
+With layer tables measured by the fused method (`coupprof layers --method fused`,
+columns time_ms_fused), t_i is the layer's fused time (inside one uninterrupted run)
+and a stage runs as one call: it pays its processor's fixed per-call cost F_P (the
+table's fixed row) once, so stage k's compute is F_{P_k} + sum of its t_i. With sliced
+tables F = 0: each t_i already holds its sub-model's own per-call cost.
+
+**Switch mode** (one frame at a time): latency = sum_k F_k + sum_i (t_i + h_i);
+throughput = 1000 / latency.
 
 **Pipeline mode** (AutoDiCE's model): stage k's time S_k = sum over its layers of
 (t_i + h_i), so the hand-over into a stage is charged to the stage that receives it;
@@ -61,6 +67,15 @@ class LayerCosts:
     table: pd.DataFrame  # columns processor, level, layer, time_ms, transfer_ms[, energy...]
     baseline_power_w: dict[str, float] = field(default_factory=dict)
     sources: list[str] = field(default_factory=list)
+    # (processor, level) -> the fixed per-call cost of a fused table (ms); absent: sliced
+    fixed_ms: dict[tuple[str, int | None], float] = field(default_factory=dict)
+
+    def fixed_for(self, letter: str, level: int | None) -> float:
+        """The fixed per-call cost a stage on `letter` pays once (0 for sliced tables)."""
+        if (letter, level) in self.fixed_ms:
+            return self.fixed_ms[(letter, level)]
+        same = [v for (p, _), v in self.fixed_ms.items() if p == letter]
+        return same[0] if same else 0.0
 
     def lookup(self, letter: str, level: int | None, layer: int) -> pd.Series:
         t = self.table
@@ -85,8 +100,9 @@ class StagePrediction:
     index: int
     processor: str
     layers: tuple[int, ...]
-    compute_ms: float
+    compute_ms: float  # the fixed per-call cost (fused tables) plus the layers' times
     transfer_ms: float
+    fixed_ms: float = 0.0
 
     @property
     def time_ms(self) -> float:
@@ -116,6 +132,7 @@ class Prediction:
                 "energy_note": self.energy_note, "missing_transfers": self.missing,
                 "stages": [{"stage": s.index, "processor": s.processor,
                             "layers": [s.layers[0], s.layers[-1]], "compute_ms": s.compute_ms,
+                            "fixed_ms": s.fixed_ms,
                             "transfer_ms": s.transfer_ms, "time_ms": s.time_ms}
                            for s in self.stages]}
 
@@ -161,10 +178,13 @@ def predict(mapping: Mapping, mode: str, layers: LayerCosts,
             missing.append(f"{i - 1}:{order[i - 1]}->{p}")
             h_ms.append(0.0)
             te_mj.append(None)
-    stages = [StagePrediction(st.index, st.processor, st.layers,
-                              sum(t_ms[i] for i in st.layers), sum(h_ms[i] for i in st.layers))
-              for st in mapping.stages]
-    serial_ms = sum(t_ms) + sum(h_ms)
+    stages = []
+    for st in mapping.stages:
+        fixed = layers.fixed_for(st.processor, freq.level[st.layers[0]] if freq else None)
+        stages.append(StagePrediction(st.index, st.processor, st.layers,
+                                      fixed + sum(t_ms[i] for i in st.layers),
+                                      sum(h_ms[i] for i in st.layers), fixed))
+    serial_ms = sum(t_ms) + sum(h_ms) + sum(s.fixed_ms for s in stages)
     if mode == "switch":
         latency, fps = serial_ms, 1000.0 / serial_ms if serial_ms > 0 else math.inf
     else:
@@ -218,6 +238,7 @@ def read_layer_tables(paths: Sequence[str | Path]) -> LayerCosts:
     frames: list[pd.DataFrame] = []
     base: dict[str, float] = {}
     shas: dict[str, str] = {}
+    fixed: dict[tuple[str, int | None], float] = {}
     for raw in paths:
         p = Path(raw)
         if not p.is_file():
@@ -228,10 +249,15 @@ def read_layer_tables(paths: Sequence[str | Path]) -> LayerCosts:
             letter = str(rt.info.get("processor", "")).upper()
             if not letter:
                 raise BadInputError(f"{p}: its sidecar names no processor", LAYER_FIX)
+            fused = "time_ms_fused" in df.columns and "fixed_ms" in rt.totals
             part = pd.DataFrame({"processor": letter, "level": rt.info.get("freq_level"),
                                  "layer": df["layer"].astype(int),
-                                 "time_ms": df["time_ms_mean"],
+                                 "time_ms": df["time_ms_fused" if fused else "time_ms_mean"],
                                  "transfer_ms": df.get("transfer_ms_mean", 0.0)})
+            if fused:
+                level = rt.info.get("freq_level")
+                fixed[(letter, None if level is None else int(level))] = float(
+                    rt.totals["fixed_ms"])
             for col in ("energy_mj", "dynamic_energy_mj"):
                 if col in df.columns:
                     part[col] = df[col].to_numpy()
@@ -268,7 +294,7 @@ def read_layer_tables(paths: Sequence[str | Path]) -> LayerCosts:
                             "measure every processor on the same model")
     table = pd.concat(frames, ignore_index=True)
     table["level"] = table["level"].astype("Int64")
-    return LayerCosts(table, base, [str(p) for p in paths])
+    return LayerCosts(table, base, [str(p) for p in paths], fixed)
 
 
 def _multi_row_sidecar(json_path: Path) -> bool:

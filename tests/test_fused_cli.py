@@ -88,3 +88,25 @@ def test_sweep_mixes_sliced_cpu_and_fused_g(tmp_path: Path) -> None:
     assert g["fused"]["rounds"] == 3 and g["fused"]["fixed_ms"] > 0.9
     assert "fused" not in next(v for k, v in meta["pairs"].items() if k.startswith("B"))
     assert "fused" in r.stdout and "sliced" in r.stdout
+
+
+def test_predict_from_fused_tables_charges_one_fixed_cost_per_stage(g_run: Path) -> None:
+    r = cli("layers", "--board", "sim", "--processor", "B", "--freq", "5", "--frames", "3",
+            "--warmup", "1", "--cuts", "6,12,18", "--power", "none", "--csv", "b.csv", cwd=g_run)
+    assert r.returncode == 0, r.stderr
+    r = cli("predict", "--order", "GGBB", "--mode", "switch", "--layers", "g.csv,b.csv",
+            "--json", "pred.json", cwd=g_run)
+    assert r.returncode == 0, r.stderr
+    assert "fixed ms" in r.stdout
+    pred = json.loads((g_run / "pred.json").read_text())
+    g = pd.read_csv(g_run / "g.csv")
+    b = pd.read_csv(g_run / "b.csv")
+    fixed = float(g[g.kind == "fixed"].time_ms_fused.iloc[0])
+    g_layers = g[g.kind == "layer"]
+    st_g, st_b = pred["stages"]
+    assert st_g["fixed_ms"] == pytest.approx(fixed)
+    assert st_g["compute_ms"] == pytest.approx(fixed + g_layers.time_ms_fused.iloc[:2].sum())
+    # The B table is sliced: no fixed cost, its layers' own sub-model times.
+    assert st_b["fixed_ms"] == 0.0
+    assert st_b["compute_ms"] == pytest.approx(b.time_ms_mean.iloc[2:].sum())
+    assert pred["latency_ms"] == pytest.approx(st_g["time_ms"] + st_b["time_ms"])

@@ -79,12 +79,16 @@ def run(args: argparse.Namespace) -> int:
 
     t = Table(title=f"{mapping.compact} in {args.mode} mode (predicted)", box=box.SIMPLE_HEAD,
               title_justify="left")
-    for col in ("stage", "proc", "layers", "compute ms", "hand-over ms", "stage ms"):
+    fused = any(st.fixed_ms for st in pred.stages)  # fused tables: one fixed cost per stage
+    cols = ("stage", "proc", "layers", *(("fixed ms",) if fused else ()), "compute ms",
+            "hand-over ms", "stage ms")
+    for col in cols:
         t.add_column(col, justify="left" if col in ("proc", "layers") else "right")
     slow = pred.bottleneck.index
     for st in pred.stages:
         mark = " *" if args.mode == "pipeline" and st.index == slow else ""
         t.add_row(str(st.index), st.processor, f"{st.layers[0]}-{st.layers[-1]}",
+                  *((_f(st.fixed_ms),) if fused else ()),
                   _f(st.compute_ms), _f(st.transfer_ms), _f(st.time_ms) + mark)
     console = stdout_console()
     console.print(t)
