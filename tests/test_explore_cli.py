@@ -154,3 +154,13 @@ def test_measure_here_and_over_a_local_dask_cluster(tables_dir: Path) -> None:
     measured = pd.read_csv(tables_dir / "mc-measured.csv")
     assert len(measured) == 2 and measured["energy_mj"].gt(0).all()
     assert "measured beside predicted" in out.stdout
+
+
+def test_plot_pareto_from_explore_csv(tables_dir: Path) -> None:
+    for mode in ("switch", "pipeline"):
+        cli(*INPUTS, "--mode", mode, "--csv", f"pl-{mode}.csv", cwd=tables_dir)
+        out = cli("plot", "pareto", f"pl-{mode}.csv", "-o", f"pl-{mode}.png", cwd=tables_dir)
+        png = tables_dir / f"pl-{mode}.png"
+        assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and str(png.name) in out.stdout
+    bad = cli("plot", "pareto", "sw/sweep.csv", "-o", "x.png", cwd=tables_dir, check=False)
+    assert bad.returncode == 2 and "needed by the pareto plot" in bad.stderr

@@ -4,6 +4,7 @@
     coupprof plot layers layers-L.csv layers-B.csv layers-G.csv -o fig17.png
     coupprof plot transfers transfers.csv -o fig18.png
     coupprof plot timeline trace.csv layers-raw.csv -o timeline.png
+    coupprof plot pareto coupprof-out/explore-MODEL-pipeline.csv -o pareto.png
 
 A CSV without the columns a kind needs is bad input (exit 2) naming the columns
 and the command that writes them. See profiler/plots/.
@@ -27,6 +28,8 @@ KIND_HELP = {
               "or a sweep CSV (one level per processor, --level)",
     "transfers": "src->dst hand-over time per layer boundary (Fig. 18); input: the "
                  "transfer-matrix CSV",
+    "pareto": "explore's candidates: throughput vs FPS/W (pipeline) or latency vs energy "
+              "(switch), the pick marked; input: the CSV of `coupprof explore`",
     "timeline": "one frame's power trace with layer windows shaded; input: a layers CSV "
                 "written with --raw by a run with a power source (its trace is found through the "
                 "sidecar), or a trace CSV (coupprof collect) or directory plus that layers CSV",
@@ -41,7 +44,7 @@ def register(subparsers: Any) -> None:
         + "; ".join(f"{k}: {v}" for k, v in KIND_HELP.items()) + ".",
     )
     p.add_argument("kind", choices=tuple(KIND_HELP), metavar="KIND",
-                   help="efficiency | layers | transfers | timeline")
+                   help="efficiency | layers | transfers | timeline | pareto")
     p.add_argument("csv", nargs="+", type=Path, metavar="CSV",
                    help="input CSVs (several are concatenated; a sweep's -o DIR stands for DIR/sweep.csv; "
                    "timeline takes a trace and a layer CSV)")
@@ -73,6 +76,8 @@ def figure(args: argparse.Namespace) -> Any:
     if args.kind == "timeline":
         return timeline(paths, args.frame)
     df = _concat(paths)
+    if args.kind == "pareto":
+        return plots.pareto_figure(df, paths[0])
     if args.kind == "efficiency":
         return plots.efficiency_figure(df, source)
     if args.kind == "layers":

@@ -8,6 +8,7 @@
 - `layers`: time, energy and FPS/W per layer, processors side by side (Fig. 17)
 - `transfers`: src -> dst hand-over time per layer boundary (Fig. 18)
 - `timeline`: one frame's power trace with the layer windows shaded
+- `pareto`: `coupprof explore`'s candidates, front and pick
 
 Every function raises `BadInputError` naming the missing columns and the command
 that writes them. Matplotlib runs on the Agg backend (no display needed).
@@ -16,10 +17,11 @@ that writes them. Matplotlib runs on the Agg backend (no display needed).
 from profiler.plots.common import read_csv, save
 from profiler.plots.efficiency import efficiency_figure
 from profiler.plots.layers import layers_figure
+from profiler.plots.pareto import pareto_figure
 from profiler.plots.timeline import timeline_figure
 from profiler.plots.transfers import transfers_figure
 
-KINDS = ("efficiency", "layers", "transfers", "timeline")
+KINDS = ("efficiency", "layers", "transfers", "timeline", "pareto")
 
-__all__ = ["KINDS", "efficiency_figure", "layers_figure", "read_csv", "save", "timeline_figure",
-           "transfers_figure"]
+__all__ = ["KINDS", "efficiency_figure", "layers_figure", "pareto_figure", "read_csv", "save",
+           "timeline_figure", "transfers_figure"]
