@@ -22,11 +22,19 @@ format, so `coupprof predict --layers` reads them):
                                                  repeats, fallback (G)
     transfers-MODEL.csv                          B<->G matrix (energy_mj where asked)
     gpu_sync.json                                does run_by_index wait for the GPU?
+    layers-MODEL-TAG-fused.csv                   fused method (G and B with all cores): per
+                                                 layer fused time and interval beside the
+                                                 sliced one, the fixed row; NVML energy =
+                                                 repeat-window power x fused time
+    fused-MODEL.json                             sliced sum / whole, fused sum + fixed /
+                                                 whole, fused vs sliced per layer >= 1 ms,
+                                                 layer energies + fixed vs whole-run energy
     sim-run-*.csv                                simulated board, three pipeline mappings
     validation.json                              versions, device, commands, elapsed, summary
 
-Phases can be run separately (--only layers,transfers,sync,sim) to fit the device
-machine's 10-minute command limit.
+Phases can be run separately (--only layers,transfers,sync,sim,fused) to fit the
+device machine's 10-minute command limit; `fused` is not in the default set (run it
+per model: --only fused --models resnet50).
 """
 
 from __future__ import annotations
@@ -49,7 +57,8 @@ if str(REPO) not in sys.path:
 
 import numpy as np  # noqa: E402
 
-PHASES = ("layers", "transfers", "sync", "sim")
+PHASES = ("layers", "transfers", "sync", "sim", "fused")
+DEFAULT_PHASES = ("layers", "transfers", "sync", "sim")
 SIM_MODEL = dict(alpha=1.0, size=160)  # stages of ~10 ms on the simulated board
 SIM_MAPPINGS = ("B4G6N5", "L3B5G7", "G5B5N5")
 
@@ -160,6 +169,134 @@ def profile_layers(sliced: Any, board: Any, letter: str, model_path: Path, data:
             "cores": list(ex.cores), "threads": ex.threads}
 
 
+def whole_alone(executor: Any, data: bytes, inputs: list[Any], calls: int = 50,
+                warmup: int = 10, visit: tuple[int, int] = (3, 1)) -> dict[str, float]:
+    """The whole model run alone, as an application runs it: set the inputs, run, read
+    every output back. ``median_ms``: median of ``calls`` calls after ``warmup`` (the
+    issue's definition); ``visits_ms``: ``calls`` visits measured as the fused rounds
+    measure a prefix (``visit`` = calls per visit, untimed first ones; the fastest timed
+    call; 20 % trimmed mean over visits), so the two are compared like for like."""
+    from profiler.fused import trimmed_estimate
+
+    sub = executor.load(data, name="whole model")
+
+    def call() -> int:
+        t0 = time.perf_counter_ns()
+        for i, x in enumerate(inputs):
+            sub.set_input(i, x)
+        sub.run()
+        for i in range(len(sub.outputs)):
+            np.array(sub.output(i), copy=True)
+        return time.perf_counter_ns() - t0
+
+    singles = [call() for _ in range(warmup + calls)][warmup:]
+    visits = []
+    for _ in range(calls):
+        for _ in range(visit[1]):
+            call()
+        visits.append(min(call() for _ in range(visit[0] - visit[1])))
+    return {"median_ms": float(np.median(singles)) / 1e6,
+            "visits_ms": float(trimmed_estimate(np.array(visits))[0])}
+
+
+def profile_fused(sliced: Any, board: Any, letter: str, model_path: Path, data: bytes,
+                  out: Path, label: str, tag: str, frames: int, warmup: int, budget_s: float,
+                  source: Any, baseline_w: float | None, min_updates: int) -> dict[str, Any]:
+    """One processor: the sliced frames, the fused rounds and the whole model alone (before
+    and after the rounds); with NVML, each layer's power from its repeat window, its
+    energy = that power x its fused time, the fixed row's from the empty prefix, and the
+    whole model's energy per call, to compare."""
+    from profiler.executors import make_executor
+    from profiler.fused import FusedProfiler, FusedSettings, downloads
+    from profiler.power.repeat import measure_repeated
+    from profiler.results import LayerInfo, LayerRun, RunInfo, environment
+    from profiler.runner import LayerRunner
+    from profiler.slicing.prefix import REDUCE_ABOVE_BYTES, prefix_models
+    from profiler.tables import run_tables, with_fused, write_tables
+    from profiler.tflite.model_io import sha256_bytes
+
+    proc = board.processor(letter)
+    ex = make_executor(board, letter)
+    t_start = time.monotonic()
+    settings = FusedSettings(budget_s=budget_s)
+    with ex:
+        runner = LayerRunner(sliced, ex, seed=0, model_name=model_path.name)
+        timings = runner.run(frames=frames, warmup=warmup)
+        down = downloads(proc.kind)
+        prof = FusedProfiler(prefix_models(data, sliced,
+                                           reduce_above_bytes=REDUCE_ABOVE_BYTES if down else None),
+                             ex, read_outputs=down, model_name=model_path.name)
+        visit = (settings.visit_calls, settings.visit_warm)
+        before = whole_alone(ex, data, prof.inputs, visit=visit)
+        fused = prof.measure(settings)
+        after = whole_alone(ex, data, prof.inputs, visit=visit)
+        energy: dict[str, Any] = {}
+        if source is not None:
+            layer_w = []
+            for k in range(len(sliced.layers)):
+                r = measure_repeated(runner.layer_call(k), source, min_updates=min_updates,
+                                     baseline_power_w=baseline_w or 0.0)
+                layer_w.append(r.power_w)
+            fixed_r = measure_repeated(prof.call(0), source, min_updates=min_updates)
+            whole_r = measure_repeated(prof.call(len(sliced.layers)), source,
+                                       min_updates=min_updates)
+            layer_mj = np.array(layer_w) * fused.times_ms()
+            fixed_mj = fixed_r.power_w * fused.fixed.time_ms
+            energy = {"layer_power_w": layer_w, "layer_energy_mj": layer_mj.tolist(),
+                      "fixed_power_w": fixed_r.power_w, "fixed_energy_mj": fixed_mj,
+                      "layers_plus_fixed_mj": float(layer_mj.sum() + fixed_mj),
+                      "whole_call_energy_mj": whole_r.energy_mj,
+                      "whole_call_power_w": whole_r.power_w,
+                      "counter_updates_per_window": min_updates,
+                      "ratio": float((layer_mj.sum() + fixed_mj) / whole_r.energy_mj)}
+    whole_ms = (before["visits_ms"] + after["visits_ms"]) / 2
+    whole_median_ms = (before["median_ms"] + after["median_ms"]) / 2
+    sl_ms = np.median(timings.time_ns, axis=0) / 1e6
+    fz = fused.times_ms()
+    big = np.flatnonzero(sl_ms >= 1.0)
+    info = RunInfo(
+        board=board.name, simulated=False, model_path=str(model_path),
+        model_sha256=sha256_bytes(data), processor=letter, processor_name=proc.name,
+        cores=tuple(ex.cores), threads=ex.threads, frames=frames, warmup=warmup,
+        granularity=sliced.granularity, cuts=tuple(sliced.cuts), method="fused",
+        power_source=source.spec if source is not None else "none",
+        extra={"tag": tag, "energy": energy or None},
+        **{**environment(), "command": shlex.join(["python", "benchmarks/validation_gpu.py",
+                                                   *sys.argv[1:]])})
+    extras: dict[str, Any] = {}
+    totals: dict[str, float] = {}
+    if energy:
+        extras["power_w"] = np.array(energy["layer_power_w"])
+        extras["energy_mj"] = np.array(energy["layer_power_w"]) * sl_ms  # sliced, replaced
+        totals["baseline_power_w"] = baseline_w or 0.0
+    run = LayerRun(info, [LayerInfo.from_layer(layer) for layer in sliced.layers], timings,
+                   layer_extras=extras, total_extras=totals)
+    tables = with_fused(run_tables(run, raw=False), fused)
+    csv_p, _ = write_tables(tables, out / f"layers-{label}-{tag}-fused.csv")
+    summary = {
+        "csv": csv_p.name, "whole_ms": whole_ms, "whole_median_ms": whole_median_ms,
+        "whole_before_after": [before, after],
+        "sliced_sum_ms": float(sl_ms.sum()), "sliced_over_whole": float(sl_ms.sum() / whole_ms),
+        "fixed_ms": fused.fixed.time_ms, "fused_layer_sum_ms": fused.layer_sum_ms,
+        "fused_plus_fixed_over_whole": (fused.layer_sum_ms + fused.fixed.time_ms) / whole_ms,
+        "rounds": fused.rounds, "elapsed_s": fused.elapsed_s, "converged": fused.converged,
+        "median_ci95_ms": float(np.median([layer.ci95_ms for layer in fused.layers])),
+        "below_resolution": [layer.index for layer in fused.layers if layer.below_resolution],
+        "layers_1ms": int(big.size),
+        "max_fused_vs_sliced_1ms": float(np.max(np.abs(fz[big] - sl_ms[big]) / sl_ms[big]))
+        if big.size else None,
+        "energy": energy or None, "cores": list(ex.cores), "threads": ex.threads,
+    }
+    log(f"  {tag}: whole {whole_ms:.3f} ms (median of single calls {whole_median_ms:.3f}); sliced sum {sl_ms.sum():.3f} "
+        f"({summary['sliced_over_whole']:.2f}x); fused {fused.layer_sum_ms:.3f} + fixed "
+        f"{fused.fixed.time_ms:.3f} ({summary['fused_plus_fixed_over_whole']:.3f}x), "
+        f"{fused.rounds} rounds, median ±{summary['median_ci95_ms']:.3f} ms, "
+        f"{len(summary['below_resolution'])} below resolution"
+        + (f"; energy layers+fixed / whole {energy['ratio']:.3f}" if energy else "")
+        + f" ({time.monotonic() - t_start:.0f} s) -> {csv_p.name}")
+    return summary
+
+
 def gpu_sync_check(sliced: Any, board: Any, out: Path, reps: int = 20) -> dict[str, Any]:
     """Time run_by_index alone, the read right after it, and the read after a pause: if
     the two reads match, run_by_index already waited for the GPU."""
@@ -222,7 +359,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, required=True, help="output directory")
     ap.add_argument("--cpu-only", action="store_true",
                     help="skip G and NVML (test the plumbing on a machine without a GPU)")
-    ap.add_argument("--only", default=",".join(PHASES), help=f"phases: {','.join(PHASES)}")
+    ap.add_argument("--only", default=",".join(DEFAULT_PHASES),
+                    help=f"phases: {','.join(PHASES)} (default: {','.join(DEFAULT_PHASES)})")
+    ap.add_argument("--fused-budget-s", type=float, default=60.0,
+                    help="fused phase: seconds of interleaved rounds per processor")
     ap.add_argument("--models", default="mobilenet_v1,resnet50",
                     help="zoo models at their default (224 px) size")
     ap.add_argument("--size", type=int, default=None, help="input size for every model")
@@ -265,7 +405,7 @@ def main(argv: list[str] | None = None) -> int:
             **({"G": replace(board.processor("G"), cores=big.cores)}
                if "G" in board.processors else {})})
     source = baseline = None
-    if not args.cpu_only and "layers" in phases:
+    if not args.cpu_only and ("layers" in phases or "fused" in phases):
         from profiler.power.sources import open_power_source
 
         source = open_power_source("nvml").open()
@@ -296,6 +436,15 @@ def main(argv: list[str] | None = None) -> int:
                     res[f"layers_{tag}"] = profile_layers(
                         sliced, bd, letter, path, data, out, label, tag, args.frames, args.warmup,
                         source, baseline, args.energy_updates)
+            if "fused" in phases:
+                jobs = ([] if args.cpu_only else [("G", board, "G")]) + [
+                    (f"B{len(big.cores)}", board, "B")]
+                fz = res.setdefault("fused", {})
+                for tag, bd, letter in jobs:
+                    fz[tag] = profile_fused(sliced, bd, letter, path, data, out, label, tag,
+                                            args.frames, args.warmup, args.fused_budget_s,
+                                            source, baseline, args.energy_updates)
+                (out / f"fused-{label}.json").write_text(json.dumps(fz, indent=2) + "\n")
             if "transfers" in phases:
                 procs = "B" if args.cpu_only else "B,G"
                 cmd = ["transfer-matrix", "--board", "host", "--processors", procs, "--model",
@@ -332,7 +481,7 @@ def main(argv: list[str] | None = None) -> int:
             f"{r['order']}: {r.get('measured', 0):.1f}, {r.get('predicted', 0):.1f}, "
             f"{r.get('error_pct', float('nan')):+.1f}" for r in sims))
     record["elapsed_s"] = round(time.monotonic() - started, 1)
-    name = "validation.json" if set(phases) == set(PHASES) else \
+    name = "validation.json" if set(phases) == set(DEFAULT_PHASES) else \
         f"validation-{'-'.join(phases)}.json"
     (out / name).write_text(json.dumps(record, indent=2, default=str) + "\n")
     log(f"done in {record['elapsed_s']} s; wrote {out / name}")

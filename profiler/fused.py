@@ -295,6 +295,11 @@ class FusedProfiler:
 
         return call
 
+    def call(self, position: int) -> Callable[[], int]:
+        """The timed call of prefix ``position`` (0 = the empty prefix), e.g. to repeat it
+        for a counter's energy; returns its duration in ns."""
+        return self._calls[position]
+
     def run_round(self, backward: bool, hooks: Callable[[int, bool], None] | None = None,
                   calls: int = 3, warm: int = 1) -> np.ndarray:
         """One visit of every prefix (``calls`` calls, the first ``warm`` untimed); returns
