@@ -1,19 +1,24 @@
 """Exact switch-mode search: a unit and a level per layer, by dynamic programming.
 
-The states of layer i are its (unit, level) pairs; the cost of going from a state of
-layer i - 1 to one of layer i is the hand-over, the layer and, on the same DVFS domain
-at another level, the transition delay (`profiler.explore_space`). Layer 0 follows the
-previous frame's last layer, so with delay tables the first state is carried along
-(its transition closes the cycle).
+A state of layer i is its unit and the level each DVFS domain was last set to: the
+next transition delay depends on it (`profiler.explore_space` charges a domain's change
+from its last level, also across layers on other domains). The cost of going from a
+state of layer i - 1 to one of layer i is the hand-over, the layer and, where layer i's
+domain changes level, the transition delay at idle power.
 
-- least latency, or least energy with no bound: one DP over a scalar cost; exact.
+Frames repeat, so each domain starts a frame at the level the last frame left it. The
+first DP lets every domain start wherever suits (first uses cost nothing): a relaxation,
+so its value is a lower bound. Where the pick it finds pays nothing for the
+frame-to-frame transitions, it meets the bound and is optimal; otherwise every start
+vector is tried (start fixed, end required equal: exact), up to ``cycle_limit`` of them.
+
+- least latency, or least energy with no bound: DPs over a scalar cost; exact.
 - least energy under ``latency_ms``: a DP over (state, latency bin). Each step's latency
   is rounded *down* to a multiple of delta = latency_ms / bins, so every mapping that
   meets the bound is in the DP's set and its best energy is a lower bound. The
   lower-bound mapping, evaluated exactly, that meets the bound is optimal; where the
-  cheapest one does not, the next are tried and the gap to the bound is reported, and
-  the bins are doubled (up to ``max_bins``) until the gap closes. A first pass leaves
-  the cycle's transition out (a relaxation too) and is kept when its pick has none.
+  cheapest ones do not, the best that does is kept, the gap to the bound reported, and
+  the bins doubled (up to ``max_bins``) until it closes.
 """
 
 from __future__ import annotations
@@ -54,7 +59,8 @@ class SwitchResult:
             return (f"no mapping meets latency <= {self.latency_bound_ms:g} ms (the least "
                     f"latency the tables allow is {self.lower_bound:.3f} ms)")
         if self.bins == 0:
-            return f"optimal: exact DP over {self.states} (unit, level) states per layer"
+            return (f"optimal: exact DP over {self.states} states per layer (unit, and the "
+                    "level each DVFS domain was last set to)")
         what = (f"latency discretised into {self.bins} bins of {self.delta_ms:.4g} ms "
                 "(rounded down: a relaxation)")
         if self.optimal:
@@ -186,8 +192,9 @@ def _dp(sp: _Space, w_lat: float, w_en: float, bound_ms: float | None, bins: int
             for j in range(nd):
                 if not np.isfinite(lat_i[:, u2, j]).any():
                     continue
-                other = tuple(s for a, s in enumerate(shape[1:]) if a != d)
-                stack = np.full((U * nd, *other, nb), INF)
+                sl = (u2, *(j if a == d else slice(None) for a in range(len(shape) - 1)))
+                best = newE[sl]  # views: the running minimum is written in place
+                code = bp[sl]
                 for u1 in range(U):
                     if not math.isfinite(lat_i[u1, u2, j]):
                         continue
@@ -197,12 +204,13 @@ def _dp(sp: _Space, w_lat: float, w_en: float, bound_ms: float | None, bins: int
                                     float(en_i[u1, u2, j]) + sp.idle_w * dl)
                         if k >= nb:
                             continue
-                        src = np.take(E[u1], a, axis=d)
-                        stack[u1 * nd + a, ..., k:] = src[..., :nb - k] + c
-                arg = np.argmin(stack, axis=0)
-                sl = (u2, *(j if a == d else slice(None) for a in range(len(shape) - 1)))
-                newE[sl] = np.take_along_axis(stack, arg[None], axis=0)[0]
-                bp[sl] = arg
+                        src = E[(u1, *(a if x == d else slice(None)
+                                       for x in range(len(shape) - 1)), slice(0, nb - k))]
+                        cand = src + c
+                        tgt = best[..., k:]
+                        better = cand < tgt
+                        np.copyto(tgt, cand, where=better)
+                        np.copyto(code[..., k:], u1 * nd + a, where=better)
         back.append(bp)
         E = newE
     if v0 is not None:  # frames repeat: each domain must end where it started
