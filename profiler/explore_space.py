@@ -289,6 +289,48 @@ def row(t: CostTables, ev: Evaluation, rank: int, board: str = "", model: str = 
             "command": run_command(t, c, board, model)}
 
 
+def candidate_for(t: CostTables, order: str, freq: str, mode: str) -> Candidate:
+    """A mapping given as `coupprof run` takes it (``--order G2B4N2``, ``--freq`` as one
+    level, per stage ``4/8/3`` or per layer ``4,4,...``) as a candidate on these tables."""
+    import re
+
+    letters: list[str] = []
+    for letter, count in re.findall(r"([A-Za-z])(\d*)", re.sub(r"[\s,_\-]+", "", order)):
+        letters += [letter.upper()] * (int(count) if count else 1)
+    if len(letters) != t.n_layers:
+        raise BadInputError(f"order {order!r} maps {len(letters)} layers but the tables have "
+                            f"{t.n_layers}", "give one letter per layer, e.g. G2B4N2")
+    by_letter = {}
+    for i, u in enumerate(t.units):
+        by_letter.setdefault(u.letter, i)  # the first host where the tables have several
+    try:
+        units = tuple(by_letter[x] for x in letters)
+    except KeyError as err:
+        raise BadInputError(f"order {order!r} uses {err.args[0]}, which the tables lack") from None
+    st = stages_of(units)
+    text = freq.strip()
+    if "/" in text:
+        parts = text.split("/")
+        if len(parts) != len(st):
+            raise BadInputError(f"freq {freq!r} gives {len(parts)} stage levels for "
+                                f"{len(st)} stages")
+        levels = [int(parts[k]) for k, (_, a, b) in enumerate(st) for _ in range(a, b + 1)]
+    elif "," in text:
+        levels = [int(v) for v in text.split(",")]
+    else:
+        levels = []
+        for u in units:
+            want = text.lower()
+            lv = t.levels[u]
+            levels.append(lv[-1] if want == "max" else lv[0] if want == "min" else int(want))
+    if len(levels) != t.n_layers:
+        raise BadInputError(f"freq {freq!r} gives {len(levels)} levels for {t.n_layers} layers")
+    c = Candidate(mode, units, tuple(levels))
+    for u, lv in zip(c.units, c.levels, strict=True):
+        t.level_index(u, lv)  # a level the tables lack: one line naming it
+    return c
+
+
 def single_processor(t: CostTables, mode: str) -> list[Evaluation]:
     """Every mapping of the whole model on one unit at one level (the baselines a
     search must beat)."""
@@ -306,6 +348,6 @@ def switch_space_size(t: CostTables) -> int:
     return sum(len(lv) for lv in t.levels) ** t.n_layers
 
 
-__all__ = ["Candidate", "CostTables", "Evaluation", "Unit", "evaluate", "freq_spec", "handover",
+__all__ = ["Candidate", "CostTables", "candidate_for", "Evaluation", "Unit", "evaluate", "freq_spec", "handover",
            "hosts_string", "order_string", "row", "run_command", "single_processor", "stages_of",
            "switch_space_size"]

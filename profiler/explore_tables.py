@@ -56,9 +56,10 @@ def from_frames(layers: pd.DataFrame, board: Board, transfers: pd.DataFrame | No
                 delays: pd.DataFrame | None = None, idle_power_w: float | None = None,
                 model: str = "model", sources: Sequence[str] = (),
                 processors: Sequence[str] | None = None,
-                levels: Sequence[int] | None = None) -> CostTables:
+                levels: Sequence[int] | str | None = None) -> CostTables:
     """Cost tables from a layer DataFrame (one row per processor, level, layer), kept to
-    `processors` and `levels` where given."""
+    `processors` and `levels` where given (``"max"``: each processor's top level in
+    the table, ARM-CO-UP's Table 8 setting)."""
     need = {"processor", "freq_level", "layer", "time_ms_mean"}
     if not need <= set(layers.columns):
         raise BadInputError("the layer table lacks the columns "
@@ -72,7 +73,11 @@ def from_frames(layers: pd.DataFrame, board: Board, transfers: pd.DataFrame | No
     df["layer"] = df["layer"].astype(int)
     if processors is not None:
         df = df[df["processor"].isin([p.upper() for p in processors])]
-    if levels is not None:
+    if isinstance(levels, str):
+        if levels != "max":
+            raise BadInputError(f"levels {levels!r} is not a list of levels or 'max'")
+        df = df[df["freq_level"] == df.groupby("processor")["freq_level"].transform("max")]
+    elif levels is not None:
         df = df[df["freq_level"].isin(list(levels))]
     if df.empty:
         raise BadInputError("no layer rows left for the processors and levels asked for",
@@ -164,7 +169,7 @@ def _idle_from_sweep(meta: dict[str, Any]) -> float | None:
 
 def load_tables(sweep: str | Path, board: Board, transfers: str | Path | None = None,
                 delays: Sequence[str | Path] = (), processors: Sequence[str] | None = None,
-                levels: Sequence[int] | None = None) -> CostTables:
+                levels: Sequence[int] | str | None = None) -> CostTables:
     """Cost tables from a sweep directory, a transfer-matrix CSV and dvfs-latency CSVs."""
     from profiler.sweep_schema import read_sweep
     from profiler.transfer import read_transfer_csv

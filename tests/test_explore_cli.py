@@ -164,3 +164,21 @@ def test_plot_pareto_from_explore_csv(tables_dir: Path) -> None:
         assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and str(png.name) in out.stdout
     bad = cli("plot", "pareto", "sw/sweep.csv", "-o", "x.png", cwd=tables_dir, check=False)
     assert bad.returncode == 2 and "needed by the pareto plot" in bad.stderr
+
+
+def test_top_levels_and_given_mappings(tables_dir: Path) -> None:
+    """--levels max keeps each processor's top level (ARM-CO-UP Table 8's setting);
+    --compare costs a given mapping on the same tables, as `coupprof predict` would."""
+    cli(*INPUTS, "--levels", "max", "--compare", "G1B2", "--compare", "N2B1@5",
+        "--csv", "cmp.csv", cwd=tables_dir)
+    rows = pd.read_csv(tables_dir / "cmp.csv")
+    assert set(rows["freq"]) == {"5,5,5"}
+    given = rows[rows["kind"] == "given"].set_index("order")
+    t = real_tables(tables_dir, "BGN")
+    want = evaluate(t, Candidate("switch", (t.unit_index("G"), t.unit_index("B"),
+                                            t.unit_index("B")), (5, 5, 5)))
+    assert given.loc["G1B2", "energy_mj"] == pytest.approx(want.energy_mj, rel=1e-12)
+    assert given.loc["N2B1", "latency_ms"] >= rows.iloc[0]["latency_ms"] - 1e-12 or \
+        given.loc["N2B1", "energy_mj"] >= rows.iloc[0]["energy_mj"] - 1e-12
+    bad = cli(*INPUTS, "--compare", "G1B2@9", cwd=tables_dir, check=False)
+    assert bad.returncode == 2 and "no level 9 for G" in bad.stderr

@@ -61,8 +61,12 @@ def register(subparsers: Any) -> None:
                    help="pipeline: pick only points with at least this throughput")
     p.add_argument("--processors", default=None, metavar="L,B,G,N",
                    help="processors to consider (default: every one in the tables)")
-    p.add_argument("--levels", default=None, metavar="I,J,...",
-                   help="levels to consider (default: every one in the tables)")
+    p.add_argument("--levels", default=None, metavar="I,J,...|max",
+                   help="levels to consider, or max: each processor's top level (default: "
+                   "every one in the tables)")
+    p.add_argument("--compare", action="append", default=[], metavar="ORDER[@FREQ]",
+                   help="also cost this mapping on the same tables, e.g. G2B4N2@max or "
+                   "B3G5@5/4 (repeatable; FREQ as `coupprof run --freq`, default max)")
     add_board_args(p)
     s = p.add_argument_group("search")
     s.add_argument("--bins", type=positive_int, default=1000,
@@ -95,11 +99,13 @@ def register(subparsers: Any) -> None:
     p.set_defaults(func=run)
 
 
-def _levels(text: str | None) -> list[int] | None:
+def _levels(text: str | None) -> list[int] | str | None:
     from profiler.errors import BadInputError
 
     if not text:
         return None
+    if text.strip().lower() == "max":
+        return "max"  # type: ignore[return-value]
     try:
         return sorted({int(v) for v in text.split(",") if v.strip()})
     except ValueError:
@@ -129,12 +135,18 @@ def run(args: argparse.Namespace) -> int:
     rows = [_row(tables, ev, i, board.name, model_path, "pick" if i == 1 else "front")
             for i, ev in enumerate(ranked, 1)]
     shown = {r["order"] + r["freq"] for r in rows}
+    for spec in args.compare:
+        from profiler.explore_space import candidate_for, evaluate
+
+        order, _, freq = spec.partition("@")
+        ev = evaluate(tables, candidate_for(tables, order, freq or "max", args.mode))
+        rows.append(_row(tables, ev, len(rows) + 1, board.name, model_path, "given"))
     for ev in _singles(tables, args):
         r = _row(tables, ev, len(rows) + 1, board.name, model_path, "single")
         if r["order"] + r["freq"] not in shown:
             rows.append(r)
     out = stdout_console()
-    top = rows[:args.top] + [r for r in rows[args.top:] if r["kind"] == "single"]
+    top = rows[:args.top] + [r for r in rows[args.top:] if r["kind"] in ("single", "given")]
     out.print(_render(top, tables, args.mode, board.name, proof))
     csv_path = args.csv or Path("coupprof-out") / f"explore-{tables.model}-{args.mode}.csv"
     json_path = args.json or csv_path.with_suffix(".json")
