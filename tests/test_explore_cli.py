@@ -124,7 +124,7 @@ def test_measure_here_and_over_a_local_dask_cluster(tables_dir: Path) -> None:
     the cluster's figures lie within the sequential runs' spread (3x their range, at
     least 10 %). Mappings with G: frames of tens of ms, whose modelled stretch absorbs
     two boards sharing this machine's 2 cores; a B-only frame of 2.5 ms did not (energy
-    per frame +37 % on the cluster: the inter-frame gaps, at idle power, are host time).
+    per frame +41 % and +80 % on the cluster: inter-frame gaps at idle power are host time).
     Then `coupprof explore --measure --cluster` end to end."""
     from distributed import LocalCluster
 
