@@ -10,6 +10,7 @@ import json
 import os
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -32,6 +33,17 @@ from profiler.zoo import default_model_path
 
 COUPPROF = str(Path(sys.executable).with_name("coupprof"))
 SIM = load_board("sim")
+
+
+def without_work_model(board):  # noqa: ANN001, ANN201
+    """`board` with its G stretched like the CPUs instead of paced by the work model (a
+    fixed ms per call and several ms per layer): stages of similar length, for the test
+    that needs them to overlap."""
+    g = board.processor("G")
+    sim = {k: v for k, v in g.extra["sim"].items()
+           if k not in ("macs_per_us_at_max", "bytes_per_us_at_max", "call_overhead_us")}
+    return replace(board, processors={**board.processors,
+                                      "G": replace(g, extra={**g.extra, "sim": sim})})
 
 
 def dyn_w(letter: str, khz: int | None = None) -> float:
@@ -186,11 +198,23 @@ def test_switch_energy_per_frame_matches_the_model_and_the_layer_tables(rig) -> 
     assert pred.energy_mj is not None and pred.energy_note == ""
 
 
-def test_pipeline_energy_per_frame_counts_every_concurrent_stage(rig) -> None:
-    sliced, model, meter = rig
-    mapping = parse_order(ORDER, len(sliced.layers), SIM)
-    run = run_mapping(sliced, SIM, MappingRunConfig(mapping, "pipeline", frames=40, warmup=2,
-                                                    power=meter, activity=model))
+@pytest.fixture(scope="module")
+def balanced_rig():
+    """The rig on a board whose stages take similar times (see without_work_model)."""
+    board = without_work_model(SIM)
+    sliced = slice_model(default_model_path())
+    model = SimPowerModel(board)
+    src = open_power_source("sim", SourceHardware(extra={"sim_power_model": model}))
+    marker = open_marker("sim", sim_sink=src)
+    with src, marker:
+        yield board, sliced, model, PowerSession(src, marker, baseline_s=0.2)
+
+
+def test_pipeline_energy_per_frame_counts_every_concurrent_stage(balanced_rig) -> None:
+    board, sliced, model, meter = balanced_rig
+    mapping = parse_order(ORDER, len(sliced.layers), board)
+    run = run_mapping(sliced, board, MappingRunConfig(mapping, "pipeline", frames=40, warmup=2,
+                                                      power=meter, activity=model))
     assert run.power_error is None and run.energy_window_ns is not None
     d0, d1 = run.energy_window_ns
     frames = run.frames - 1

@@ -119,7 +119,7 @@ def add_multi_processor_options(p: argparse.ArgumentParser) -> None:
 METHOD_HELP = (
     "How a layer's time is measured. fused: inside uninterrupted runs of the model, as "
     "differences of cumulative prefixes (layers 0..k) called in interleaved rounds, with "
-    "the fixed per-call cost as its own row and a 95 %% interval per layer; rounds go on "
+    "the fixed per-call cost as its own row and a 95 % interval per layer; rounds go on "
     "until every interval is within the target or the budget is spent. sliced: each "
     "layer as its own sub-model (what a stage boundary pays; gives the hand-overs).")
 
