@@ -3,7 +3,8 @@
 - **Package data** (board profiles, the default model) ships inside the package as
   ``profiler.data``: in a checkout that is the top-level ``data/`` folder (pyproject's
   ``package-dir``), in an installed wheel ``site-packages/profiler/data/``. It is read
-  through ``importlib.resources``, so every way of installing finds it.
+  through ``importlib.resources``, so every way of installing finds it; a checkout
+  run without installing (``PYTHONPATH=.``) reads ``data/`` directly.
 - **The source checkout** holds what no wheel ships: the firmware and its simavr rig
   (``firmware/``), benchmarks, notebooks, validation data. It is ``$COUPPROF_SOURCE_DIR``
   when set, else the folder above the ``profiler`` package, which is the checkout in an
@@ -23,7 +24,15 @@ DEFAULT_MODEL_FILENAME = "mobilenet_v1_0.25_128.tflite"
 
 def data_dir() -> Path:
     """The package data folder as a real path (LiteRT and glob need one)."""
-    root = resources.files(DATA_PACKAGE)
+    try:
+        root = resources.files(DATA_PACKAGE)
+    except ModuleNotFoundError:
+        # Run from a checkout that is not installed (PYTHONPATH=the checkout): the
+        # package-dir mapping exists only in an install, so read data/ where it is.
+        checkout_data = Path(__file__).resolve().parent.parent / "data"
+        if (checkout_data / "boards").is_dir():
+            return checkout_data
+        raise
     # pip always unpacks a wheel, so this is a Path; only a zipped package (zipimport)
     # would give a Traversable, and nothing here can use one.
     if not isinstance(root, Path):

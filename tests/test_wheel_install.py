@@ -241,3 +241,16 @@ def test_rig_outside_a_checkout_says_what_is_missing(installed: Install) -> None
     env = {**installed.env, "COUPPROF_SOURCE_DIR": str(REPO)}
     out = _ok(_run([str(installed.python), "-c", code], cwd=installed.cwd, env=env))
     assert out.strip() == "None" or "make -C firmware" in out, out
+
+
+def test_a_checkout_run_without_installing_finds_its_data() -> None:
+    """PYTHONPATH=checkout, nothing installed (how benchmarks run on a borrowed GPU
+    machine): the package-dir mapping does not exist there, so data/ is read in place."""
+    code = ("import sys; sys.path.insert(0, sys.argv[1]); "
+            "from profiler.resources import boards_dir, default_model_file; "
+            "print(boards_dir()); print(default_model_file().is_file())")
+    # -S: no site-packages, so no editable-install finder either
+    r = subprocess.run([sys.executable, "-S", "-c", code, str(REPO)], capture_output=True,
+                       text=True, cwd="/")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == [str(REPO / "data" / "boards"), "True"]
