@@ -372,9 +372,11 @@ def _neighbours(t: CostTables, c: Candidate) -> list[Candidate]:
 
 
 def _polish(t: CostTables, front: list[Evaluation], cache: dict[Candidate, Evaluation],
-            rounds: int = 30) -> tuple[list[Evaluation], int]:
-    """Pareto local search: cost every neighbour of the front's points until the front
-    stops changing (at most `rounds` times)."""
+            rounds: int = 30, depth: int = 2) -> tuple[list[Evaluation], int]:
+    """Pareto local search: cost every point up to `depth` steps (`_neighbours`) from
+    each front point, until the front stops changing (at most `rounds` times). Two
+    steps, because some better pipelines are only reached through a worse one (stages
+    swapped, then a level or a cut moved)."""
     added = 0
     done: set[Candidate] = set()
     for _ in range(rounds):
@@ -383,10 +385,16 @@ def _polish(t: CostTables, front: list[Evaluation], cache: dict[Candidate, Evalu
             break
         for c in todo:
             done.add(c)
-            for nb in _neighbours(t, c):
-                if nb not in cache:
-                    cache[nb] = evaluate(t, nb)
-                    added += 1
+            layer = [c]
+            for _ in range(depth):
+                nxt: list[Candidate] = []
+                for x in layer:
+                    for nb in _neighbours(t, x):
+                        if nb not in cache:
+                            cache[nb] = evaluate(t, nb)
+                            added += 1
+                            nxt.append(nb)
+                layer = nxt
         front = _front(list(cache.values()))
     return front, added
 
