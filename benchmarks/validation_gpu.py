@@ -364,7 +364,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--fused-budget-s", type=float, default=60.0,
                     help="fused phase: seconds of interleaved rounds per processor")
     ap.add_argument("--models", default="mobilenet_v1,resnet50",
-                    help="zoo models at their default (224 px) size")
+                    help="zoo models at their default (224 px) size; 'default' is the bundled "
+                    "MobileNetV1 0.25/128")
     ap.add_argument("--size", type=int, default=None, help="input size for every model")
     ap.add_argument("--cpu-sets", default="all,4",
                     help="CPU core sets to profile as B: 'all' and/or core counts")
@@ -416,8 +417,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         for name in models:
             params = {"size": args.size} if args.size else {}
-            path = zoo.model_path(name, **params)
-            label = f"{name}_{args.size}" if args.size else name
+            # "default": the bundled MobileNetV1 0.25/128 (coupprof's default model)
+            path = zoo.default_model_path() if name == "default" else zoo.model_path(name, **params)
+            label = f"{name}_{args.size}" if args.size and name != "default" else name
             data = path.read_bytes()
             sliced = slice_model(path)
             res = record["results"].setdefault(name, {"model": path.name,
