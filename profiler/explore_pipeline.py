@@ -97,7 +97,8 @@ class _Fast:
     def stage(self, u: int, a: int, b: int, prev: int | None
               ) -> tuple[np.ndarray, np.ndarray]:
         """(time ms, energy mJ) of layers a..b on u, per level index."""
-        ms = self.P[u, :, b + 1] - self.P[u, :, a]
+        assert self.t.fixed_ms is not None
+        ms = self.P[u, :, b + 1] - self.P[u, :, a] + self.t.fixed_ms[u]  # one call per stage
         en = self.PE[u, :, b + 1] - self.PE[u, :, a]
         if prev is not None:
             # swap the same-unit hand-over into layer a for the real one

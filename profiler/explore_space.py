@@ -13,6 +13,9 @@ coupprof's own tables (`profiler.explore_tables`) or, later, imported ones.
 **Costs** follow `profiler.predict` (see its docstring), so a pick's prediction is the
 one `coupprof predict` gives for the same tables:
 
+- a stage (a maximal run of layers on one unit) pays the unit's fixed per-call cost at
+  its first layer's level once: fused tables (`time_ms_fused`) give it, sliced ones 0
+  (their layer times hold it); it adds time, not energy, as in predict.
 - hand-over into layer i > 0: the transfer table's time where it has (i - 1, src, dst);
   else, on the same unit, the layer table's feed time of layer i; else 0 (missing, listed).
   Its energy: the transfer table's, else the idle power x its time.
@@ -71,9 +74,13 @@ class CostTables:
     model: str = "model"
     board: str = ""
     sources: list[str] = field(default_factory=list)
+    # [unit, level index]: the fixed per-call cost a stage pays once (fused tables; 0 sliced)
+    fixed_ms: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         n_u = len(self.units)
+        if self.fixed_ms is None:
+            self.fixed_ms = np.zeros(self.time_ms.shape[:2])
         if self.time_ms.ndim != 3 or self.time_ms.shape[0] != n_u:
             raise BadInputError("cost tables: time_ms must be [unit, level, layer]")
         if self.transfer_ms.shape != (max(self.n_layers - 1, 0), n_u, n_u):
@@ -86,6 +93,11 @@ class CostTables:
     @property
     def has_energy(self) -> bool:
         return self.energy_mj is not None
+
+    def fixed(self, u: int, level: int) -> float:
+        """The fixed per-call cost of a stage on unit u at `level` (0 for sliced tables)."""
+        assert self.fixed_ms is not None
+        return float(self.fixed_ms[u, self.level_index(u, level)])
 
     def unit_index(self, name: str) -> int:
         for i, u in enumerate(self.units):
@@ -216,8 +228,11 @@ def evaluate(t: CostTables, c: Candidate) -> Evaluation:
             dom = t.units[u].domain
             d_total += t.delay(dom, last[dom], lv)
             last[dom] = lv
-    stage_ms = tuple(sum(t_ms[a:b + 1]) + sum(h_ms[a:b + 1]) for _, a, b in stages_of(c.units))
-    serial = sum(t_ms) + sum(h_ms)
+    # fused tables: a stage runs as one call and pays its fixed per-call cost once
+    fixed = [t.fixed(u, c.levels[a]) for u, a, _ in stages_of(c.units)]
+    stage_ms = tuple(f + sum(t_ms[a:b + 1]) + sum(h_ms[a:b + 1])
+                     for f, (_, a, b) in zip(fixed, stages_of(c.units), strict=True))
+    serial = sum(t_ms) + sum(h_ms) + sum(fixed)
     energy: float | None = None
     upper = False
     if c.mode == "switch":

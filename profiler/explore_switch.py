@@ -115,6 +115,11 @@ def _space(t: CostTables) -> _Space:
                 if t.energy_mj is not None:
                     lay_e[u, j] = t.energy_mj[u, k]
     idle = t.idle_power_w or 0.0
+    fix = np.zeros((U, J))  # fixed per-call cost of a stage starting at this (unit, level)
+    for u in range(U):
+        for j, lv in enumerate(dlev[udom[u]]):
+            if lv in t.levels[u]:
+                fix[u, j] = t.fixed(u, lv)
     lat, en = [], []
     for i in range(1, n):
         h = np.zeros((U, U, J))
@@ -129,11 +134,12 @@ def _space(t: CostTables) -> _Space:
                 elif a == b:  # same unit: the layer table's feed (as predict does)
                     h[a, b] = feed[b, :, i]
                     he[a, b] = idle * feed[b, :, i]
-        lat.append(h + lay[None, :, :, i])
+        # a new stage (another unit) pays its fixed per-call cost
+        lat.append(h + lay[None, :, :, i] + (1 - np.eye(U))[:, :, None] * fix[None, :, :])
         en.append(he + lay_e[None, :, :, i])
     delay = [np.array([[t.delay(d, a, b) for b in lv] for a in lv]) for d, lv in
              zip(doms, dlev, strict=True)]
-    return _Space(doms, dlev, udom, feed[:, :, 0] + lay[:, :, 0],
+    return _Space(doms, dlev, udom, feed[:, :, 0] + lay[:, :, 0] + fix,
                   lay_e[:, :, 0] + idle * feed[:, :, 0], lat, en, delay, idle)
 
 

@@ -56,10 +56,13 @@ def from_frames(layers: pd.DataFrame, board: Board, transfers: pd.DataFrame | No
                 delays: pd.DataFrame | None = None, idle_power_w: float | None = None,
                 model: str = "model", sources: Sequence[str] = (),
                 processors: Sequence[str] | None = None,
-                levels: Sequence[int] | str | None = None) -> CostTables:
+                levels: Sequence[int] | str | None = None,
+                fixed_ms: dict[tuple[str, int], float] | None = None) -> CostTables:
     """Cost tables from a layer DataFrame (one row per processor, level, layer), kept to
     `processors` and `levels` where given (``"max"``: each processor's top level in
-    the table, ARM-CO-UP's Table 8 setting)."""
+    the table, ARM-CO-UP's Table 8 setting). Rows with ``time_ms_fused`` (the fused
+    method) use it as the layer's time, and ``fixed_ms`` {(processor, level): ms} gives
+    the fixed per-call cost a stage on them pays once."""
     need = {"processor", "freq_level", "layer", "time_ms_mean"}
     if not need <= set(layers.columns):
         raise BadInputError("the layer table lacks the columns "
@@ -113,6 +116,9 @@ def from_frames(layers: pd.DataFrame, board: Board, transfers: pd.DataFrame | No
     dyn = np.full(shape, np.nan) if use_d else None
     u_of = {u.name: i for i, u in enumerate(units)}
     # Mean over repeated rows of one (unit, level, layer), e.g. a sweep run twice.
+    if "time_ms_fused" in df.columns:  # fused rows: the time inside one uninterrupted run
+        df["time_ms_mean"] = df["time_ms_fused"].where(df["time_ms_fused"].notna(),
+                                                       df["time_ms_mean"])
     cols = ["time_ms_mean"] + [c for c in ("transfer_ms_mean", "energy_mj",
                                             "dynamic_energy_mj") if c in df.columns]
     g = df.groupby(["unit", "freq_level", "layer"])[cols].mean()
@@ -153,18 +159,33 @@ def from_frames(layers: pd.DataFrame, board: Board, transfers: pd.DataFrame | No
             arr = delay_ms.setdefault(dom, np.full((size, size), np.nan))
             if int(a) < size and int(b) < size:
                 arr[int(a), int(b)] = float(us) / 1000.0
+    fixed = np.zeros(shape[:2])
+    for (proc, lv), ms in (fixed_ms or {}).items():
+        for u, unit in enumerate(units):
+            if unit.letter == str(proc).upper() and int(lv) in lvls[u]:
+                fixed[u, lvls[u].index(int(lv))] = float(ms)
     freq_khz = {}
     for u in units:
         dom = board.dvfs_domain(u.letter)
         freq_khz[dom.letter] = {i + 1: f for i, f in enumerate(dom.freqs_khz)}
     return CostTables(units, lvls, time_ms, feed_ms, energy, dyn, tr_ms, tr_mj, delay_ms,
-                      idle_power_w, freq_khz, model, board.name, list(sources))
+                      idle_power_w, freq_khz, model, board.name, list(sources), fixed)
 
 
 def _idle_from_sweep(meta: dict[str, Any]) -> float | None:
     vals = [p.get("totals", {}).get("baseline_power_w") for p in meta.get("pairs", {}).values()]
     vals = [float(v) for v in vals if v is not None and not math.isnan(float(v))]
     return float(np.mean(vals)) if vals else None
+
+
+def _fixed_from_sweep(meta: dict[str, Any]) -> dict[tuple[str, int], float]:
+    """{(processor, level): fixed per-call ms} of the sweep's fused pairs."""
+    out = {}
+    for p in meta.get("pairs", {}).values():
+        ms = (p.get("fused") or {}).get("fixed_ms", p.get("totals", {}).get("fixed_ms"))
+        if ms is not None and p.get("level") is not None:
+            out[(str(p["processor"]), int(p["level"]))] = float(ms)
+    return out
 
 
 def load_tables(sweep: str | Path, board: Board, transfers: str | Path | None = None,
@@ -185,7 +206,7 @@ def load_tables(sweep: str | Path, board: Board, transfers: str | Path | None = 
     model = str(df["model"].iloc[0]) if "model" in df.columns else "model"
     sources = [str(sweep), *([str(transfers)] if transfers else []), *map(str, delays)]
     return from_frames(df, board, tr, dl, _idle_from_sweep(data.meta), model, sources,
-                       processors, levels)
+                       processors, levels, _fixed_from_sweep(data.meta))
 
 
 
@@ -193,12 +214,13 @@ def load_tables(sweep: str | Path, board: Board, transfers: str | Path | None = 
 
 def synthetic_tables(board: Board, n_layers: int, seed: int = 0,
                      processors: Sequence[str] | None = None, delays: bool = True,
-                     idle_power_w: float = 1.5) -> CostTables:
+                     idle_power_w: float = 1.5, fixed: bool = True) -> CostTables:
     """Random but physical tables on `board`'s levels, for tests and benchmarks: per
     layer a work size; each processor a speed and a power at its top level; time
     scales as f_max / f, power as V^2 f (V from the profile, else flat); transfers
     grow with a boundary's size between processors; the delay between levels i and j
-    is 0.2 ms + 0.5 ms per level apart."""
+    is 0.2 ms + 0.5 ms per level apart. With ``fixed``, G and N are "fused" tables: a
+    stage on them pays a fixed per-call cost of 0.3-1.0 ms (shorter at higher levels)."""
     rng = np.random.default_rng(seed)
     letters = [p for p in (processors or board.processors)]
     work = rng.uniform(0.5, 5.0, n_layers)  # ms on a unit-speed processor
@@ -218,6 +240,13 @@ def synthetic_tables(board: Board, n_layers: int, seed: int = 0,
                              "time_ms_mean": t_ms[i], "transfer_ms_mean": 0.01,
                              "energy_mj": (p_w + idle_power_w) * t_ms[i],
                              "dynamic_energy_mj": p_w * t_ms[i]})
+    fixed_ms: dict[tuple[str, int], float] = {}
+    if fixed:
+        for letter in letters:
+            if board.processor(letter).kind in ("gpu", "npu"):
+                n = len(board.dvfs_domain(letter).freqs_khz) or 1
+                for k in range(1, n + 1):
+                    fixed_ms[(letter, k)] = 0.3 + 0.7 * (n - k) / max(n - 1, 1)
     size = rng.uniform(0.1, 1.0, max(n_layers - 1, 0))
     tr = [{"boundary": b, "src": a, "dst": c,
            "time_ms_mean": 0.01 if a == c else 0.2 + size[b],
@@ -232,5 +261,5 @@ def synthetic_tables(board: Board, n_layers: int, seed: int = 0,
                    for a in range(1, n + 1) for b in range(1, n + 1) if a != b]
     return from_frames(pd.DataFrame(rows), board, pd.DataFrame(tr),
                        pd.DataFrame(dl) if dl else None, idle_power_w,
-                       f"synthetic-{n_layers}-seed{seed}", ["synthetic"])
+                       f"synthetic-{n_layers}-seed{seed}", ["synthetic"], fixed_ms=fixed_ms)
 __all__ = ["from_frames", "load_tables", "read_delay_csvs", "synthetic_tables"]

@@ -89,6 +89,11 @@ def test_pipeline_front_is_exact_and_written(tables_dir: Path) -> None:
     rows = pd.read_csv(tables_dir / "p.csv")
     assert set(rows["kind"]) <= {"pick", "front", "single"} and rows.iloc[0]["kind"] == "pick"
     t = real_tables(tables_dir, "BGN")
+    # fused pairs (sweep's default for G and N): their fixed per-call cost is loaded
+    pairs = json.loads((tables_dir / "sw" / "sweep.json").read_text())["pairs"]
+    for p in pairs.values():
+        want = (p.get("fused") or {}).get("fixed_ms", 0.0)
+        assert t.fixed(t.unit_index(p["processor"]), p["level"]) == pytest.approx(want)
     from profiler.explore_pipeline import enumerate_front
 
     best = max(e.fps_per_w for e in enumerate_front(t).front)

@@ -150,7 +150,10 @@ def test_costs_equal_coupprof_predict_on_the_same_tables(mode: str) -> None:
             for i in range(t.n_layers)]
     table = pd.DataFrame(rows)
     table["level"] = table["level"].astype("Int64")
-    layers = LayerCosts(table, {u.letter: t.idle_power_w for u in t.units})
+    fixed = {(t.units[u].letter, lv): t.fixed(u, lv) for u in range(len(t.units))
+             for lv in t.levels[u]}
+    assert any(fixed.values())  # G and N fused: a stage pays its fixed cost once
+    layers = LayerCosts(table, {u.letter: t.idle_power_w for u in t.units}, fixed_ms=fixed)
     transfers = pd.DataFrame([{"boundary": b, "src": t.units[a].letter, "dst": t.units[c].letter,
                                "time_ms_mean": t.transfer_ms[b, a, c],
                                "energy_mj": t.transfer_mj[b, a, c]}

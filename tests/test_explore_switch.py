@@ -3,7 +3,7 @@
 Ground truth: every (unit, level) per layer enumerated and costed by
 `explore_space.evaluate`, which is written layer by layer, independently of the DP's
 matrices. Tables: synthetic ones on the sim board's levels (N shares B's DVFS domain,
-so its transitions interact), a hand-built one whose optimum is known, and real ones
+so its transitions interact; G and N "fused", paying a fixed cost per stage), a hand-built one whose optimum is known, and real ones
 from a quick `coupprof sweep` on the simulated board (tests/test_explore_cli.py)."""
 
 from __future__ import annotations
@@ -50,7 +50,9 @@ def small(seed: int, n: int = 4, procs: str = "BGN", delays: bool = True) -> Cos
         dl = pd.DataFrame([{"processor": d, "from_level": a, "to_level": b,
                             "delay_us": 1000.0 * t.delay(d, a, b)}
                            for d in t.domains() for a in (1, 3, 5) for b in (1, 3, 5) if a != b])
-    return from_frames(df, BOARD, tr, dl, t.idle_power_w, t.model)
+    fixed = {(t.units[u].letter, lv): t.fixed(u, lv) for u in range(len(t.units))
+             for lv in t.levels[u] if lv in (1, 3, 5)}
+    return from_frames(df, BOARD, tr, dl, t.idle_power_w, t.model, fixed_ms=fixed)
 
 
 def close(a: float, b: float) -> bool:
@@ -133,6 +135,22 @@ def test_bad_inputs_are_one_line_errors() -> None:
     t.energy_mj = None
     with pytest.raises(BadInputError, match="no energy"):
         search_switch(t, 10.0, "energy")
+
+
+def test_a_stage_pays_its_fixed_cost_once() -> None:
+    """Fused G: G3 pays G's fixed per-call cost once, G1B1G1 twice."""
+    t = small(0, n=3, procs="BG")
+    g, b = t.unit_index("G"), t.unit_index("B")
+    f = t.fixed(g, 5)
+    assert f > 0 and t.fixed(b, 5) == 0.0
+    one = evaluate(t, Candidate("switch", (g, g, g), (5, 5, 5)))
+    assert one.latency_ms == pytest.approx(sum(t.time_ms[g, t.level_index(g, 5)]) + f
+                                           + t.feed_ms[g, t.level_index(g, 5), 0]
+                                           + t.transfer_ms[0, g, g] + t.transfer_ms[1, g, g])
+    two = evaluate(t, Candidate("switch", (g, b, g), (5, 5, 5)))
+    assert two.stage_ms[0] == pytest.approx(f + t.time_ms[g, t.level_index(g, 5), 0]
+                                            + t.feed_ms[g, t.level_index(g, 5), 0])
+    assert len(two.stage_ms) == 3
 
 
 def test_resnet50_sized_search_states() -> None:
