@@ -170,3 +170,19 @@ def test_cpu_prefixes_telescope_to_the_whole_model(default_model) -> None:
     assert all(np.isfinite([layer.ci95_ms for layer in res.layers]))
     info = res.info()
     assert info["method"] == "fused" and info["rounds"] == 5 and info["settings"]["budget_s"] == 60
+
+
+def test_accelerator_path_reads_back_reduced_outputs(default_model) -> None:
+    """Through LiteRT's CompiledModel (the GPU's code path, on its CPU accelerator here):
+    every prefix reads back at most 4 KB, and the figures add up to the whole call."""
+    from profiler.executors.accelerator import AcceleratorExecutor
+    from profiler.fused import measure_model
+
+    data, sliced = default_model
+    proc = ProcessorSpec("G", "gpu", "CPU accelerator, GPU code path", (0,), accelerator="gpu")
+    with AcceleratorExecutor(proc, accelerator="cpu", threads=1) as ex:
+        res = measure_model(ex, data, sliced,
+                            FusedSettings(min_rounds=4, max_rounds=4, warmup_rounds=1))
+    assert res.rounds == 4 and max(res.prefix_read_bytes) <= 4096
+    assert res.prefix_reduced[0] == 1 and sum(res.prefix_reduced[1:]) >= 10
+    assert res.fixed.time_ms + res.layer_sum_ms == pytest.approx(res.whole.time_ms)
