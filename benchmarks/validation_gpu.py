@@ -363,6 +363,9 @@ def main(argv: list[str] | None = None) -> int:
                     help=f"phases: {','.join(PHASES)} (default: {','.join(DEFAULT_PHASES)})")
     ap.add_argument("--fused-budget-s", type=float, default=60.0,
                     help="fused phase: seconds of interleaved rounds per processor")
+    ap.add_argument("--fused-processors", default="G,B",
+                    help="fused phase: G and/or B (B: all its cores), to split long models "
+                    "over several commands")
     ap.add_argument("--models", default="mobilenet_v1,resnet50",
                     help="zoo models at their default (224 px) size; 'default' is the bundled "
                     "MobileNetV1 0.25/128")
@@ -439,9 +442,14 @@ def main(argv: list[str] | None = None) -> int:
                         sliced, bd, letter, path, data, out, label, tag, args.frames, args.warmup,
                         source, baseline, args.energy_updates)
             if "fused" in phases:
-                jobs = ([] if args.cpu_only else [("G", board, "G")]) + [
-                    (f"B{len(big.cores)}", board, "B")]
+                which = [x.strip().upper() for x in args.fused_processors.split(",")]
+                jobs = ([] if args.cpu_only or "G" not in which else [("G", board, "G")]) + (
+                    [(f"B{len(big.cores)}", board, "B")] if "B" in which else [])
                 fz = res.setdefault("fused", {})
+                prev = out / f"fused-{label}.json"
+                if prev.is_file():  # another command measured the other processor
+                    fz.update({k: v for k, v in json.loads(prev.read_text()).items()
+                               if k not in fz})
                 for tag, bd, letter in jobs:
                     fz[tag] = profile_fused(sliced, bd, letter, path, data, out, label, tag,
                                             args.frames, args.warmup, args.fused_budget_s,
