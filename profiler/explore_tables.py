@@ -76,6 +76,19 @@ def from_frames(layers: pd.DataFrame, board: Board, transfers: pd.DataFrame | No
     df["layer"] = df["layer"].astype(int)
     if processors is not None:
         df = df[df["processor"].isin([p.upper() for p in processors])]
+    notes: list[str] = []
+    if "host_level" in df.columns:
+        # Imported tables (ARM-CO-UP) time G at every level of its host CPU too. The
+        # search gives G one level of its own, so G keeps its rows at the host's top
+        # level (N's level is its host's already).
+        own = [p for p in df["processor"].unique()
+               if board.dvfs_domain(p).letter == p and df.loc[df["processor"] == p,
+                                                             "host_level"].notna().any()]
+        for p in own:
+            mine = df["processor"] == p
+            top = df.loc[mine, "host_level"].max()
+            df = df[~mine | (df["host_level"] == top)]
+            notes.append(f"{p}: rows at host level {int(top)} only")
     if isinstance(levels, str):
         if levels != "max":
             raise BadInputError(f"levels {levels!r} is not a list of levels or 'max'")
@@ -126,7 +139,8 @@ def from_frames(layers: pd.DataFrame, board: Board, transfers: pd.DataFrame | No
         u = u_of[str(name)]
         k = lvls[u].index(int(lv))
         time_ms[u, k, int(i)] = float(row["time_ms_mean"])
-        feed_ms[u, k, int(i)] = float(row.get("transfer_ms_mean", 0.0) or 0.0)
+        feed = float(row.get("transfer_ms_mean", 0.0))
+        feed_ms[u, k, int(i)] = 0.0 if math.isnan(feed) else feed  # blank: 0, as predict
         if energy is not None:
             energy[u, k, int(i)] = float(row["energy_mj"])
         if dyn is not None:
@@ -169,7 +183,7 @@ def from_frames(layers: pd.DataFrame, board: Board, transfers: pd.DataFrame | No
         dom = board.dvfs_domain(u.letter)
         freq_khz[dom.letter] = {i + 1: f for i, f in enumerate(dom.freqs_khz)}
     return CostTables(units, lvls, time_ms, feed_ms, energy, dyn, tr_ms, tr_mj, delay_ms,
-                      idle_power_w, freq_khz, model, board.name, list(sources), fixed)
+                      idle_power_w, freq_khz, model, board.name, [*sources, *notes], fixed)
 
 
 def _idle_from_sweep(meta: dict[str, Any]) -> float | None:

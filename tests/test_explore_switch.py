@@ -200,3 +200,21 @@ def test_the_frame_to_frame_transition_is_proven_by_start_levels(bound, levels, 
         r = search_switch(t, bound, "energy", cycle_limit=0)  # start levels not tried
         assert not r.optimal and "NOT proven optimal" in r.proof()
         assert r.best.energy_mj >= energy - 1e-9
+
+
+def test_imported_table_with_host_levels_and_blank_feeds() -> None:
+    """An imported (ARM-CO-UP-like) table: G timed at every level of its host too, no
+    feed times. G keeps its rows at the host's top level; blank feeds count 0."""
+    rows = []
+    for host, ms in ((1, 30.0), (8, 10.0)):
+        rows += [{"processor": "G", "freq_level": 5, "host_level": host, "layer": i,
+                  "time_ms_mean": ms, "transfer_ms_mean": float("nan"), "energy_mj": ms}
+                 for i in range(2)]
+    rows += [{"processor": "B", "freq_level": 8, "host_level": float("nan"), "layer": i,
+              "time_ms_mean": 12.0, "transfer_ms_mean": float("nan"), "energy_mj": 20.0}
+             for i in range(2)]
+    t = from_frames(pd.DataFrame(rows), load_board("rk3399pro"), None, None, None)
+    assert "G: rows at host level 8 only" in t.sources
+    r = search_switch(t, None, "latency")
+    assert order_string(t, r.best.candidate) == "G2" and r.best.latency_ms == 20.0
+    assert r.best.missing == ()
