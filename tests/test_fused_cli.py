@@ -15,8 +15,9 @@ import pytest
 from profiler.tables import read_tables, render_text
 
 COUPPROF = str(Path(sys.executable).with_name("coupprof"))
-# A few rounds only: these tests check the plumbing; tests/test_fused.py checks the figures.
-FAST = ["--min-rounds", "3", "--max-rounds", "3", "--budget-s", "30"]
+# A few rounds only (5: the 20 % trim drops one at each end): these tests check the
+# plumbing; tests/test_fused.py checks the figures.
+FAST = ["--min-rounds", "5", "--max-rounds", "5", "--budget-s", "30"]
 
 
 def cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
@@ -54,7 +55,7 @@ def test_g_defaults_to_fused_with_fixed_row_and_intervals(g_run: Path) -> None:
     meta = json.loads((g_run / "g.json").read_text())
     assert meta["method"] == "fused"
     f = meta["fused"]
-    assert f["rounds"] == 3 and f["settings"]["budget_s"] == 30
+    assert f["rounds"] == 5 and f["settings"]["budget_s"] == 30
     assert f["fixed_ms"] + f["layer_sum_ms"] == pytest.approx(f["whole_ms"])
     assert meta["units"]["time_ms_fused_ci95"].startswith("ms")
 
@@ -85,7 +86,7 @@ def test_sweep_mixes_sliced_cpu_and_fused_g(tmp_path: Path) -> None:
     assert df[df.processor == "G"].time_ms_fused.notna().all()
     meta = json.loads((tmp_path / "sw" / "sweep.json").read_text())
     g = next(v for k, v in meta["pairs"].items() if k.startswith("G"))
-    assert g["fused"]["rounds"] == 3 and g["fused"]["fixed_ms"] > 0.9
+    assert g["fused"]["rounds"] == 5 and g["fused"]["fixed_ms"] > 0.9
     assert "fused" not in next(v for k, v in meta["pairs"].items() if k.startswith("B"))
     assert "fused" in r.stdout and "sliced" in r.stdout
 
