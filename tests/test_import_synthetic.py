@@ -18,7 +18,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from profiler.recordings.align import align, segments
+from profiler.recordings.align import Segments, align, segments
 from profiler.recordings.attribute import armcoup_method, coupprof_method
 from profiler.recordings.ina260 import SimulatedRun, simulate_run
 from profiler.recordings.layout import RunLayout, Setting
@@ -89,10 +89,12 @@ def test_previous_frequency_frame_is_flagged(tmp_path: Path) -> None:
     assert "previous frequency" in " ".join(ours.notes)
 
 
-def _inject(rec: Recording, lay: RunLayout, kind: str, s: int, f: int, k: int) -> Recording:
+def _inject(rec: Recording, lay: RunLayout, kind: str, s: int, f: int, k: int,
+            segs: Segments | None = None) -> Recording:
     """A copy of `rec` with one edge deleted (the gap before layer k vanishes) or one
-    1-reading spurious pulse in the middle of layer k's window."""
-    segs = segments(rec)
+    1-reading spurious pulse in the middle of layer k's window (of `segs`, the clean
+    recording's segments, when faults are added one after another)."""
+    segs = segments(rec) if segs is None else segs
     out = copy.deepcopy(rec)
     if kind == "missed":
         i = s * lay.per_setting + f * lay.per_frame + 2 * k
@@ -292,3 +294,26 @@ def test_tables_import_feeds_predict(tmp_path: Path) -> None:
     # B layer 0 at its top level 8 (10/8 ms) + hand-over B->L (2 ms) + L layers 1 and 2 at
     # their top level 6 ((30 + 8)/6 ms)
     assert f"latency {10 / 8 + 2 + 38 / 6:.3f} ms" in r.stdout
+
+
+@pytest.mark.parametrize("console", [False, True])
+def test_several_faults_at_random_flag_exactly_their_frames(console: bool, tmp_path: Path) -> None:
+    """Three faults per recording, anywhere (warm-up frames, the last frame, two in one
+    setting, a pair that cancels out in the count), over several recordings."""
+    rng = np.random.default_rng(11)
+    for seed in (21, 22, 23, 24):
+        run, rec = make_run(seed, tmp_path)
+        lay = run.layout
+        segs = segments(rec)
+        bad, where = rec, set()
+        while len(where) < 3:
+            s, f = int(rng.integers(len(lay.settings))), int(rng.integers(lay.runs))
+            kind = str(rng.choice(["missed", "spurious"]))
+            k = int(rng.integers(1 if kind == "missed" else 0, LAYER_MS.size))
+            i = s * lay.per_setting + f * lay.per_frame + 2 * k + 1
+            if (s, f) in where or kind == "spurious" and segs.stop[i] - segs.start[i] < 3:
+                continue  # one fault per frame; a pulse needs a reading either side
+            where.add((s, f))
+            bad = _inject(bad, lay, kind, s, f, k, segs)
+        al = align(bad, lay, run.console_ms if console else None)
+        assert al.flagged == sorted(where), (seed, al.flagged, sorted(where))

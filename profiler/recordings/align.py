@@ -7,23 +7,24 @@ the idle and active levels, so a fault changes the count by an even number:
 - a **spurious** pulse splits one window into three segments (3 observed -> 1 expected);
 - a **missed** edge merges three windows into one segment (1 observed -> 3 expected).
 
-A banded dynamic programme finds the cheapest path through (expected, observed) with
-one-to-one matches costing the duration mismatch ``(ln((d+2)/(e+2)) / 0.3)^2``
-(capped), and each fault a fixed penalty on top of the merged durations' mismatch.
-Durations are scored against, in order of preference: the console log's layer times,
-then the medians of the same window over the setting's frames from a first pass. The
-first pass knows no durations; it puts faults where a segment differs most from the
-same segment one and two frames away (a merged or split segment does), so medians are
-taken from a path that is right almost everywhere.
+A banded dynamic programme finds the cheapest path through (expected, observed): a
+one-to-one match costs the duration mismatch ``(ln((d+2)/(e+2)) / 0.3)^2`` (capped at
+CAP), a fault FAULT on top of the merged durations' mismatch, an expected window past
+the end of the recording or a segment after the run SKIP. Durations are scored against
+the console log's layer times where given and, for the other windows, the median of the
+same window over its setting's frames on the previous pass's path (three passes). The
+first path, when no console log is given, comes from counting (`_initial_path`): each
+setting between its closing segments, with the frame offsets that make durations most
+alike across frames and the setting's profile most like the fault-free settings'.
 
 Windows in a fault are set aside; their frames are flagged. All other windows keep
 the segment they had in a clean recording: one fault never shifts later layers.
-A recording that ends early leaves the rest uncovered; observed segments after the
-last expected one are ignored.
+A recording that ends early leaves the rest uncovered.
 """
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -36,7 +37,7 @@ from profiler.recordings.traces import Recording
 DELTA_MS = 2.0  # about one reading: short windows are not over-penalised
 SIGMA = 0.3  # natural spread of a window's duration (ln units)
 CAP = 16.0  # one badly matched window costs at most this
-FAULT = 80.0  # a spurious pulse or a missed edge: dearer than a few badly matched windows
+FAULT = 30.0  # a spurious pulse or a missed edge: dearer than a few badly matched windows
 SKIP = FAULT / 2  # an expected window past the end of the recording, or a segment after the run
 
 OK, SPURIOUS, MISSED, UNCOVERED = "ok", "spurious", "missed", "uncovered"
@@ -138,47 +139,111 @@ def _anchors(layout: RunLayout, d: np.ndarray, active: np.ndarray) -> list[int]:
     return out
 
 
+#: What a fault must explain, in summed per-window variance of ln(duration) across a
+#: setting's measured frames, before the first pass believes it. On ARM-CO-UP's clean
+#: traces leaving out the two best-chosen frames gains at most 1.13; a real shift, more.
+CHANGE_PENALTY = 1.0
+
+
+def _frame_values(logd: np.ndarray, lo: int, hi: int, runs: int, pf: int,
+                  off: np.ndarray) -> np.ndarray:
+    """(frames, windows per frame) ln durations when frame f's windows are the observed
+    segments counted from ``lo`` shifted by ``off[f]`` (NaN: frame left out)."""
+    i = np.arange(runs * pf).reshape(runs, pf)
+    j = lo + i + np.nan_to_num(off, nan=0).astype(int)[:, None]
+    ok = (j >= lo) & (j <= hi) & ~np.isnan(off)[:, None]
+    return np.where(ok, logd[np.clip(j, 0, logd.size - 1)], np.nan)
+
+
+def _spread(vals: np.ndarray) -> float:
+    """Summed variance of each window's ln duration across the frames."""
+    n = np.sum(~np.isnan(vals), axis=0)
+    with warnings.catch_warnings():  # all-NaN windows (frames left out) are expected
+        warnings.simplefilter("ignore", RuntimeWarning)
+        var = np.nanvar(vals, axis=0)
+    return float(np.nansum(np.where(n > 1, var * n, 0.0)))
+
+
+def _profile(vals: np.ndarray) -> np.ndarray:
+    """Each window's median ln duration, centred separately over the idle-level (gap) and
+    active (layer) windows: gaps keep their length across levels, layers scale together."""
+    with warnings.catch_warnings():  # all-NaN windows (frames left out) are expected
+        warnings.simplefilter("ignore", RuntimeWarning)
+        p = np.nanmedian(vals, axis=0)
+        p[0::2] -= np.nanmean(p[0::2])
+        p[1::2] -= np.nanmean(p[1::2])
+    return p
+
+
 def _initial_path(layout: RunLayout, d: np.ndarray, active: np.ndarray) -> list[tuple[int, int, int]]:
-    """A first match with no durations known: each setting's segments are counted from
-    its start and from its end (the anchors); where the counts disagree (a fault inside),
-    the frame where counting switches from forward to backward is the one that makes each
-    window's duration most alike across the setting's frames."""
-    per, pf = layout.per_setting, layout.per_frame
+    """A first match with no durations known. Settings are delimited by their closing
+    segments (the anchors). Within one, the observed segments are counted from its start
+    with an offset per frame that changes at most twice (a fault in each changing frame,
+    that frame left out), the offsets ending at the count difference. The choice makes
+    each window's duration most alike across the setting's measured frames and the
+    setting's duration profile most like the fault-free settings' (a shift that is the same
+    in every frame of a setting shows only there), each change having to earn
+    CHANGE_PENALTY. Two faults that cancel out in the count are found this way too."""
+    per, pf, runs = layout.per_setting, layout.per_frame, layout.runs
     logd = np.log(d + DELTA_MS)
     bounds = [-1, *_anchors(layout, d, active)]
-    steps: list[tuple[int, int, int]] = []
+    # Warm-up frames are the irregular ones: they follow the path but are not scored.
+    scored = np.arange(runs) >= (layout.warmup if runs - layout.warmup > 2 else 0)
+    chunks = []
     for s in range(len(bounds)):
         lo = bounds[s] + 1
         hi = bounds[s + 1] if s + 1 < len(bounds) else None  # inclusive
-        e0 = s * per
-        n_exp = per if s + 1 < len(bounds) else layout.total - e0
+        n_exp = per if s + 1 < len(bounds) else layout.total - s * per
         if hi is None:  # the last setting ends with the recording, unless that was cut
             hi = d.size - 1
             if abs(hi - lo + 1 - n_exp) > 4:
                 hi = min(d.size - 1, lo + n_exp - 1)
-        n_obs = hi - lo + 1
-        if n_obs == n_exp:
-            steps += [(e0 + i, lo + i, 0) for i in range(min(n_obs, n_exp))]
+        chunks.append((s * per, lo, hi, n_exp, (hi - lo + 1) - n_exp))
+    clean = [_profile(_frame_values(logd, lo, hi, runs, pf, np.where(scored, 0.0, np.nan)))
+             for _, lo, hi, n_exp, delta in chunks if delta == 0 and n_exp == per]
+    with warnings.catch_warnings():  # all-NaN windows (frames left out) are expected
+        warnings.simplefilter("ignore", RuntimeWarning)
+        ref = np.nanmedian(np.array(clean), axis=0) if clean else None
+
+    def score(lo: int, hi: int, off: np.ndarray) -> float:
+        vals = _frame_values(logd, lo, hi, runs, pf, np.where(scored, off, np.nan))
+        out = _spread(vals)
+        if ref is not None:
+            out += float(np.nansum((_profile(vals) - ref) ** 2))
+        return out
+
+    steps: list[tuple[int, int, int]] = []
+    for e0, lo, hi, n_exp, delta in chunks:
+        if n_exp < per or abs(delta) > 4:  # cut short, or too broken: count from the start
+            steps += [(e0 + i, lo + i, 0) for i in range(min(hi - lo + 1, n_exp))]
             continue
-        best, best_x = np.inf, 0
-        for x in range(0, layout.runs + 1):
-            cut = x * pf
-            js = np.array([lo + i if i < cut else hi - (n_exp - 1 - i) for i in range(n_exp)])
-            ok = (js >= lo) & (js <= hi)
-            roles = np.arange(n_exp) % pf
-            frames = np.arange(n_exp) // pf
-            keep = ok & (frames < layout.runs)
-            score = 0.0
-            for r in range(pf):
-                v = logd[js[keep & (roles == r)]]
-                if v.size > 1:
-                    score += float(np.var(v)) * v.size
-            if score < best:
-                best, best_x = score, x
-        cut = best_x * pf
+        cands: list[tuple[float, np.ndarray]] = []
+        if delta == 0:
+            cands.append((0.0, np.zeros(runs)))
+        else:
+            cands.append((CHANGE_PENALTY, np.zeros(runs)))  # the fault after the last frame
+        frames = np.arange(runs)
+        for x in range(runs):
+            if delta != 0:
+                off = np.where(frames < x, 0.0, float(delta))
+                off[x] = np.nan
+                cands.append((CHANGE_PENALTY, off))
+            for x2 in range(x + 1, runs):
+                for mid in (-4, -2, 2, 4):
+                    if mid == delta or abs(mid - delta) > 4:
+                        continue
+                    off = np.where(frames < x, 0.0, np.where(frames < x2, float(mid), float(delta)))
+                    off[x], off[x2] = np.nan, np.nan
+                    cands.append((2 * CHANGE_PENALTY, off))
+        best = min(range(len(cands)), key=lambda k: cands[k][0] + score(lo, hi, cands[k][1]))
+        off = cands[best][1]
         for i in range(n_exp):
-            j = lo + i if i < cut else hi - (n_exp - 1 - i)
-            if lo <= j <= hi and not (cut - pf <= i < cut + pf and n_obs != n_exp):
+            f = i // pf
+            o = float(delta) if f >= runs else off[f]
+            if np.isnan(o):
+                continue
+            j = lo + i + int(o)
+            if lo <= j <= hi:
                 steps.append((e0 + i, j, 0))
     return steps
 
