@@ -84,8 +84,10 @@ def register(subparsers: Any) -> None:
     lay.add_argument("--model", default=None, help="model name (default: from power_MODEL_ORDER.csv)")
     lay.add_argument("--order", default=None, metavar="LETTERS",
                      help="processor per layer, e.g. BBBBBBBBBBBBBB (default: from the file name)")
-    lay.add_argument("--frames", type=positive_int, default=10, help="measured frames (default: 10)")
-    lay.add_argument("--warmup", type=nonneg_int, default=3, help="warm-up frames (default: 3)")
+    lay.add_argument("--frames", type=positive_int, default=10, metavar="N",
+                     help="measured frames per setting (default: 10)")
+    lay.add_argument("--warmup", type=nonneg_int, default=3, metavar="N",
+                     help="warm-up frames before them (default: 3)")
     lay.add_argument("--levels", type=_levels, default=None, metavar="SPEC",
                      help="the settings' 1-based levels in recorded order, e.g. 1-8 (default: "
                      "every level of the first layer's processor, or its host's for N)")
@@ -105,14 +107,20 @@ def register(subparsers: Any) -> None:
     att.add_argument("--published", type=Path, default=None, metavar="LAYERS_CSV",
                      help="ARM-CO-UP's Layers.csv: the comparison gains their published Power")
     csvg = p.add_argument_group("generic CSV columns and units")
-    csvg.add_argument("--time-col", default=None)
-    csvg.add_argument("--time-unit", default="ms", choices=("s", "ms", "us", "ns"))
-    csvg.add_argument("--power-col", default=None)
-    csvg.add_argument("--power-unit", default="mW", choices=("W", "mW", "uW"))
-    csvg.add_argument("--current-col", default=None)
-    csvg.add_argument("--current-unit", default="A", choices=("A", "mA", "uA"))
-    csvg.add_argument("--voltage-col", default=None)
-    csvg.add_argument("--voltage-unit", default="V", choices=("V", "mV"))
+    csvg.add_argument("--time-col", default=None, metavar="NAME", help="time column")
+    csvg.add_argument("--time-unit", default="ms", choices=("s", "ms", "us", "ns"),
+                      help="unit of the time column (default: ms)")
+    csvg.add_argument("--power-col", default=None, metavar="NAME",
+                      help="power column (or give --current-col and a voltage)")
+    csvg.add_argument("--power-unit", default="mW", choices=("W", "mW", "uW"),
+                      help="unit of the power column (default: mW)")
+    csvg.add_argument("--current-col", default=None, metavar="NAME", help="current column")
+    csvg.add_argument("--current-unit", default="A", choices=("A", "mA", "uA"),
+                      help="unit of the current column (default: A)")
+    csvg.add_argument("--voltage-col", default=None, metavar="NAME",
+                      help="bus voltage column (power = current x voltage)")
+    csvg.add_argument("--voltage-unit", default="V", choices=("V", "mV"),
+                      help="unit of the voltage column (default: V)")
     csvg.add_argument("--voltage-v", type=float, default=None, metavar="VOLTS",
                       help="a fixed supply voltage instead of --voltage-col")
     csvg.add_argument("--marker-col", action="append", default=[], metavar="NAME",
