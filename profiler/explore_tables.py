@@ -23,6 +23,7 @@ import numpy as np
 import pandas as pd
 
 from profiler.boards.model import PROCESSOR_LETTERS, Board
+from profiler.csvfile import read_table_csv
 from profiler.errors import BadInputError
 from profiler.explore_space import CostTables, Unit
 
@@ -33,20 +34,9 @@ def read_delay_csvs(paths: Sequence[str | Path]) -> pd.DataFrame:
     """`coupprof dvfs-latency` CSVs, concatenated (processor, from_level, to_level, delay_us)."""
     frames = []
     for raw in paths:
-        p = Path(raw)
-        if not p.is_file():
-            raise BadInputError(f"DVFS delay table not found: {p}",
-                                "pass CSVs written by `coupprof dvfs-latency --csv`")
-        try:
-            df = pd.read_csv(p)
-        except (ValueError, OSError) as err:
-            raise BadInputError(f"cannot read DVFS delay table {p}: {err}") from None
-        need = {"processor", "from_level", "to_level", "delay_us"}
-        if not need <= set(df.columns):
-            raise BadInputError(f"{p} is not a dvfs-latency CSV (needs columns "
-                                f"{', '.join(sorted(need))})",
-                                "pass CSVs written by `coupprof dvfs-latency --csv`")
-        frames.append(df)
+        frames.append(read_table_csv(raw, "DVFS delay table",
+                                     ("processor", "from_level", "to_level", "delay_us"),
+                                     "pass CSVs written by `coupprof dvfs-latency --csv`"))
     if not frames:
         return pd.DataFrame(columns=["processor", "from_level", "to_level", "delay_us"])
     return pd.concat(frames, ignore_index=True)

@@ -57,6 +57,7 @@ import pandas as pd
 
 from profiler.boards.model import Board
 from profiler.clock import Clock, perf_clock
+from profiler.csvfile import read_table_csv
 from profiler.errors import BadInputError
 from profiler.executors.base import Executor, MakeExecutor, SubModel
 from profiler.executors.factory import make_executor
@@ -412,19 +413,8 @@ def write_transfer_csv(matrix: TransferMatrix, csv_path: str | Path,
 
 def read_transfer_csv(path: str | Path) -> pd.DataFrame:
     """A transfer table written by `coupprof transfer-matrix` (or compatible)."""
-    p = Path(path)
-    if not p.is_file():
-        raise BadInputError(f"transfer table not found: {p}",
-                            "pass the CSV written by `coupprof transfer-matrix`")
-    try:
-        df = pd.read_csv(p)
-    except (ValueError, OSError) as err:
-        raise BadInputError(f"cannot read transfer table {p}: {err}") from None
-    need = {"boundary", "src", "dst", "time_ms_mean"}
-    if not need <= set(df.columns):
-        raise BadInputError(f"{p} is not a transfer table (needs columns "
-                            f"{', '.join(sorted(need))})",
-                            "pass the CSV written by `coupprof transfer-matrix`")
+    df = read_table_csv(path, "transfer table", ("boundary", "src", "dst", "time_ms_mean"),
+                        "pass the CSV written by `coupprof transfer-matrix`")
     df["src"] = df["src"].astype(str).str.upper()
     df["dst"] = df["dst"].astype(str).str.upper()
     return df
