@@ -202,7 +202,7 @@ def describe(r: SoakResult) -> list[str]:
         lines.append(f"  {what}: peak RSS {run.peak_rss_mb:.1f} MB (whole process), wall "
                      f"{run.wall_s:.0f} s, CPU {run.cpu_s:.0f} s")
         for name, ps in run.phases.items():
-            if ps.wall_s <= 0 and ps.peak_rss_mb <= 0:
+            if ps.peak_rss_mb <= 0:
                 continue  # a phase the child never reached (a re-export has no capture)
             lines.append(f"    {name:8s} peak RSS {ps.peak_rss_mb:7.1f} MB (anon "
                          f"{ps.peak_rss_anon_mb:.1f}, file {ps.peak_rss_file_mb:.1f}), "
