@@ -12,8 +12,8 @@ One measurement, end to end:
   ``attribution`` to integrate each window (matched to the logger's edges).
 - ``tables`` turns layer timings and attributed energy into rows (CSV + JSON
   sidecar); ``plots``, ``report`` and the notebooks read those.
-- ``cli`` only parses, calls the above and renders; ``cli.plumbing`` and
-  ``cli.options`` hold what several commands share.
+- ``cli`` only parses, calls the above and renders; ``cli_plumbing`` and
+  ``cli_options`` hold what several commands share.
 """
 
 __version__ = "0.1.0"

@@ -37,8 +37,8 @@ from profiler.boards.hostprobe import probe_host
 from profiler.boards.model import Board
 from profiler.boards.profiles import detect_board, read_model_string, select_board
 from profiler.cli import command_help
-from profiler.cli.options import add_board_args, stdout_console
-from profiler.cli.plumbing import sysfs_root
+from profiler.cli_options import add_board_args, stdout_console
+from profiler.cli_plumbing import sysfs_root
 from profiler.errors import BadInputError, ProfilerError
 
 

@@ -33,8 +33,8 @@ from governors.latency import (
 from governors.sim import SimGovernor, SimTree
 from profiler.boards.profiles import select_board
 from profiler.cli import command_help
-from profiler.cli.options import add_board_args, stdout_console
-from profiler.cli.plumbing import say, sysfs_root
+from profiler.cli_options import add_board_args, stdout_console
+from profiler.cli_plumbing import say, sysfs_root
 from profiler.errors import BadInputError
 
 SIDECAR_FORMAT = "coupprof-dvfs-latency/1"

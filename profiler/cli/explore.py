@@ -23,8 +23,8 @@ from rich import box
 from rich.table import Table
 
 from profiler.cli import command_help
-from profiler.cli.options import add_board_args, positive_float, positive_int, stdout_console
-from profiler.cli.plumbing import say
+from profiler.cli_options import add_board_args, positive_float, positive_int, stdout_console
+from profiler.cli_plumbing import say
 
 SIDECAR_FORMAT = "coupprof-explore/1"
 

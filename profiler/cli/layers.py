@@ -17,7 +17,7 @@ from typing import Any
 
 from profiler.boards.host import format_cpu_list
 from profiler.cli import command_help
-from profiler.cli.options import (
+from profiler.cli_options import (
     add_board_args,
     add_method_options,
     add_model_options,
@@ -26,7 +26,7 @@ from profiler.cli.options import (
     positive_int,
     stdout_console,
 )
-from profiler.cli.plumbing import (
+from profiler.cli_plumbing import (
     choose_board,
     fused_settings,
     load_model,
@@ -36,7 +36,7 @@ from profiler.cli.plumbing import (
     say,
     sysfs_root,
 )
-from profiler.cli.progress import step, task_progress
+from profiler.cli_progress import step, task_progress
 from profiler.errors import ProfilerError
 from profiler.results import LayerInfo, LayerRun, RunInfo, environment
 from profiler.tflite.model_io import sha256_bytes

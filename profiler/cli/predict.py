@@ -18,7 +18,7 @@ from rich import box
 from rich.table import Table
 
 from profiler.cli import command_help
-from profiler.cli.options import add_board_args, stdout_console
+from profiler.cli_options import add_board_args, stdout_console
 
 
 def register(subparsers: Any) -> None:
@@ -62,7 +62,7 @@ def run(args: argparse.Namespace) -> int:
     n_layers = int(costs.table["layer"].max()) + 1
     board = None
     if args.freq:
-        from profiler.cli.plumbing import choose_board
+        from profiler.cli_plumbing import choose_board
 
         letters = [c for c in args.order.upper() if c.isalpha()]
         board = choose_board(args, letters)

@@ -27,13 +27,13 @@ from rich import box
 from rich.table import Table
 
 from profiler.cli import command_help
-from profiler.cli.options import (
+from profiler.cli_options import (
     add_multi_processor_options,
     nonneg_int,
     positive_int,
     stdout_console,
 )
-from profiler.cli.plumbing import (
+from profiler.cli_plumbing import (
     apply_setup_levels,
     choose_board,
     governors_for,
@@ -42,7 +42,7 @@ from profiler.cli.plumbing import (
     say,
     sysfs_root,
 )
-from profiler.cli.progress import task_progress
+from profiler.cli_progress import task_progress
 
 SIDECAR_FORMAT = "coupprof-run/1"
 

@@ -20,7 +20,7 @@ from rich import box
 from rich.table import Table
 
 from profiler.cli import command_help
-from profiler.cli.options import (
+from profiler.cli_options import (
     add_board_args,
     add_method_options,
     add_model_options,
@@ -29,8 +29,8 @@ from profiler.cli.options import (
     positive_int,
     stdout_console,
 )
-from profiler.cli.plumbing import fused_settings, open_power, say, sysfs_root
-from profiler.cli.progress import Throttle, new_bar
+from profiler.cli_plumbing import fused_settings, open_power, say, sysfs_root
+from profiler.cli_progress import Throttle, new_bar
 from profiler.sweep import PairResult, SweepProgress, SweepResult
 from profiler.sweep_plan import Pair
 

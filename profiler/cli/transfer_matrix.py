@@ -23,13 +23,13 @@ from rich import box
 from rich.table import Table
 
 from profiler.cli import command_help
-from profiler.cli.options import (
+from profiler.cli_options import (
     add_multi_processor_options,
     nonneg_int,
     positive_int,
     stdout_console,
 )
-from profiler.cli.plumbing import (
+from profiler.cli_plumbing import (
     apply_setup_levels,
     choose_board,
     governors_for,
@@ -39,7 +39,7 @@ from profiler.cli.plumbing import (
     say,
     sysfs_root,
 )
-from profiler.cli.progress import step, task_progress
+from profiler.cli_progress import step, task_progress
 from profiler.errors import BadInputError
 
 

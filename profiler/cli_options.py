@@ -1,5 +1,5 @@
 """Argument types and option groups shared by several subcommands (no command owns
-this module); what they do once parsed is in `profiler.cli.plumbing`."""
+this module); what they do once parsed is in `profiler.cli_plumbing`."""
 
 from __future__ import annotations
 

@@ -1,8 +1,8 @@
 """What the commands share once their options are parsed: messages, the board, the
 model, governors and power. No command owns this module; each calls it and renders.
 
-Option groups and argument types live in `profiler.cli.options`, progress bars in
-`profiler.cli.progress`.
+Option groups and argument types live in `profiler.cli_options`, progress bars in
+`profiler.cli_progress`.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from profiler.errors import BadInputError, BoardError
 
 if TYPE_CHECKING:
     from governors import Governor
-    from profiler.cli.progress import TaskProgress
+    from profiler.cli_progress import TaskProgress
     from profiler.fused import FusedSettings
     from profiler.mapping import FreqPlan
     from profiler.markers.base import Marker
@@ -129,7 +129,7 @@ def load_model(args: argparse.Namespace, bar: TaskProgress | None,
                ) -> tuple[Path, bytes, SlicedModel]:
     """(path, bytes, sliced model) for --model (or the bundled default), --granularity
     and --cuts. Sets ``args.model`` to the path used."""
-    from profiler.cli.progress import step
+    from profiler.cli_progress import step
     from profiler.slicing.slicer import slice_model
     from profiler.tflite.model_io import read_model_bytes
 
