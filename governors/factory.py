@@ -8,11 +8,11 @@ from governors.base import Governor
 from governors.cpufreq import CpufreqGovernor
 from governors.devfreq import DevfreqGovernor
 from governors.none import NoneGovernor
-from governors.sim import SimGovernor, SimTree
 from governors.sysfs_io import SysfsIO, sysfs_root_from_env
 from governors.vendor import KgslGovernor, MpgpuGovernor
 from profiler.boards.model import Board, ProcessorSpec
 from profiler.errors import BoardError, PermissionDeniedError
+from profiler.sim.governor import SimGovernor, SimTree
 
 KINDS: dict[str, type[Governor]] = {
     "cpufreq": CpufreqGovernor,

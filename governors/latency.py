@@ -27,10 +27,10 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
-from governors import sim_model
 from governors.base import Governor, freq_matches
-from governors.sim import SimGovernor
 from profiler.boards.model import ProcessorSpec
+from profiler.sim import model as sim_model
+from profiler.sim.governor import SimGovernor
 
 CONFIRM = 3  # consecutive chunks at the new speed that confirm a change
 TIMEOUT_S = 0.1  # Table 10's longest delay is 4.5 ms; give up well after that

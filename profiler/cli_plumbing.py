@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from profiler.markers.base import Marker
     from profiler.power.session import PowerSession
     from profiler.power.sources.base import PowerSource
-    from profiler.simboard import SimPowerModel
+    from profiler.sim.power import SimPowerModel
     from profiler.slicing.specs import SlicedModel
 
 
@@ -167,7 +167,7 @@ def open_source(args: argparse.Namespace, board: Board, trace_dir: Path | None =
         if not board.simulated:
             raise BoardError(f"--power sim needs the simulated board, not '{board.name}'",
                              "use --board sim, or a real source such as arduino:PORT")
-        from profiler.simboard import SimPowerModel
+        from profiler.sim.power import SimPowerModel
 
         model = SimPowerModel(board)
         extra["sim_power_model"] = model

@@ -108,7 +108,7 @@ def _power(job: MeasureJob, board: object, root: Path) -> tuple[object | None, o
     if spec.split(":")[0].lower() == "sim":
         if not simulated:
             raise BadInputError("--power sim needs the simulated board")
-        from profiler.simboard import SimPowerModel
+        from profiler.sim.power import SimPowerModel
 
         model = SimPowerModel(board)  # type: ignore[arg-type]
         extra["sim_power_model"] = model

@@ -35,7 +35,7 @@ Energy (only with a power source; the board's energy during one hand-over):
 
 Without a power source the ``energy_mj`` column is absent.
 
-`activity` (the simulated board's power model, `profiler.simboard.SimPowerModel`)
+`activity` (the simulated board's power model, `profiler.sim.power.SimPowerModel`)
 is told which processor works when: src from the producer's run through the read-out,
 dst while it writes the tensors into its input buffers.
 

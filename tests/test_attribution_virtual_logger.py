@@ -20,7 +20,7 @@ from profiler.markers import open_marker
 from profiler.power.clockmap import fit_clock_map
 from profiler.power.collector import Collector
 from profiler.power.host_trace import HostTrace
-from profiler.power.virtual_logger import VirtualLogger
+from profiler.sim.virtual_logger import VirtualLogger
 
 IDLE_W, RIPPLE_W, RIPPLE_HZ = 1.0, 0.2, 170.0
 

@@ -81,7 +81,7 @@ def test_doctor_names_unwritable_governor_files_and_the_fix():
 
 
 def test_doctor_reads_the_logger_identity_over_a_pty(tmp_path):
-    from profiler.power.virtual_logger import VirtualLogger
+    from profiler.sim.virtual_logger import VirtualLogger
 
     empty = tmp_path / "sys"
     empty.mkdir()

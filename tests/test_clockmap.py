@@ -13,7 +13,7 @@ import serial
 from profiler.errors import MarkerError
 from profiler.power import protocol as P
 from profiler.power.clockmap import ClockMap, fit_clock_map
-from profiler.power.virtual_logger import VirtualLogger
+from profiler.sim.virtual_logger import VirtualLogger
 
 
 def make_events(seed: int, n: int, drift_ppm: float, start_us: int, jitter_us: float):

@@ -24,7 +24,7 @@ from profiler.power import protocol as P
 from profiler.power.clockmap import fit_clock_map
 from profiler.power.collector import Collector
 from profiler.power.trace import DeviceTrace
-from profiler.power.virtual_logger import VirtualLogger
+from profiler.sim.virtual_logger import VirtualLogger
 
 
 def power_fn(t_s: np.ndarray, markers: np.ndarray) -> np.ndarray:

@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from profiler.power.virtual_logger import VirtualLogger
+from profiler.sim.virtual_logger import VirtualLogger
 
 COUPPROF = [sys.executable, "-m", "profiler"]
 

@@ -1,7 +1,7 @@
 """The fused method: prefix models, the interval maths, and per-layer truth on the
 simulated board (real LiteRT runs, the sim G's work model paces them).
 
-Ground truth on the simulated board is the work model itself (governors.sim_model),
+Ground truth on the simulated board is the work model itself (profiler.sim.model),
 computed here from each layer's operators, never from a measurement.
 """
 
@@ -10,7 +10,6 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from governors import sim_model
 from governors.factory import make_governor
 from profiler import zoo
 from profiler.boards.model import ProcessorSpec
@@ -20,6 +19,7 @@ from profiler.executors.factory import make_executor
 from profiler.fused import FusedProfiler, FusedSettings, layer_estimates, trimmed_estimate
 from profiler.runner import LayerRunner
 from profiler.runtime import make_interpreter
+from profiler.sim import model as sim_model
 from profiler.slicing.costs import model_work, op_macs, op_traffic_bytes
 from profiler.slicing.graph import ModelView
 from profiler.slicing.prefix import prefix_models

@@ -19,10 +19,10 @@ from governors.base import write_limits
 from governors.cpufreq import CpufreqGovernor
 from governors.devfreq import DevfreqGovernor
 from governors.none import NoneGovernor
-from governors.sim import SimGovernor, SimTree
 from governors.vendor import KgslGovernor, MpgpuGovernor
 from profiler.boards.profiles import load_board
 from profiler.errors import GovernorError, HardwareError, PermissionDeniedError
+from profiler.sim.governor import SimGovernor, SimTree
 
 B_POLICY = "devices/system/cpu/cpufreq/policy4"
 
@@ -415,7 +415,7 @@ class StepClock:
 
 
 def test_sim_governor_writes_a_real_tree_and_models_the_delay(tmp_path):
-    from governors import sim_model
+    from profiler.sim import model as sim_model
 
     board = load_board("sim")
     clock = StepClock()
@@ -452,7 +452,7 @@ def test_sim_governor_writes_a_real_tree_and_models_the_delay(tmp_path):
 
 
 def test_sim_models_follow_the_profile_formulas():
-    from governors import sim_model
+    from profiler.sim import model as sim_model
 
     board = load_board("sim")
     g = board.processor("G")

@@ -15,8 +15,8 @@ from fake_sysfs import DelayedCurFreq, build, snapshot
 
 from governors import RestoreGuard, make_governor, sim_model
 from governors.latency import LatencyPlan, SimBusyLoop, VirtualClock, measure, summary
-from governors.sim import SimTree
 from profiler.boards.profiles import load_board
+from profiler.sim.governor import SimTree
 
 REPO = Path(__file__).resolve().parent.parent
 COUPPROF = [sys.executable, "-m", "profiler"]

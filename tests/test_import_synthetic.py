@@ -1,6 +1,6 @@
 """`coupprof import` on recordings made here with known truth (no outside data needed).
 
-The simulated INA260 logger (profiler/recordings/ina260.py) samples a piecewise-constant
+The simulated INA260 logger (profiler/sim/ina260.py) samples a piecewise-constant
 true power like ARM-CO-UP's Arduino: ~2.7 ms sensor updates, 10 mW steps, readings 1-3 ms
 apart, pin 0 while a layer runs. Truth per layer is computed from the true windows.
 """
@@ -20,9 +20,9 @@ import pytest
 
 from profiler.recordings.align import Segments, align, segments
 from profiler.recordings.attribute import armcoup_method, coupprof_method
-from profiler.recordings.ina260 import SimulatedRun, simulate_run
 from profiler.recordings.layout import RunLayout, Setting
 from profiler.recordings.traces import CsvSpec, Recording, read_armcoup_log, read_csv_trace
+from profiler.sim.ina260 import SimulatedRun, simulate_run
 
 COUPPROF = str(Path(sys.executable).with_name("coupprof"))
 LAYER_MS = np.array([12.0, 30.0, 8.0, 45.0, 20.0, 15.0, 25.0, 10.0])

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from profiler.power.virtual_logger import VirtualLogger
+from profiler.sim.virtual_logger import VirtualLogger
 
 COUPPROF = [sys.executable, "-m", "profiler"]
 

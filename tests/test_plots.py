@@ -18,7 +18,6 @@ from cli_runs import layers_while_collecting
 from matplotlib.container import BarContainer
 from test_sweep_fakehost import B_FREQS_KHZ, L_FREQS_KHZ, build_fake_host
 
-from governors import sim_model
 from profiler.boards.profiles import load_board
 from profiler.errors import BadInputError
 from profiler.plots import (
@@ -30,6 +29,7 @@ from profiler.plots import (
 )
 from profiler.power.clockmap import ClockMap
 from profiler.power.trace import DeviceTrace
+from profiler.sim import model as sim_model
 
 COUPPROF = str(Path(sys.executable).with_name("coupprof"))
 

@@ -29,8 +29,8 @@ from profiler.markers import SimMarker
 from profiler.power.session import MarkerHooks, PowerResult, PowerSession
 from profiler.power.sources.arduino import ArduinoSource
 from profiler.power.trace import DeviceTrace
-from profiler.power.virtual_logger import VirtualLogger
 from profiler.runner import LayerHooks, LayerRunner
+from profiler.sim.virtual_logger import VirtualLogger
 from profiler.slicing.slicer import slice_model
 from profiler.zoo import default_model_path
 

@@ -26,7 +26,7 @@ from profiler.power.session import PowerSession
 from profiler.power.sources import SourceHardware, open_power_source
 from profiler.predict import measure_costs, predict
 from profiler.results import TRANSFER_START
-from profiler.simboard import SimPowerModel
+from profiler.sim.power import SimPowerModel
 from profiler.slicing.slicer import slice_model
 from profiler.transfer import measure_transfer_matrix
 from profiler.zoo import default_model_path

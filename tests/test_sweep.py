@@ -18,12 +18,12 @@ from fake_sysfs import snapshot
 from test_sweep_fakehost import B_FREQS_KHZ, L_FREQS_KHZ, build_fake_host
 
 import profiler.slicing.slicer as slicer_mod
-from governors import sim_model
 from profiler.boards.host import host_board
 from profiler.boards.profiles import load_board
 from profiler.errors import BadInputError, BoardError
 from profiler.executors.cpu import CpuExecutor
 from profiler.runner import LayerHooks
+from profiler.sim import model as sim_model
 from profiler.slicing.slicer import slice_model
 from profiler.sweep import Sweep, SweepSettings
 from profiler.sweep_plan import Pair, parse_freqs, parse_processors, plan_pairs

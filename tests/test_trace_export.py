@@ -29,7 +29,7 @@ from profiler.power.clockmap import fit_clock_map
 from profiler.power.collector import Collector
 from profiler.power.export import export, export_files, record_chunks
 from profiler.power.trace import SAMPLE_DTYPE, DeviceTrace
-from profiler.power.virtual_logger import VirtualLogger
+from profiler.sim.virtual_logger import VirtualLogger
 
 RATE_HZ = 4000
 

@@ -12,7 +12,7 @@ import pytest
 import serial
 
 from profiler.power import protocol as P
-from profiler.power.virtual_logger import VirtualLogger
+from profiler.sim.virtual_logger import VirtualLogger
 
 DEADLINE_S = 10.0  # generous: only guards against a hang, never asserted on
 

@@ -21,7 +21,7 @@ A profile looks like (every key is checked; an unknown key is an error):
     accelerator = "gpu"                   # LiteRT HardwareAccelerator, or absent
     delegate = "libvx_delegate.so"        # external delegate library, or absent
     notes = "..."
-    [processors.B.sim]                    # simulated boards only: see governors/sim_model.py
+    [processors.B.sim]                    # simulated boards only: see profiler/sim/model.py
 
 Errors name the file, the key and the problem (BoardError, exit code 2).
 """
@@ -263,7 +263,7 @@ def _sim_constants(c: _Checker, key: str, raw: Any, has_dvfs: bool, volts: list[
     c.number(s, key, "speed_at_max", 1e-4, 1.0)
     if "freq_sensitivity" in s:
         c.number(s, key, "freq_sensitivity", 0, 1)
-    # The work model (see governors.sim_model): MACs and bytes per us, overhead per call.
+    # The work model (see profiler.sim.model): MACs and bytes per us, overhead per call.
     if "macs_per_us_at_max" in s:
         c.number(s, key, "macs_per_us_at_max", 1e-3, 1e9)
     for k, hi in (("bytes_per_us_at_max", 1e9), ("call_overhead_us", 1e7)):

@@ -146,7 +146,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _collect_virtual(args: argparse.Namespace, trace_dir: Path) -> int:
-    from profiler.power.virtual_logger import VirtualLogger
+    from profiler.sim.virtual_logger import VirtualLogger
 
     with VirtualLogger(_demo_power_w, rate_hz=10_000) as logger, \
          Collector(logger.port, baudrate=args.baud, out_dir=trace_dir, keep_raw=args.raw,

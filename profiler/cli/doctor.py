@@ -30,7 +30,6 @@ from rich import box
 from rich.table import Table
 
 from governors import make_governor
-from governors.sim import SimTree
 from profiler import __version__
 from profiler.boards.access import DEFAULT_GROUP, AccessPlan, plan_access
 from profiler.boards.hostprobe import probe_host
@@ -40,6 +39,7 @@ from profiler.cli import command_help
 from profiler.cli_options import add_board_args, stdout_console
 from profiler.cli_plumbing import sysfs_root
 from profiler.errors import BadInputError, ProfilerError
+from profiler.sim.governor import SimTree
 
 
 @dataclass(frozen=True)

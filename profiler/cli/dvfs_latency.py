@@ -30,12 +30,12 @@ from governors.latency import (
     pin_to_cores,
     summary,
 )
-from governors.sim import SimGovernor, SimTree
 from profiler.boards.profiles import select_board
 from profiler.cli import command_help
 from profiler.cli_options import add_board_args, stdout_console
 from profiler.cli_plumbing import say, sysfs_root
 from profiler.errors import BadInputError
+from profiler.sim.governor import SimGovernor, SimTree
 
 SIDECAR_FORMAT = "coupprof-dvfs-latency/1"
 CSV_COLUMNS = ("board", "processor", "method", "simulated", "from_level", "from_mhz",

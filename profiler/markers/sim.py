@@ -1,7 +1,7 @@
 """The `sim` marker: drives the marker inputs of a simulated logger.
 
 The sink is whatever plays the logger's pins: the Python virtual logger
-(`profiler.power.virtual_logger`, method ``set_markers(bits)``) or the simavr rig
+(`profiler.sim.virtual_logger`, method ``set_markers(bits)``) or the simavr rig
 running the real firmware (`profiler.power.rig`, which exposes the same method).
 Any object with ``set_markers(int)``, or a plain callable taking the bits, works.
 """

@@ -15,6 +15,6 @@ Where a sample enters and where it becomes a window:
   ``MarkerHooks``) and returns their ``profiler.attribution.Attribution``.
 - ``repeat``: per-call energy from a counter (repeat until it resolves).
 - ``export``: a capture to CSV or Parquet in chunks.
-- ``virtual_logger``, ``rig``: stand-ins for the Arduino (a Python logger on a pty;
-  the real firmware under simavr).
+- ``rig``: a stand-in for the Arduino (the real firmware under simavr); the other,
+  a Python logger on a pty, is the simulated board's (``profiler.sim.virtual_logger``).
 """

@@ -9,6 +9,8 @@
 - `attribute`: per-layer power by ARM-CO-UP's method and by coupprof's own;
 - `armcoup_tables`: ARM-CO-UP's derived ``Layers.csv`` / ``Transfers.csv`` as
   coupprof layer and transfer tables;
-- `ina260`: a simulated INA260-on-an-Arduino logger with known truth, for tests;
 - `output`: the layer, comparison and sidecar files `coupprof import` writes.
+
+A simulated INA260-on-an-Arduino logger like ARM-CO-UP's, with known truth, is the
+simulated board's (`profiler.sim.ina260`).
 """

@@ -1,6 +1,6 @@
 """`sim`: the simulated board's logger, a virtual logger speaking the firmware protocol on a pty.
 
-Only the sensor is modelled (`profiler.simboard.SimPowerModel` gives watts from the
+Only the sensor is modelled (`profiler.sim.power.SimPowerModel` gives watts from the
 marker state and the busy processor); everything after the pty is the real
 `arduino` path: collector, decoder, clock fit over the edges, attribution.
 """
@@ -13,7 +13,7 @@ from profiler.clock import Clock, perf_clock
 from profiler.errors import BadInputError
 from profiler.power.sources.arduino import ArduinoSource
 from profiler.power.sources.base import SourceInfo
-from profiler.power.virtual_logger import VirtualLogger
+from profiler.sim.virtual_logger import VirtualLogger
 
 #: The simulated logger's rate: an A0-style front end, fast enough for sub-ms layers.
 SIM_RATE_HZ = 20_000

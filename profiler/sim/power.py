@@ -44,9 +44,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from governors import sim_model
 from profiler.boards.model import Board
 from profiler.clock import Clock, perf_clock
+from profiler.sim import model as sim_model
 
 
 @dataclass(frozen=True)
@@ -160,7 +160,7 @@ class SimPowerModel:
 
     def _freq_reader(self, letter: str) -> Callable[[], int | None]:
         from governors.factory import make_governor
-        from governors.sim import SimGovernor
+        from profiler.sim.governor import SimGovernor
 
         proc = self.board.processor(letter)
         if not proc.has_dvfs:

@@ -21,13 +21,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from governors import sim_model
 from governors.base import Governor, SavedState
 from governors.cpufreq import CpufreqGovernor
 from governors.devfreq import DevfreqGovernor
 from governors.sysfs_io import SysfsIO
 from profiler.boards.model import Board, ProcessorSpec
 from profiler.errors import BoardError
+from profiler.sim import model as sim_model
 
 CPU_GOVERNORS = "userspace performance powersave ondemand schedutil"
 DEV_GOVERNORS = "userspace powersave performance simple_ondemand"

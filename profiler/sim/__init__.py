@@ -1,0 +1,19 @@
+"""The simulated board: every software path real, only the silicon modelled.
+
+One package holds everything that stands in for hardware on ``--board sim``
+(README.md beside this file says how the pieces fit and where each number comes from):
+
+- ``model``: the board's per-processor constants (from the profile's
+  ``[processors.X.sim]`` tables), layer speed, busy power, DVFS transition delay;
+- ``executor``: LiteRT on this machine's cores, each sub-model run paced to the
+  modelled processor's time at the frequency in effect;
+- ``governor``: a temporary sysfs tree the real cpufreq/devfreq governors write, and the
+  kernel's side of each write (the frequency in effect lags by the transition delay);
+- ``power``: the board's power over time (idle, static, the busy processors' dynamic
+  power) as the virtual logger samples it, and the ground truth of any window;
+- ``virtual_logger``: a Python logger that speaks the firmware's protocol over a pty;
+- ``ina260``: an INA260-on-an-Arduino text logger like ARM-CO-UP's, with known truth.
+
+Nothing here is imported by this ``__init__``: the governor factory imports
+``governor`` and the executor factory ``executor`` only when a board is simulated.
+"""
