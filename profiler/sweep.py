@@ -145,12 +145,12 @@ class Sweep:
 
     `power` (a `PowerSession`, opened and closed here) adds the energy columns: per pair
     the stream is started, the idle baseline measured, the frames run with its marker
-    hooks and the energy attributed; `sim_power` (the simulated board's `SimPowerModel`)
-    is told which processor is busy at which frequency. `hooks` are passed to every
-    runner too (tests watch the frequency in force);
+    hooks and the energy attributed (on the simulated board, the power source holds the
+    board's power model, which the simulated executor tells what each layer draws).
+    `hooks` are passed to every runner too (tests watch the frequency in force);
     `executor_factory(proc, threads)` returns an executor context manager (default:
     `profiler.executors.factory.make_executor`: CPU sets, accelerators, delegates, and the
-    simulated board's stretched processors); `sliced` skips slicing when given.
+    simulated board's paced processors); `sliced` skips slicing when given.
     """
 
     def __init__(
@@ -168,7 +168,6 @@ class Sweep:
         sliced: Any = None,
         argv: list[str] | None = None,
         power: Any = None,
-        sim_power: Any = None,
     ) -> None:
         if not pairs:
             raise BadInputError("the sweep has no (processor, level) pairs",
@@ -185,7 +184,6 @@ class Sweep:
         self.sliced = sliced
         self.argv = argv
         self.power = power  # a profiler.power.session.PowerSession (opened here) or None
-        self.sim_power = sim_power  # the simulated board's SimPowerModel, told who is busy
         self.csv_path = self.out_dir / CSV_NAME
         self.json_path = self.out_dir / JSON_NAME
 
@@ -345,8 +343,6 @@ class Sweep:
         A power failure raises before the pair's rows are written, so --resume measures
         it again; the pairs before it are on disk."""
         s = self.settings
-        if self.sim_power is not None:  # the NPU has no DVFS: its nominal operating point
-            self.sim_power.set_busy(proc.letter, pair.freq_khz if proc.has_dvfs else None)
         if self.power is None:
             runner.hooks = self.hooks
             return runner.run(s.frames, s.warmup, progress=prog.frame), None

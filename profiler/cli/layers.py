@@ -106,15 +106,13 @@ def run(args: argparse.Namespace) -> int:
         gov = writable_governor(board, proc.letter, sysfs_root(args)) if level else None
         # Frequencies are restored on success, errors, Ctrl-C and SIGTERM.
         stack.enter_context(RestoreGuard([gov] if gov else []))
-        session, sim_model = open_power(args, board, csv_path.with_suffix(".trace"))
+        session, _ = open_power(args, board, csv_path.with_suffix(".trace"))
         if session is not None:
             stack.enter_context(session)
         if gov is not None and level is not None:
             gov_result = gov.set_khz(level[1], level=level[0])
             if gov_result.warning:
                 say(f"warning: {gov_result.warning}")
-        if sim_model is not None:
-            sim_model.set_busy(proc.letter, level[1] if level and proc.has_dvfs else None)
         if session is not None:
             # The idle baseline comes first: compiling layers for an accelerator is work
             # too, and a GPU stays clocked up for seconds after it.

@@ -1,8 +1,8 @@
 """`sim`: the simulated board's logger, a virtual logger speaking the firmware protocol on a pty.
 
-Only the sensor is modelled (`profiler.sim.power.SimPowerModel` gives watts from the
-marker state and the busy processor); everything after the pty is the real
-`arduino` path: collector, decoder, clock fit over the edges, attribution.
+Only the sensor is modelled (`profiler.sim.power.SimPowerModel` gives the board's watts
+from what each processor runs); everything after the pty is the real `arduino` path:
+collector, decoder, clock fit over the edges, attribution.
 """
 
 from __future__ import annotations
@@ -63,5 +63,5 @@ class SimSource(ArduinoSource):
         return SourceInfo(spec=self.spec, kind="sim", mode=self.mode,
                           device=f"virtual logger on {self.port}",
                           sample_rate_hz=base.sample_rate_hz,
-                          detail="simulated board power model (P = P_static + C_eff V^2 f) "
-                                 "sampled by a virtual logger; " + base.detail)
+                          detail="simulated board power model (idle + each running layer's "
+                                 "modelled power) sampled by a virtual logger; " + base.detail)
