@@ -14,7 +14,7 @@ RATES = dict.fromkeys(COMPUTE_KINDS, 4.0) | {"conv3x3s1": 8.0, "fc": 2.0}
 
 def params(**kw: float) -> perf.TimingParams:
     base = dict(call_us=100.0, call_kcycles=200.0, host_call_kcycles=50.0, op_kcycles=10.0,
-                host_op_kcycles=5.0, act_gb_s=2.0, weight_gb_s=1.0, fc_weight_gb_s=4.0,
+                host_op_kcycles=5.0, act_gb_s=2.0, weight_gb_s=1.0, stream_gb_s=4.0,
                 memory_clock_share=0.0, roofline_p=1.0, half_occupancy_pixels=0.0)
     base.update(kw)
     return perf.TimingParams(**base, macs_per_cycle=dict(RATES))  # type: ignore[arg-type]

@@ -298,7 +298,7 @@ def _sim_model_tables(c: _Checker, key: str, s: dict[str, Any]) -> None:
         raise c.fail(f"{key}.timing.roofline_p", "must be at least 1")
     if timing["memory_clock_share"] > 1:
         raise c.fail(f"{key}.timing.memory_clock_share", "must be in [0, 1]")
-    for k in ("act_gb_s", "weight_gb_s", "fc_weight_gb_s"):
+    for k in ("act_gb_s", "weight_gb_s", "stream_gb_s"):
         if timing[k] <= 0:
             raise c.fail(f"{key}.timing.{k}", "must be positive")
     mpc = c.table(timing.get("macs_per_cycle"), f"{key}.timing.macs_per_cycle")

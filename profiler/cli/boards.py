@@ -143,7 +143,7 @@ def board_tables(board: Board) -> list[Table]:
             sim.add_row(p.letter, *(f"{t.get(k, 0):.4g}" for k in
                                     ("call_us", "call_kcycles", "host_call_kcycles")),
                         *(f"{mpc.get(k, 0):.3g}" for k in ("conv1x1", "conv3x3s1", "depthwise")),
-                        *(f"{t.get(k, 0):.3g}" for k in ("act_gb_s", "fc_weight_gb_s")),
+                        *(f"{t.get(k, 0):.3g}" for k in ("act_gb_s", "stream_gb_s")),
                         f"{s.get('power', {}).get('ceff_nf', 0):.3g}",
                         "-".join(f"{v:g}" for v in s.get("dvfs_delay_up_us", ())),
                         "-".join(f"{v:g}" for v in s.get("dvfs_delay_down_us", ())))

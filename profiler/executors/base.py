@@ -48,9 +48,14 @@ from profiler.errors import BadInputError, BoardError, HardwareError
 #: A sub-model's bytes (and name) -> the model of its calls on a simulated processor.
 Modelled = Callable[[bytes, str], "ModelledCall"]
 
-# Below this much remaining time a paced run spins instead of sleeping (with the
-# thread's timer slack cut to 1 us, sleeps overshoot by tens of microseconds at most).
+# Below this much remaining time a paced run spins instead of sleeping. With the
+# thread's timer slack cut to 1 us a sleep on a quiet host overshoots by tens of us; on
+# a busy one (a 2-core VM running other work) by 35 us typically, 200 us in one wait of
+# ten. So the spin starts earlier by how late this thread's recent sleeps woke (a moving
+# average of 1.5 x the lateness, between _SPIN_NS and _SPIN_MAX_NS), which spends a little
+# CPU to keep waits on time where wake-ups are late, and almost none where they are not.
 _SPIN_NS = 30_000
+_SPIN_MAX_NS = 400_000
 _PR_SET_TIMERSLACK = 29
 _thread_state = threading.local()
 
@@ -129,7 +134,7 @@ class PacedSubModel(SubModel):
     (pipeline mode on a small machine) does not count as the host being slow; it is
     exact when the runtime computes on the calling thread (one interpreter thread).
     basis "wall" uses wall time. The wait sleeps (freeing the core, as an idle
-    processor would) and spins only for the last `_SPIN_NS`."""
+    processor would) and spins only for the last stretch (`wait_until`)."""
 
     def __init__(self, inner: SubModel, modelled: ModelledCall, clock: Clock = perf_clock,
                  basis: str = "wall") -> None:
@@ -187,13 +192,18 @@ def _tight_timer_slack() -> None:
 def wait_until(deadline_ns: int, clock: Clock = perf_clock) -> int:
     """Sleep, then spin, until `clock()` reaches `deadline_ns`; returns the time reached."""
     _tight_timer_slack()
+    lead = getattr(_thread_state, "lead_ns", _SPIN_NS)
     while True:
         now = clock()
         left = deadline_ns - now
         if left <= 0:
             return now
-        if left > _SPIN_NS:
-            time.sleep((left - _SPIN_NS) / 1e9)
+        if left > lead:
+            want = now + left - lead
+            time.sleep((left - lead) / 1e9)
+            late = clock() - want
+            lead = min(_SPIN_MAX_NS, max(_SPIN_NS, int(0.9 * lead + 0.1 * 1.5 * late)))
+            _thread_state.lead_ns = lead
 
 
 def pin_thread(cores: Sequence[int], what: str) -> None:

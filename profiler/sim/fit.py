@@ -111,12 +111,12 @@ class _Design:
 # ---- timing ---------------------------------------------------------------------------
 
 _SCALARS = ("call_us", "call_kcycles", "host_call_kcycles", "op_kcycles", "host_op_kcycles",
-            "act_gb_s", "weight_gb_s", "fc_weight_gb_s", "memory_clock_share", "roofline_p",
+            "act_gb_s", "weight_gb_s", "stream_gb_s", "memory_clock_share", "roofline_p",
             "half_occupancy_pixels")
 _HOST_ONLY = ("host_call_kcycles", "host_op_kcycles")
 _START = {"call_us": 1000.0, "call_kcycles": 500.0, "host_call_kcycles": 300.0,
           "op_kcycles": 50.0, "host_op_kcycles": 20.0, "act_gb_s": 3.0, "weight_gb_s": 3.0,
-          "fc_weight_gb_s": 5.0, "memory_clock_share": 0.3, "roofline_p": 2.0,
+          "stream_gb_s": 5.0, "memory_clock_share": 0.3, "roofline_p": 2.0,
           "half_occupancy_pixels": 50.0}
 
 
@@ -156,7 +156,7 @@ class _TimingVector:
         ix = {n: i for i, n in enumerate(self.names)}
         base = x[ix["mpc_conv1x1"]]
         out = [_PRIOR_KINDS * (x[ix[f"mpc_{k}"]] - base) for k in COMPUTE_KINDS if k != "conv1x1"]
-        out.append(_PRIOR_FC * (x[ix["fc_weight_gb_s"]] - x[ix["act_gb_s"]]))
+        out.append(_PRIOR_FC * (x[ix["stream_gb_s"]] - x[ix["act_gb_s"]]))
         return np.array(out)
 
 

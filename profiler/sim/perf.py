@@ -7,7 +7,8 @@ core clock f (GHz), driven from a host CPU at clock f_h (G and N; f_h = f otherw
     t_op   = op_kcycles / f + host_op_kcycles / f_h
              + (t_compute^p + t_memory^p)^(1/p) + t_weights
     t_compute = MACs / (macs_per_cycle[kind] * f * pixels / (pixels + half_occupancy_pixels))
-    t_memory  = activation bytes / act_gb_s       (fc: weight bytes / fc_weight_gb_s)
+    t_memory  = activation bytes / act_gb_s       (fc: weight bytes / stream_gb_s;
+                                                   a reduction: its bytes / stream_gb_s)
     t_weights = weight bytes / weight_gb_s         (every op but fc)
 
 and both memory terms are scaled by (1 - m) + m * f_max / f, m = memory_clock_share (the
@@ -52,7 +53,7 @@ class TimingParams:
     host_op_kcycles: float = 0.0
     act_gb_s: float = 4.0
     weight_gb_s: float = 4.0
-    fc_weight_gb_s: float = 4.0
+    stream_gb_s: float = 4.0
     memory_clock_share: float = 0.0
     roofline_p: float = 1.0
     half_occupancy_pixels: float = 0.0
@@ -133,6 +134,7 @@ class TimeSplit:
 
 _FC = _KIND_INDEX["fc"]
 _VIEW = _KIND_INDEX["view"]
+_REDUCE = _KIND_INDEX["reduce"]
 _COMPUTE = np.array([k in COMPUTE_KINDS for k in KINDS])
 
 
@@ -149,7 +151,9 @@ def op_split(p: TimingParams, w: Works, f_ghz: np.ndarray | float, fh_ghz: np.nd
     m = p.memory_clock_share
     mscale = (1.0 - m) + m * f_max_ghz / f
     # bytes / (GB/s) = ns; / 1e6 -> ms
-    mem = np.where(is_fc, w.weight_bytes / p.fc_weight_gb_s, w.act_bytes / p.act_gb_s) / 1e6
+    mem = np.where(is_fc, w.weight_bytes / p.stream_gb_s,
+                   np.where(w.kind == _REDUCE, w.act_bytes / p.stream_gb_s,
+                            w.act_bytes / p.act_gb_s)) / 1e6
     mem = np.where(w.kind == _VIEW, 0.0, mem) * mscale
     wts = np.where(is_fc, 0.0, w.weight_bytes / p.weight_gb_s / 1e6) * mscale
     pw = p.roofline_p

@@ -7,7 +7,8 @@ ARM-CO-UP's measurements) does differently:
 
 - ``conv1x1`` (a plain GEMM), ``conv3x3s1`` (Winograd-eligible), ``conv`` (any other
   kernel or stride: im2col + GEMM or direct), ``depthwise``, ``fc`` (GEMV: weight-bound);
-- ``pool`` (max/average pooling, MEAN), ``lrn``: window work counted as MACs;
+- ``pool`` (max/average pooling), ``lrn``: window work counted as MACs;
+- ``reduce`` (MEAN, SUM, REDUCE_*): one streaming read of the input;
 - ``view``: concatenation, reshape, split and the like, which such runtimes lay out in
   place (sub-tensors) and so cost nothing but their dispatch;
 - ``elementwise``: everything else (ADD, activations, softmax, ...), memory traffic only.
@@ -24,11 +25,12 @@ from profiler.slicing.graph import ModelView
 
 #: Kinds whose MACs are priced at a per-kind rate (MACs per cycle).
 COMPUTE_KINDS = ("conv", "conv1x1", "conv3x3s1", "depthwise", "fc", "pool", "lrn")
-KINDS = (*COMPUTE_KINDS, "view", "elementwise")
+KINDS = (*COMPUTE_KINDS, "reduce", "view", "elementwise")
 
 _VIEW_OPS = {"CONCATENATION", "RESHAPE", "SQUEEZE", "EXPAND_DIMS", "SPLIT", "SPLIT_V",
              "SLICE", "STRIDED_SLICE", "PACK", "UNPACK", "IDENTITY"}
-_POOL_OPS = {"MAX_POOL_2D", "AVERAGE_POOL_2D", "L2_POOL_2D", "MEAN", "SUM", "REDUCE_MAX"}
+_POOL_OPS = {"MAX_POOL_2D", "AVERAGE_POOL_2D", "L2_POOL_2D"}
+_REDUCE_OPS = {"MEAN", "SUM", "REDUCE_MAX", "REDUCE_MIN", "REDUCE_PROD", "REDUCE_ANY"}
 
 
 @dataclass(frozen=True)
@@ -63,6 +65,8 @@ def op_kind(g: ModelView, i: int) -> str:
         return "fc"
     if name in _POOL_OPS:
         return "pool"
+    if name in _REDUCE_OPS:
+        return "reduce"
     if name == "LOCAL_RESPONSE_NORMALIZATION":
         return "lrn"
     if name in _VIEW_OPS:
@@ -71,18 +75,14 @@ def op_kind(g: ModelView, i: int) -> str:
 
 
 def _window_macs(g: ModelView, i: int, kind: str) -> int:
-    """Pooling and LRN do window work: output elements x window size (input elements
-    for a reduction such as MEAN)."""
+    """Pooling and LRN do window work: output elements x window size."""
     outs = g.op_outputs(i)
     out_elems = math.prod(_shape(g, outs[0])) if outs else 0
     opts = g.op(i).builtinOptions
     if kind == "lrn":
         return out_elems * (2 * int(getattr(opts, "radius", 2)) + 1)
-    fh, fw = getattr(opts, "filterHeight", 0), getattr(opts, "filterWidth", 0)
-    if fh and fw:
-        return out_elems * int(fh) * int(fw)
-    ins = [t for t in g.op_inputs(i) if g.is_runtime(t)]
-    return math.prod(_shape(g, ins[0])) if ins else out_elems
+    fh, fw = getattr(opts, "filterHeight", 1), getattr(opts, "filterWidth", 1)
+    return out_elems * int(fh) * int(fw)
 
 
 def op_work(g: ModelView, i: int) -> OpWork:
