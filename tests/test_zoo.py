@@ -35,9 +35,12 @@ SMALL: dict[str, dict[str, Any]] = {
     "mobilenet_v1": {"alpha": 0.25, "size": 64},
     "mobilenet_v1_int8": {"alpha": 0.25, "size": 64},
     "resnet50": {"size": 64},
+    "resnet50_slim": {"size": 64},
     "googlenet": {"size": 64},
     "squeezenet": {"size": 64},
+    "squeezenet1_0": {"size": 64},
     "alexnet": {"size": 67, "fc_width": 64},
+    "alexnet_bvlc": {"size": 67, "fc_width": 64},
 }
 
 

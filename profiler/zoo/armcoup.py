@@ -288,14 +288,19 @@ def top_level_times(tables: Mapping[str, pd.DataFrame], graph: str,
 PROCESSORS = ("B", "L", "G")
 
 
-def rank_correlations(layers_csv: str | Path, *,
+def read_layer_times(layers_csv: str | Path) -> dict[str, pd.DataFrame]:
+    """Their Layers.csv as coupprof layer tables, per graph (`layers_table`)."""
+    return layers_table(layers_csv, None, "rk3399pro")[0]
+
+
+def rank_correlations(tables: Mapping[str, pd.DataFrame], *,
                       models: Mapping[str, ArmCoUpModel] | None = None) -> pd.DataFrame:
     """Spearman correlation of per-layer MACs with ARM-CO-UP's per-layer task time at
     the top level of B, L and G (G with its host at the top), one row per graph and
     processor: over all layers (`spearman`) and over the layers without a fully
     connected op (`spearman_conv`; FC layers are bound by their weights' bytes).
-    `models` defaults to `MODELS`; pass `NEAR_RELATIVES` to compare."""
-    tables, _ = layers_table(layers_csv, None, "rk3399pro")
+    `tables`: `read_layer_times`. `models` defaults to `MODELS`; pass `NEAR_RELATIVES`
+    to compare."""
     rows: list[dict[str, Any]] = []
     for spec in (models if models is not None else MODELS).values():
         macs = pd.Series(layer_macs(spec), dtype=float)
@@ -319,8 +324,9 @@ def main(argv: Sequence[str]) -> int:
         print(f"{spec.graph}: {spec.zoo_text}  ({spec.note})")
         print(f"  {spec.n_layers} layers, cuts {cuts(spec)}")
     if argv:
-        table = pd.concat([rank_correlations(argv[0]).assign(variant="ARM-CO-UP's graph"),
-                           rank_correlations(argv[0], models=NEAR_RELATIVES)
+        tables = read_layer_times(argv[0])
+        table = pd.concat([rank_correlations(tables).assign(variant="ARM-CO-UP's graph"),
+                           rank_correlations(tables, models=NEAR_RELATIVES)
                            .assign(variant="near relative")])
         for col, what in (("spearman", "all layers"),
                           ("spearman_conv", "layers without a fully connected op")):
