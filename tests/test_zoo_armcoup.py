@@ -192,21 +192,26 @@ def test_layers_at_the_cuts_chain_to_the_whole_model(graph: str) -> None:
                                                for la in sliced.layers]
 
 
-def _tensors(data: bytes, x: np.ndarray) -> dict[str, np.ndarray]:
+def _tensors(data: bytes, x: np.ndarray, resolver: str) -> dict[str, np.ndarray]:
+    mod = runtime().module
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # LiteRT warns that preserving tensors is for debugging
-        interp = runtime().module.Interpreter(model_content=data,
-                                              experimental_preserve_all_tensors=True)
+        interp = mod.Interpreter(model_content=data, experimental_preserve_all_tensors=True,
+                                 experimental_op_resolver_type=getattr(mod.OpResolverType,
+                                                                       resolver))
     interp.allocate_tensors()
     interp.set_tensor(interp.get_input_details()[0]["index"], x)
     interp.invoke()
     return {d["name"]: interp.get_tensor(d["index"]) for d in interp.get_tensor_details()}
 
 
-def test_litert_runs_the_grouped_conv_as_two_groups() -> None:
+# AUTO: XNNPACK (coupprof's default); the builtin kernels alone; the reference kernels.
+@pytest.mark.parametrize("resolver", ["AUTO", "BUILTIN_WITHOUT_DEFAULT_DELEGATES",
+                                      "BUILTIN_REF"])
+def test_litert_runs_the_grouped_conv_as_two_groups(resolver: str) -> None:
     data = small_model("Alex")
     x = np.random.default_rng(3).uniform(-1, 1, (1, 67, 67, 3)).astype(np.float32)
-    t = _tensors(data, x)
+    t = _tensors(data, x, resolver)
     inp, w, b = t["pool1/MaxPool"], t["conv2/weights"], t["conv2/biases"]
     assert w.shape == (256, 5, 5, 48) and inp.shape[-1] == 96
     h = inp.shape[1]

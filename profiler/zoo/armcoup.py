@@ -39,6 +39,7 @@ from profiler.slicing.costs import GroupFeatures, group_features, macs_from_shap
 from profiler.slicing.graph import ModelView
 from profiler.slicing.grouping import group_ops
 from profiler.slicing.specs import TensorSpec
+from profiler.tables import OP_SHORT
 from profiler.tflite.model_io import parse_model
 from profiler.zoo.graph import GraphBuilder
 from profiler.zoo.registry import graph as zoo_graph
@@ -319,12 +320,46 @@ def rank_correlations(tables: Mapping[str, pd.DataFrame], *,
     return pd.DataFrame(rows)
 
 
+def layer_rows(spec: ArmCoUpModel, g: ModelView | None = None) -> list[dict[str, Any]]:
+    """One row per layer for the docs: ops, where it ends (zoo and ACL names), operator
+    counts, MACs, weight and boundary bytes."""
+    feats = layer_features(spec, g)
+    rows = []
+    for k, f in enumerate(feats):
+        kinds = ", ".join(f"{OP_SHORT.get(op, op.lower())}" + (f" x{n}" if n > 1 else "")
+                          for op, n in f.op_counts.items())
+        rows.append({"layer": k, "ops": f"{f.op_indices[0]}..{f.op_indices[-1]}",
+                     "ends at (zoo)": spec.layer_ends[k], "ARM-CO-UP's end": spec.acl_ends[k],
+                     "operators": kinds, "MMAC": f"{f.macs / 1e6:,.1f}",
+                     "weights KiB": f"{f.weight_bytes / 1024:,.0f}",
+                     "in KiB": f"{f.input_bytes / 1024:,.0f}",
+                     "out KiB": f"{f.output_bytes / 1024:,.1f}"})
+    return rows
+
+
+def _markdown(rows: list[dict[str, Any]]) -> str:
+    head = list(rows[0])
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    lines += ["| " + " | ".join(str(r[c]) for c in head) + " |" for r in rows]
+    return "\n".join(lines)
+
+
 def main(argv: Sequence[str]) -> int:
+    """`python -m profiler.zoo.armcoup [--layers] [Layers.csv]`: the mapping and cuts;
+    --layers: per-layer tables (builds the five models into the zoo cache); a
+    Layers.csv: the rank correlations against it."""
+    args = list(argv)
+    per_layer = "--layers" in args
+    args = [a for a in args if a != "--layers"]
     for spec in MODELS.values():
         print(f"{spec.graph}: {spec.zoo_text}  ({spec.note})")
-        print(f"  {spec.n_layers} layers, cuts {cuts(spec)}")
-    if argv:
-        tables = read_layer_times(argv[0])
+        print(f"  {spec.n_layers} layers, --cuts {','.join(str(c) for c in cuts(spec))}")
+        if per_layer:
+            print()
+            print(_markdown(layer_rows(spec)))
+            print()
+    if args:
+        tables = read_layer_times(args[0])
         table = pd.concat([rank_correlations(tables).assign(variant="ARM-CO-UP's graph"),
                            rank_correlations(tables, models=NEAR_RELATIVES)
                            .assign(variant="near relative")])
