@@ -12,15 +12,16 @@ the op ARM-CO-UP's layer starts with.
 
     from profiler.zoo import armcoup
     spec = armcoup.model_for("Google")        # zoo name + parameters + layer ends
-    armcoup.cuts(spec)                        # [3, 7, 19, ...]
+    armcoup.cuts(spec)                        # [3, 7, 15, 24, ...]
     armcoup.layer_features(spec)              # per layer: GroupFeatures (per-op MACs, bytes...)
 
 `NEAR_RELATIVES` maps three of them onto the zoo's older stand-ins (AlexNet with one
 tower and 1024-wide fc, SqueezeNet 1.1, Keras' ResNet-50), only to show how much the
 right graph matters (`rank_correlations`; docs/armcoup-layers.md).
 
-``python -m profiler.zoo.armcoup [Layers.csv]`` prints the mapping and, given their
-table, the rank correlation of per-layer MACs with per-layer time.
+``python -m profiler.zoo.armcoup [--layers] [Layers.csv]`` prints the mapping and cuts,
+with --layers a table per model, and given their table the rank correlation of
+per-layer MACs with per-layer time.
 """
 
 from __future__ import annotations
