@@ -26,7 +26,8 @@ def test_one_conv_sums_compute_memory_weights_and_overheads() -> None:
     # compute: 8e6 MACs / (8 MAC/cycle * 1 GHz) = 1e6 ns = 1 ms
     assert float(s.compute_ms) == pytest.approx(1.0)
     # memory: 2e6 B / 2 GB/s = 1 ms; weights: 1e6 B / 1 GB/s = 1 ms
-    assert float(s.memory_ms) == pytest.approx(2.0)
+    assert float(s.memory_ms) == pytest.approx(1.0)
+    assert float(s.weights_ms) == pytest.approx(1.0)
     # overhead: op 10 kcycles / 1 GHz = 10 us, 5 kcycles / 2 GHz = 2.5 us; call: 100 us
     # + 200 kcycles / 1 GHz = 200 us + 50 kcycles / 2 GHz = 25 us
     assert float(s.overhead_ms) == pytest.approx((10 + 2.5 + 100 + 200 + 25) / 1e3)
@@ -69,13 +70,13 @@ def test_views_cost_only_dispatch_and_fc_streams_its_weights() -> None:
 
 def test_power_follows_activity_voltage_and_the_host() -> None:
     pp = perf.PowerParams(ceff_nf=2.0, static_mw_per_v2=100.0, activity_memory=0.5,
-                          activity_overhead=0.25, host_ceff_nf=0.5)
-    s = perf.TimeSplit(1.0, 2.0, 1.0)  # ms
-    # activity = (1 + 0.5 * 2 + 0.25 * 1) / 4 = 0.5625
-    assert float(perf.activity(pp, s)) == pytest.approx(0.5625)
+                          activity_overhead=0.25, activity_weights=0.125, host_ceff_nf=0.5)
+    s = perf.TimeSplit(1.0, 2.0, 1.0, 4.0)  # ms
+    # activity = (1 + 0.5 * 2 + 0.125 * 4 + 0.25 * 1) / 8 = 0.34375
+    assert float(perf.activity(pp, s)) == pytest.approx(0.34375)
     w = perf.dynamic_power_w(pp, s, 1.0, 0.8, 0.9, 1.2)
-    # static 0.1 W * 1^2 + 2 nF * 1^2 * 0.8 GHz * 0.5625 + 0.5 nF * 0.81 * 1.2 GHz
-    assert float(w) == pytest.approx(0.1 + 2 * 0.8 * 0.5625 + 0.5 * 0.81 * 1.2)
+    # static 0.1 W * 1^2 + 2 nF * 1^2 * 0.8 GHz * 0.34375 + 0.5 nF * 0.81 * 1.2 GHz
+    assert float(w) == pytest.approx(0.1 + 2 * 0.8 * 0.34375 + 0.5 * 0.81 * 1.2)
 
 
 def test_profile_tables_round_trip() -> None:

@@ -185,7 +185,7 @@ def run(args: argparse.Namespace) -> int:
     if single:
         console.print(f"not validated (one model only): {', '.join(single)}")
     cal.provenance = {
-        "source": str(Path(args.source).resolve()), "source_kind": kind,
+        "source": str(args.source), "source_kind": kind,
         "source_sha256": sha256_bytes(Path(args.source).read_bytes())
         if Path(args.source).is_file() else "",
         "rows": rows, "processors": list(ms),

@@ -210,6 +210,7 @@ def power_table(letter: str, p: PowerParams) -> list[str]:
     return _table(f"processors.{letter}.sim.power", {
         "ceff_nf": p.ceff_nf, "static_mw_per_v2": p.static_mw_per_v2,
         "activity_memory": p.activity_memory, "activity_overhead": p.activity_overhead,
+        "activity_weights": p.activity_weights,
         "host_ceff_nf": p.host_ceff_nf})
 
 

@@ -9,7 +9,8 @@ core clock f (GHz), driven from a host CPU at clock f_h (G and N; f_h = f otherw
     t_compute = MACs / (macs_per_cycle[kind] * f * pixels / (pixels + half_occupancy_pixels))
     t_memory  = activation bytes / act_gb_s       (fc: weight bytes / stream_gb_s;
                                                    a reduction: its bytes / stream_gb_s)
-    t_weights = weight bytes / weight_gb_s         (every op but fc)
+    t_weights = max(weight bytes - weight_cache_kb, 0) / weight_gb_s   (every op but fc:
+                weights that fit in the cluster's cache stay there between frames)
 
 and both memory terms are scaled by (1 - m) + m * f_max / f, m = memory_clock_share (the
 part of memory time that still follows the core clock). So compute time scales with the
@@ -22,7 +23,8 @@ the larger.
 **Power.** While processor X runs a call at voltage V (and its host at V_h):
 
     P = idle + static_mw_per_v2 * V^2 + ceff_nf * V^2 * f * activity + host_ceff_nf * V_h^2 * f_h
-    activity = (t_compute + activity_memory * t_memory + activity_overhead * t_overhead) / t_call
+    activity = (t_compute + activity_memory * t_memory + activity_weights * t_weights
+                + activity_overhead * t_overhead) / t_call
 
 so a memory-bound layer draws less than a compute-bound one. ``idle`` is the board's
 (the `[board.sim]` table).
@@ -57,6 +59,7 @@ class TimingParams:
     memory_clock_share: float = 0.0
     roofline_p: float = 1.0
     half_occupancy_pixels: float = 0.0
+    weight_cache_kb: float = 0.0
     macs_per_cycle: dict[str, float] = field(default_factory=lambda: dict.fromkeys(COMPUTE_KINDS, 4.0))
 
     def to_table(self) -> dict[str, object]:
@@ -84,6 +87,7 @@ class PowerParams:
     static_mw_per_v2: float = 0.0
     activity_memory: float = 1.0
     activity_overhead: float = 1.0
+    activity_weights: float = 1.0
     host_ceff_nf: float = 0.0
 
     @classmethod
@@ -121,15 +125,17 @@ class Works:
 
 @dataclass(frozen=True)
 class TimeSplit:
-    """A call's modelled time in ms, split by what bounds it (arrays or floats)."""
+    """A call's modelled time in ms, split by what bounds it (arrays or floats):
+    computing, moving activations, streaming weights, fixed costs."""
 
     compute_ms: np.ndarray
     memory_ms: np.ndarray
     overhead_ms: np.ndarray
+    weights_ms: np.ndarray | float = 0.0
 
     @property
     def total_ms(self) -> np.ndarray:
-        return self.compute_ms + self.memory_ms + self.overhead_ms
+        return self.compute_ms + self.memory_ms + self.weights_ms + self.overhead_ms
 
 
 _FC = _KIND_INDEX["fc"]
@@ -155,7 +161,8 @@ def op_split(p: TimingParams, w: Works, f_ghz: np.ndarray | float, fh_ghz: np.nd
                    np.where(w.kind == _REDUCE, w.act_bytes / p.stream_gb_s,
                             w.act_bytes / p.act_gb_s)) / 1e6
     mem = np.where(w.kind == _VIEW, 0.0, mem) * mscale
-    wts = np.where(is_fc, 0.0, w.weight_bytes / p.weight_gb_s / 1e6) * mscale
+    spill = np.maximum(w.weight_bytes - p.weight_cache_kb * 1024.0, 0.0)
+    wts = np.where(is_fc, 0.0, spill / p.weight_gb_s / 1e6) * mscale
     pw = p.roofline_p
     both = comp + mem
     safe = np.where(both > 0, both, 1.0)
@@ -163,7 +170,7 @@ def op_split(p: TimingParams, w: Works, f_ghz: np.ndarray | float, fh_ghz: np.nd
     roof = np.where(both > 0, safe * ((comp / safe) ** pw + (mem / safe) ** pw) ** (1.0 / pw), 0.0)
     share = np.where(both > 0, comp / safe, 0.0)
     overhead = (p.op_kcycles / f + p.host_op_kcycles / fh) / 1e3 + 0.0 * comp
-    return TimeSplit(roof * share, roof * (1.0 - share) + wts, overhead)
+    return TimeSplit(roof * share, roof * (1.0 - share), overhead, wts)
 
 
 def call_overhead_ms(p: TimingParams, f_ghz: np.ndarray | float,
@@ -179,13 +186,15 @@ def call_split(p: TimingParams, w: Works, f_ghz: float, fh_ghz: float,
     """One call of the sub-model whose operators are `w`: its whole time, split."""
     s = op_split(p, w, f_ghz, fh_ghz, f_max_ghz)
     return TimeSplit(np.sum(s.compute_ms), np.sum(s.memory_ms),
-                     np.sum(s.overhead_ms) + call_overhead_ms(p, f_ghz, fh_ghz))
+                     np.sum(s.overhead_ms) + call_overhead_ms(p, f_ghz, fh_ghz),
+                     np.sum(s.weights_ms))
 
 
 def activity(pp: PowerParams, s: TimeSplit) -> np.ndarray:
     """Share of full dynamic power a call draws on average (compute-bound = 1)."""
     t = s.total_ms
-    busy = s.compute_ms + pp.activity_memory * s.memory_ms + pp.activity_overhead * s.overhead_ms
+    busy = (s.compute_ms + pp.activity_memory * s.memory_ms + pp.activity_weights * s.weights_ms
+            + pp.activity_overhead * s.overhead_ms)
     return np.where(t > 0, busy / np.where(t > 0, t, 1.0), 0.0)
 
 
