@@ -130,8 +130,9 @@ def _fused_and_sliced_against_the_model(data, sliced, board, gov, host_gov) -> N
                                       host_khz) for layer in sliced.layers])
     fixed_ms = call_overhead_ms(board, "G", khz, host_khz)
     # A fixed cost per call of a ms or more (the H100's was ~0.9 ms; the fitted Mali's is
-    # larger), and layers of several ms, as on a Mali (ARM-CO-UP Table 7).
-    assert fixed_ms >= 1.0 and truth_ms.min() > 2.0
+    # larger), and layers of a ms or more (ARM-CO-UP Table 7: 1-60 ms on the Mali; this
+    # is a small model).
+    assert fixed_ms >= 1.0 and truth_ms.min() > 1.0
     with make_executor(board, "G") as ex:
         fused = FusedProfiler(prefix_models(data, sliced), ex).measure(
             FusedSettings(min_rounds=10, target_rel=0.01, budget_s=40, warmup_rounds=1,
