@@ -1,0 +1,96 @@
+"""The fit of the simulated board's model (profiler/sim/fit.py) on data whose truth is known:
+layer times and sensor readings made by the model itself from chosen parameters, at
+several levels, for layers of varied kinds; the fit must find parameters that predict
+layers it never saw."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from profiler.sim import fit, perf
+from profiler.sim.work import COMPUTE_KINDS, OpWork
+
+TRUE = perf.TimingParams(
+    call_us=800.0, call_kcycles=600.0, host_call_kcycles=0.0, op_kcycles=20.0,
+    host_op_kcycles=0.0, act_gb_s=1.5, weight_gb_s=2.0, stream_gb_s=5.0,
+    memory_clock_share=0.3, roofline_p=2.0, half_occupancy_pixels=30.0,
+    weight_cache_kb=256.0,
+    macs_per_cycle=dict(zip(COMPUTE_KINDS, (5.0, 7.0, 10.0, 2.0, 6.0, 3.0, 4.0), strict=True)))
+POWER = fit.PowerFit(perf.PowerParams(ceff_nf=1.2, static_mw_per_v2=20.0, activity_memory=0.6,
+                                      activity_overhead=0.3, activity_weights=0.4),
+                     idle_mw=3200.0, lag_ms=2.0, gap_activity=0.1)
+FREQS_GHZ = (0.408, 0.816, 1.2, 1.8)
+VOLTS = (0.8, 0.825, 0.95, 1.2)
+
+
+def layer(rng: np.random.Generator) -> list[OpWork]:
+    """A layer of one to four operators of random kinds and sizes."""
+    out = []
+    for _ in range(int(rng.integers(1, 5))):
+        kind = str(rng.choice(["conv", "conv1x1", "conv3x3s1", "depthwise", "fc", "pool",
+                               "elementwise", "view"]))
+        pixels = 1 if kind == "fc" else int(rng.choice([49, 196, 784, 3136, 12544]))
+        macs = int(rng.uniform(1e6, 3e8)) if kind not in ("elementwise", "view") else 0
+        out.append(OpWork(kind, macs, int(rng.uniform(1e4, 4e6)),
+                          int(rng.uniform(0, 2e7 if kind == "fc" else 4e6)), pixels))
+    return out
+
+
+def measurements(seed: int, models: int = 4, layers: int = 12) -> fit.Measurements:
+    rng = np.random.default_rng(seed)
+    works, rows = {}, []
+    for m in range(models):
+        for k in range(layers):
+            works[(f"m{m}", k)] = layer(rng)
+    for model, k in works:
+        for f, v in zip(FREQS_GHZ, VOLTS, strict=True):
+            rows.append({"model": model, "layer": k, "f_ghz": f, "fh_ghz": f, "volts": v,
+                         "host_volts": 0.0})
+    frame = pd.DataFrame(rows).assign(time_ms=0.0, power_w=0.0)
+    m = fit.Measurements("B", frame, works, FREQS_GHZ[-1], False)
+    split = fit.predict_split(TRUE, m)
+    frame["time_ms"] = split.total_ms
+    frame["power_w"] = fit.sensed_power_w(POWER, split, frame)
+    return fit.Measurements("B", frame, works, FREQS_GHZ[-1], False)
+
+
+@pytest.fixture(scope="module")
+def fitted() -> tuple[fit.ProcessorFit, fit.Measurements]:
+    train = measurements(seed=1)
+    return fit.fit_processor(train), measurements(seed=2, models=2)
+
+
+def test_the_fit_predicts_layers_it_never_saw(fitted) -> None:
+    f, unseen = fitted
+    held = fit.evaluate(f, unseen)
+    # Noise-free data made by the model: the fit predicts new layers' times closely (the
+    # parameters themselves need not come back: a rate and a bandwidth can trade places
+    # on layers that never stress one of them).
+    assert np.median(held.layer_time_err) < 0.01
+    assert np.quantile(held.layer_time_err, 0.9) < 0.05
+    assert held.whole_time_err.max() < 0.02
+
+
+def test_the_power_fit_finds_the_sensor_lag(fitted) -> None:
+    f, unseen = fitted
+    assert f.power is not None
+    # The lag shows in every short layer's reading, so it is identified.
+    assert f.power.lag_ms == pytest.approx(POWER.lag_ms, rel=0.05)
+    assert f.power.idle_mw == pytest.approx(POWER.idle_mw, rel=0.01)
+    held = fit.evaluate(f, unseen)
+    assert np.median(held.power_err) < 0.005 and held.power_err.max() < 0.03
+
+
+def test_lomo_table_and_target_misses() -> None:
+    m = measurements(seed=3, models=3, layers=8)
+    held = fit.leave_one_model_out(m)
+    table = fit.lomo_table(held)
+    assert list(table["held_out"]) == ["m0", "m1", "m2", "pooled"]
+    pooled = table.iloc[-1]
+    assert pooled["layers"] == 3 * 8 * len(FREQS_GHZ)
+    assert pooled["layer_time_err_median_pct"] < 2.0
+    assert fit.target_misses(table) == []
+    worse = table.assign(layer_time_err_median_pct=[30.0, 1.0, 1.0, 12.0])
+    assert fit.target_misses(worse) == ["B: per-layer time median with m0 held out 30.0 % > 20 %"]
