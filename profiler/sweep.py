@@ -297,6 +297,7 @@ class Sweep:
     def _run_processor(self, job: _Job, letter: str, pairs: list[Pair], gov: Any) -> None:
         """One executor and one runner for all of a processor's pairs."""
         from governors.host import host_domain, read_host_level
+        from profiler.executors import late_runs
         from profiler.runner import LayerRunner
 
         proc = self.board.processor(letter)
@@ -313,6 +314,7 @@ class Sweep:
                 effective, warning = self._set_level(job, pair, gov)
                 host = read_host_level(self.board, letter, self.sysfs_root,
                                        requested=self.settings.host_freq is not None)
+                late_before = late_runs(runner.interpreters)
                 timings, energy = self._measure(runner, proc, pair, job.progress)
                 info = self._info(pair, proc, executor, job)
                 columns = dict(energy.columns) if energy is not None else {}
@@ -321,6 +323,10 @@ class Sweep:
                 elif any_host:  # one CSV: a CPU's rows leave the host columns blank
                     columns.update(dict.fromkeys(("host_level", "host_freq_khz"),
                                                  [None] * len(job.layer_infos)))
+                if self.board.simulated:  # runs of this pair the host could not keep up with
+                    columns["sim_late_runs"] = [
+                        after[1] - before[1] for before, after in
+                        zip(late_before, late_runs(runner.interpreters), strict=True)]
                 run = LayerRun(info, job.layer_infos, timings, columns,
                                dict(energy.totals) if energy is not None else {})
                 rows, tot, fused_info = layer_table(run), totals(run), None

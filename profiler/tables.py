@@ -431,10 +431,14 @@ def render(tables: RunTables) -> Table:
     fallback = _flags(df, "fallback", lambda v: str(v).lower() in ("yes", "true", "1"))
     lost = _flags(df, "lost_frames", lambda v: not pd.isna(v) and int(v) > 0) or \
         _flags(df, "flagged_windows", lambda v: not pd.isna(v) and int(v) > 0)
+    # The simulated board: runs where this machine was slower than the modelled processor.
+    slow = _flags(df, "sim_late_runs", lambda v: not pd.isna(v) and int(v) > 0)
     if fallback:
         table.add_column("fallback", no_wrap=True)
     if lost:
         table.add_column("flag", no_wrap=True)
+    if slow:
+        table.add_column("host slow", no_wrap=True)
     for r in df.itertuples(index=False):
         row = r._asdict()
         cells = [str(row["layer"]), short_ops(row["op_types"]),
@@ -446,6 +450,8 @@ def render(tables: RunTables) -> Table:
             cells.append("CPU" if fallback[int(row["layer"])] else "")
         if lost:
             cells.append(_lost_text(row) if lost[int(row["layer"])] else "")
+        if slow:
+            cells.append(f"{int(row['sim_late_runs'])} runs" if slow[int(row["layer"])] else "")
         table.add_row(*cells)
     table.add_section()
     cells = ["total", f"{len(df)} layers",
@@ -455,6 +461,7 @@ def render(tables: RunTables) -> Table:
     cells += [_i(tot.get(c)) if c == "samples" else _f(tot.get(c)) for c in power]
     cells += [f"{sum(fallback.values())} layers"] if fallback else []
     cells += [f"{sum(lost.values())} layers"] if lost else []
+    cells += [f"{sum(slow.values())} layers"] if slow else []
     table.add_row(*cells, style="bold")
     return table
 

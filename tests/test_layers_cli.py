@@ -103,3 +103,42 @@ def test_freq_on_host_without_dvfs_lists_what_the_board_has(tmp_path: Path) -> N
     err = r.stderr.strip()
     assert "\n" not in err and "Traceback" not in err
     assert "has no DVFS levels" in err and "B = CPU x1 (cores 0)" in err
+
+
+def _fast_sim(path: Path) -> Path:
+    """The sim board with a B that is far faster than any host: no fixed costs, huge
+    rates and bandwidths, so every layer's modelled time is ~0."""
+    import re
+
+    from profiler.boards.profiles import BOARDS_DIR
+
+    text = (BOARDS_DIR / "sim.toml").read_text()
+    head = text.index("[processors.B.sim.timing]\n")
+    end = text.index("[processors.B.sim.power]")
+    zero = {"call_us", "call_kcycles", "host_call_kcycles", "op_kcycles", "host_op_kcycles",
+            "memory_clock_share", "half_occupancy_pixels", "weight_cache_kb"}
+
+    def value(m: re.Match[str]) -> str:
+        key = m.group(1)
+        return f"{key} = {'1.0' if key == 'roofline_p' else '0.0' if key in zero else '1e6'}"
+
+    block = re.sub(r"^(\w+) = [-+0-9.e]+$", value, text[head:end], flags=re.M)
+    path.write_text(text[:head] + block + text[end:])
+    return path
+
+
+def test_sim_rows_say_when_the_host_was_slower_than_the_model(tmp_path: Path) -> None:
+    board = _fast_sim(tmp_path / "fast.toml")
+    r = coupprof("--board", str(board), "--processor", "B", "--method", "sliced", "--frames",
+               "3", "--warmup", "1", "--power", "none", "--csv", "fast.csv", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    df = pd.read_csv(tmp_path / "fast.csv")
+    # Every run (warm-up included) took the host's time: the modelled B needs ~none.
+    assert df["sim_late_runs"].eq(4).all()
+    assert "host slow" in r.stdout and "4 runs" in r.stdout
+    # The shipped sim board's layers take ms; this host computes them in far less.
+    r = coupprof("--board", "sim", "--processor", "B", "--method", "sliced", "--frames", "3",
+               "--warmup", "1", "--power", "none", "--csv", "sim.csv", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert pd.read_csv(tmp_path / "sim.csv")["sim_late_runs"].eq(0).all()
+    assert "host slow" not in r.stdout

@@ -147,6 +147,7 @@ def run(args: argparse.Namespace) -> int:
                 progress=step(bar, "energy per layer"))
             power_error = power.error
         fallback = fallback_columns(runner)
+        fallback.update(late_columns(runner))
         if settings is not None:
             fused = measure_model(executor, data, sliced, settings, seed=args.seed,
                                   progress=step(bar, "fused rounds"), model_name=model.name)
@@ -203,6 +204,18 @@ def run(args: argparse.Namespace) -> int:
               f"{'partial' if power and power.columns else 'absent'})", file=sys.stderr)
         return power_error.exit_code
     return 0
+
+
+def late_columns(runner: Any) -> dict[str, Any]:
+    """On the simulated board, `sim_late_runs`: per layer, the runs (warm-up included) in
+    which this machine took longer than the modelled processor, so the layer took the
+    host's time instead of the model's."""
+    from profiler.executors import late_runs
+
+    counts = late_runs(runner.interpreters)
+    if not any(runs for runs, _ in counts):
+        return {}
+    return {"sim_late_runs": [late for _, late in counts]}
 
 
 def fallback_columns(runner: Any) -> dict[str, Any]:
