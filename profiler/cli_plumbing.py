@@ -175,13 +175,14 @@ def open_source(args: argparse.Namespace, board: Board, trace_dir: Path | None =
     if isinstance(source, NoneSource):
         return None, None, None
     marker_spec = args.marker or ("sim" if source.kind == "sim" else "none")
-    if source.mode == "stream" and marker_spec.split(":")[0].lower() == "none":
+    marked = source.mode in ("stream", "readings")  # windows found by the marker's edges
+    if marked and marker_spec.split(":")[0].lower() == "none":
         raise BadInputError(
             f"--power {spec} attributes energy by marker edges, but no --marker was given",
-            "wire a GPIO line to the logger's D2 input and pass --marker gpiod:CHIP:LINE "
-            "(or sysfs:NUMBER)")
+            f"wire a GPIO line to the logger's {'pin 13' if source.mode == 'readings' else 'D2'}"
+            " input and pass --marker gpiod:CHIP:LINE (or sysfs:NUMBER)")
     marker = None
-    if source.mode == "stream":
+    if marked:
         # --sysfs-root / COUPPROF_SYSFS_ROOT move /sys/class/gpio too (containers, tests).
         root = sysfs_root(argparse.Namespace(sysfs_root=getattr(args, "sysfs_root", None)))
         marker = open_marker(marker_spec, sim_sink=source if source.kind == "sim" else None,

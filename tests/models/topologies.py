@@ -107,3 +107,14 @@ ALL = {
     "int8": int8_model,
     "fp16_shared_weights": fp16_shared_weights,
 }
+
+
+def long_layers(seed: int = 5) -> bytes:
+    """Five 3x3 convs from 5 to 57 MMAC: layers of a few to tens of ms on the simulated
+    B, long enough for a logger that reads every 1-3 ms (ARM-CO-UP's INA260)."""
+    b = ModelBuilder(seed)
+    x = b.input([1, 32, 32, 16], "x")
+    for i, cout in enumerate((32, 64, 64, 96, 32)):
+        x = b.conv(x, cout, 3, f"conv{i}")
+    b.output(x)
+    return b.build("five 3x3 convs of growing cost")
