@@ -106,7 +106,8 @@ def run(args: argparse.Namespace) -> int:
         gov = writable_governor(board, proc.letter, sysfs_root(args)) if level else None
         # Frequencies are restored on success, errors, Ctrl-C and SIGTERM.
         stack.enter_context(RestoreGuard([gov] if gov else []))
-        session, sim_model = open_power(args, board, csv_path.with_suffix(".trace"))
+        session, sim_model = open_power(args, board, csv_path.with_suffix(".trace"),
+                                        layer_runs=True)
         if session is not None:
             stack.enter_context(session)
         if gov is not None and level is not None:

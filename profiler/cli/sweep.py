@@ -197,7 +197,7 @@ def run(args: argparse.Namespace) -> int:
     settings = SweepSettings(frames=args.frames, warmup=args.warmup, threads=args.threads,
                              granularity=args.granularity, cuts=args.cuts, seed=args.seed,
                              method=args.method, fused=fused_settings(args))
-    power, sim_power = open_power(args, board)
+    power, sim_power = open_power(args, board, layer_runs=True)
     sweep = Sweep(board, Path(args.model), pairs, out, settings, resume=args.resume,
                   sysfs_root=root, power=power, sim_power=sim_power)
     tty = sys.stderr.isatty()

@@ -20,7 +20,9 @@ and how long each one lasted on its own clock. So:
    windows; ARM-CO-UP's (`armcoup_method`: unweighted means of the readings in the
    pin's segments) for comparison.
 
-A layer's energy per frame is its power times its mean time on the host clock.
+A layer's energy per frame is its power times its mean time on the host clock. A
+layer shorter than two reading intervals (~3 ms) gets no power: the logger may hold no
+reading of it.
 """
 
 from __future__ import annotations
@@ -198,6 +200,17 @@ def attribute_live(rec: Recording, marker_ns: np.ndarray, marker_levels: np.ndar
             samples[k], count[k], aside[k] = f.samples, f.windows, f.set_aside
         if k in other:
             arm[k] = other[k].power_mw
+    # A window under two reading intervals may hold no reading at all; the segments the
+    # pin did show for it are chance, and its power would be a guess.
+    resolution_ms = 2 * float(np.mean(np.diff(rec.t_ms))) if rec.readings > 1 else np.inf
+    host_ms = (end - start).mean(axis=0) / 1e6
+    short = host_ms < resolution_ms
+    if short.any():
+        power[short] = np.nan
+        aside[short] = frames
+        notes.append(f"layer(s) {', '.join(str(k) for k in np.flatnonzero(short))} are "
+                     f"shorter than the logger resolves ({resolution_ms:.1f} ms, two readings): "
+                     "no power")
     baseline = None
     if clock is not None and baseline_ns is not None and ours.lag_ms is not None:
         a, b = clock.to_logger_ms(np.array(baseline_ns, dtype=np.int64))

@@ -250,7 +250,7 @@ class VirtualIna260:
         self._hist_lv: list[int] = []
         self._next_ms = 0.0  # device time of the next reading
         self._gaps = np.zeros(0)
-        self._flip = 0
+        self._flips: list[tuple[float, int]] = []  # (device ms, readings) still to flip
         self._garble = 0
 
     # -- clock -------------------------------------------------------------------------
@@ -316,9 +316,10 @@ class VirtualIna260:
 
     # -- faults ------------------------------------------------------------------------
     def flip_pin(self, n: int = 1) -> None:
-        """The next ``n`` readings show the pin at the other level (a spurious pulse)."""
+        """The next ``n`` readings from now show the pin at the other level (a spurious
+        pulse)."""
         with self._lock:
-            self._flip += n
+            self._flips.append((self.device_us() / 1000.0, n))
 
     def garble_line(self, n: int = 1) -> None:
         """The next ``n`` lines arrive cut after their second field."""
@@ -385,7 +386,12 @@ class VirtualIna260:
                                        * 1000.0, side="right")) - 1
             if keep > 0:
                 del self._hist_t[:keep], self._hist_lv[:keep]
-            flip, self._flip = min(self._flip, t.size), max(self._flip - t.size, 0)
+            flips = []
+            for at, n in self._flips:
+                k = int(np.searchsorted(t, at))
+                flips.append((k, min(n, t.size - k)))
+            self._flips = [(t[-1] + 1e-9, n - m) for (_, n), (_, m) in zip(self._flips, flips,
+                                                                          strict=True) if n > m]
             garble, self._garble = min(self._garble, t.size), max(self._garble - t.size, 0)
 
         def level_at(us: np.ndarray) -> np.ndarray:
@@ -407,9 +413,9 @@ class VirtualIna260:
 
         mw = self.model.register_mw(t, mean_mw)
         pin = level_at(t * 1000.0)
-        if flip:
-            pin[:flip] ^= 1
-            self.counters.pins_flipped += flip
+        for k, m in flips:
+            pin[k:k + m] ^= 1
+            self.counters.pins_flipped += m
         millis = np.floor(t).astype(np.int64)
         lines = [f"{p},{m},{v:.2f}\r\n" for p, m, v in zip(pin, millis, mw, strict=True)]
         for k in range(garble):
