@@ -301,6 +301,15 @@ def test_tables_import_feeds_predict(tmp_path: Path) -> None:
     # B layer 0 at its top level 8 (10/8 ms) + hand-over B->L (2 ms) + L layers 1 and 2 at
     # their top level 6 ((30 + 8)/6 ms)
     assert f"latency {10 / 8 + 2 + 38 / 6:.3f} ms" in r.stdout
+    r = cli("predict", "--single", "--layers", "rk/Toy/layers.csv", "--freq", "max", "--board",
+            "rk3399pro", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    # each at its top level: B 35/8 ms, L 53/6 ms
+    assert f"B at level 8: latency {35 / 8:.3f} ms" in r.stdout
+    assert f"L at level 6: latency {53 / 6:.3f} ms" in r.stdout
+    assert f"best single processor: B ({35 / 8:.3f} ms)" in r.stdout
+    r = cli("predict", "--order", "BLL", "--layers", "rk/Toy/layers.csv", cwd=tmp_path)
+    assert r.returncode == 2 and "--order needs --mode" in r.stderr
 
 
 @pytest.mark.parametrize("console", [False, True])
