@@ -160,6 +160,12 @@ def test_predict_on_imported_tables(tmp_path: Path) -> None:
         assert got == pytest.approx(want, abs=1e-3), model
         best = min(want, key=lambda k: want[k])
         assert f"best single processor: {best} (" in r.stdout, model
+    # coupprof plot reads the imported tables as its own (Fig. 16, 17 and 18)
+    for kind, src, extra in (("efficiency", "layers", ()), ("layers", "layers", ("--level", "max")),
+                             ("transfers", "transfers", ())):
+        r = cli("plot", kind, f"rk/MobileV1/{src}.csv", *extra, "-o", f"{kind}.png", cwd=tmp_path)
+        assert r.returncode == 0, r.stderr
+        assert (tmp_path / f"{kind}.png").stat().st_size > 10_000
     # one mapping through --order gives the same latency as --single's line for it
     n = 14
     r = cli("predict", "--order", "B" * n, "--mode", "switch", "--layers",

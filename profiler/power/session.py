@@ -473,9 +473,9 @@ class PowerSession:
                 f"the readings of {cap.source.spec} do not match the run: {err.message}",
                 fix="check that the marker line reaches the logger's pin"))
         info.update(live.sidecar())
-        baseline_w = (live.baseline_mw or 0.0) / 1000.0
-        if live.baseline_mw is not None:
-            self.baseline_w = baseline_w
+        if live.baseline_mw is not None:  # measured in this recording (the session's first)
+            self.baseline_w = live.baseline_mw / 1000.0
+        baseline_w = self.baseline_w or 0.0
         t_ms = (ts[:, :, 3] - ts[:, :, 2]).mean(axis=0) / 1e6
         power = live.power_mw / 1000.0
         energy = power * t_ms
