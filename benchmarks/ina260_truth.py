@@ -4,9 +4,9 @@ Two sources of known truth:
 
 - **live** (``--runs``, default 5): ``coupprof layers --board sim --power sim:ina260`` on
   five 3x3 convs (tests/models/topologies.py ``long_layers``; ~4 to ~30 ms per layer on
-  the simulated B at its top level, where a layer draws 83 % more than the idle board),
+  the simulated B at its top level, where a layer draws ~90 % more than the idle board),
   ``--frames`` measured frames (default 30; ARM-CO-UP measured 10). The truth is the
-  board's power model while a layer's marker is high. Per run and layer: coupprof's
+  board's model of each layer's power while it runs (tests/sim_truth.py). Per run and layer: coupprof's
   method as the run attributed it (host windows through the fitted clock), ARM-CO-UP's
   method on the same readings, and coupprof's method on the same recording imported
   offline (``coupprof import``, no host clock).
@@ -33,6 +33,7 @@ import pandas as pd
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "tests"))
 
 from profiler.boards.profiles import load_board  # noqa: E402
 from profiler.recordings.align import align  # noqa: E402
@@ -40,7 +41,9 @@ from profiler.recordings.attribute import armcoup_method, coupprof_method  # noq
 from profiler.recordings.layout import RunLayout, Setting  # noqa: E402
 from profiler.recordings.traces import read_armcoup_log  # noqa: E402
 from profiler.sim.ina260 import simulate_run  # noqa: E402
-from profiler.sim.power import SimPowerModel  # noqa: E402
+from profiler.sim import model as sim_model  # noqa: E402
+from profiler.slicing.slicer import slice_model  # noqa: E402
+from sim_truth import layer_truth  # noqa: E402
 from tests.models.topologies import long_layers  # noqa: E402
 
 COUPPROF = str(Path(sys.executable).with_name("coupprof"))
@@ -51,8 +54,9 @@ def live(runs: int, frames: int, level: str) -> list[dict]:
     proc = board.processor("B")
     khz = proc.freqs_khz[-1] if level == "max" else proc.freqs_khz[int(level) - 1]
     lv = len(proc.freqs_khz) if level == "max" else int(level)
-    model = SimPowerModel(board)
-    truth_w = model.baseline_w + model.busy_extra_w("B", khz)
+    truth_w = np.array([layer_truth(board, "B", layer.model_bytes, khz)[1]
+                        for layer in slice_model(long_layers()).layers])
+    idle_w = sim_model.idle_power_w(board)
     out = []
     with tempfile.TemporaryDirectory() as tmp:
         d = Path(tmp)
@@ -75,7 +79,8 @@ def live(runs: int, frames: int, level: str) -> list[dict]:
                 raise SystemExit(r.stderr)
             off = pd.read_csv(d / f"imp{run}/long_BBBBB.csv")
             out.append({
-                "truth_w": truth_w, "time_ms": t["time_ms_mean"].round(2).tolist(),
+                "truth_w": truth_w.round(4).tolist(), "idle_w": idle_w,
+                "time_ms": t["time_ms_mean"].round(2).tolist(),
                 "lag_ms": meta["sensor_lag_ms"], "faults": meta["alignment"]["faults"],
                 "clock_residual_ms": meta["logger_clock"]["residual_ms"],
                 "coupprof_pct": (100 * (t["power_w"] / truth_w - 1)).round(3).tolist(),
@@ -83,7 +88,8 @@ def live(runs: int, frames: int, level: str) -> list[dict]:
                 "offline_time_ms": off["time_ms_mean"].round(2).tolist(),
                 "offline_coupprof_pct": (100 * (off["power_w"] / truth_w - 1)).round(3).tolist(),
             })
-            print(f"live run {run}: B level {lv}, truth {truth_w:.4f} W, lag {meta['sensor_lag_ms']} "
+            print(f"live run {run}: B level {lv}, truth {truth_w.round(3).tolist()} W (idle "
+                  f"{idle_w:.3f} W), lag {meta['sensor_lag_ms']} "
                   f"ms, faults {meta['alignment']['faults']}; layers {out[-1]['time_ms']} ms")
             for k in ("coupprof_pct", "armcoup_pct", "offline_coupprof_pct"):
                 print(f"  {k:22s} {out[-1][k]}")

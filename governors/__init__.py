@@ -1,4 +1,5 @@
-"""DVFS back ends: cpufreq, devfreq, vendor GPU files (kgsl, mpgpu), simulated, none.
+"""DVFS back ends: cpufreq, devfreq, vendor GPU files (kgsl, mpgpu), none; the simulated
+board's governor is `profiler.sim.governor`, which `make_governor` builds for `kind = "sim"`.
 
 Entry points: `make_governor(board, proc, sysfs_root)` builds one, `RestoreGuard`
 saves and restores them, `Governor.set_khz` (per run, with read-back) and

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from governors.base import Governor
 from governors.cpufreq import CpufreqGovernor
@@ -12,7 +13,9 @@ from governors.sysfs_io import SysfsIO, sysfs_root_from_env
 from governors.vendor import KgslGovernor, MpgpuGovernor
 from profiler.boards.model import Board, ProcessorSpec
 from profiler.errors import BoardError, PermissionDeniedError
-from profiler.sim.governor import SimGovernor, SimTree
+
+if TYPE_CHECKING:
+    from profiler.sim.governor import SimTree
 
 KINDS: dict[str, type[Governor]] = {
     "cpufreq": CpufreqGovernor,
@@ -33,6 +36,10 @@ def make_governor(board: Board, proc: ProcessorSpec, sysfs_root: Path | None = N
         raise BoardError(f"processor {proc.letter} on board '{board.name}' uses governor"
                          f" '{spec.kind}', not '{kind}'", "drop --governor or pass 'none'")
     if spec.kind == "sim":
+        # Imported here: the simulated board's governor builds on this package's back
+        # ends, so it cannot be imported while `governors` itself is loading.
+        from profiler.sim.governor import SimGovernor, SimTree
+
         return SimGovernor(proc, sim_tree or SimTree.shared(board))
     cls = KINDS.get(spec.kind)
     if cls is None:

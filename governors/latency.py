@@ -106,8 +106,8 @@ class VirtualClock:
 class SimBusyLoop(BusyLoop):
     """The busy loop on the simulated board, on a virtual clock the simulated kernel shares.
 
-    A chunk lasts n iterations at the host's measured speed, stretched by the speed model
-    at the frequency in effect when it starts. Durations are deterministic, so the
+    A chunk lasts n iterations at the host's measured speed, slowed by f_max / f at the
+    frequency in effect when it starts (a busy loop is clock-bound). Durations are deterministic, so the
     detection recovers the modelled delay to within one chunk.
     """
 
@@ -124,7 +124,7 @@ class SimBusyLoop(BusyLoop):
 
     def chunk(self) -> tuple[int, int]:
         t0 = self.vclock.now_ns
-        factor = sim_model.stretch_factor(self.gov.proc, self.gov.effective_khz(t0))
+        factor = sim_model.compute_slowdown(self.gov.proc, self.gov.effective_khz(t0))
         dur = max(1, int(self.n * self.host_ns_per_iter * factor))
         self.vclock.now_ns += dur
         return t0, dur

@@ -145,3 +145,12 @@ def add_method_options(p: argparse.ArgumentParser) -> None:
                    help="fused: measured rounds at least (default: 10)")
     m.add_argument("--max-rounds", type=positive_int, default=10_000, metavar="N",
                    help="fused: measured rounds at most (default: 10000)")
+
+
+def add_host_freq_option(p: argparse.ArgumentParser) -> None:
+    """--host-freq: the level of the CPU cluster that drives a GPU (its `host`)."""
+    p.add_argument("--host-freq", default=None, metavar="K",
+                   help="G only: DVFS level of the CPU cluster that drives the GPU (its host "
+                   "in the board profile; 1-based, or min / max). A GPU's layer times move "
+                   "with it (ARM-CO-UP's Freq_Host). Default: leave it alone; the level "
+                   "found is recorded in the host_level / host_freq_khz columns either way")

@@ -228,3 +228,21 @@ def fused_settings(args: argparse.Namespace) -> FusedSettings:
     return FusedSettings(target_ms=args.target_ms, target_rel=args.target_rel,
                          budget_s=args.budget_s, min_rounds=args.min_rounds,
                          max_rounds=args.max_rounds)
+
+
+def set_host_freq(board: Board, proc: ProcessorSpec, spec: str | None,
+                  root: Path | None) -> tuple[Any, tuple[int, int] | None]:
+    """--host-freq for ``proc``: (the host's writable governor or None, (level, kHz) or
+    None). Bad input (a processor without a separate host level) is one BadInputError."""
+    from governors import writable_governor
+    from governors.host import host_domain
+
+    if spec is None:
+        return None, None
+    host = host_domain(board, proc.letter)
+    if host is None:
+        raise BadInputError(
+            f"--host-freq {spec}: processor {proc.letter} on board '{board.name}' has no host "
+            "cluster with levels of its own (only a GPU has; the NPU's level is --freq)",
+            "drop --host-freq")
+    return writable_governor(board, host.letter, root), resolve_level(host, spec, board.name)

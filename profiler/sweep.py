@@ -58,6 +58,7 @@ class SweepSettings:
     seed: int = 0
     settle_s: float = 0.05  # how long set_level waits for the read-back to match
     method: str | None = None  # fused | sliced; None: fused for G and N, sliced for CPUs
+    host_freq: str | None = None  # G's host cluster level (--host-freq); None: left alone
     fused: FusedSettings = field(default_factory=FusedSettings)
 
     def method_for(self, proc: ProcessorSpec) -> str:
@@ -145,12 +146,12 @@ class Sweep:
 
     `power` (a `PowerSession`, opened and closed here) adds the energy columns: per pair
     the stream is started, the idle baseline measured, the frames run with its marker
-    hooks and the energy attributed; `sim_power` (the simulated board's `SimPowerModel`)
-    is told which processor is busy at which frequency. `hooks` are passed to every
-    runner too (tests watch the frequency in force);
+    hooks and the energy attributed (on the simulated board, the power source holds the
+    board's power model, which the simulated executor tells what each layer draws).
+    `hooks` are passed to every runner too (tests watch the frequency in force);
     `executor_factory(proc, threads)` returns an executor context manager (default:
     `profiler.executors.factory.make_executor`: CPU sets, accelerators, delegates, and the
-    simulated board's stretched processors); `sliced` skips slicing when given.
+    simulated board's paced processors); `sliced` skips slicing when given.
     """
 
     def __init__(
@@ -168,7 +169,6 @@ class Sweep:
         sliced: Any = None,
         argv: list[str] | None = None,
         power: Any = None,
-        sim_power: Any = None,
     ) -> None:
         if not pairs:
             raise BadInputError("the sweep has no (processor, level) pairs",
@@ -185,7 +185,6 @@ class Sweep:
         self.sliced = sliced
         self.argv = argv
         self.power = power  # a profiler.power.session.PowerSession (opened here) or None
-        self.sim_power = sim_power  # the simulated board's SimPowerModel, told who is busy
         self.csv_path = self.out_dir / CSV_NAME
         self.json_path = self.out_dir / JSON_NAME
 
@@ -225,7 +224,7 @@ class Sweep:
             "layers": len(sliced.layers), "slice_cuts": list(sliced.cuts),
             "power_source": self.power.source.spec if self.power is not None else "none",
             "method": s.method or "fused for G and N, sliced for CPU clusters",
-            "fused": s.fused.to_dict(),
+            "fused": s.fused.to_dict(), "host_freq": s.host_freq,
         }
 
     def _governors(self, todo: Sequence[Pair]) -> dict[str, Any]:
@@ -245,6 +244,22 @@ class Sweep:
             govs[pair.processor] = by_domain[domain]
         return govs
 
+    def _host_governors(self, todo: Sequence[Pair]) -> dict[str, tuple[Any, tuple[int, int]]]:
+        """G letter -> (its host's governor, the --host-freq level) when one is asked."""
+        from governors import writable_governor
+        from governors.host import host_domain
+        from profiler.boards.model import resolve_level
+
+        out: dict[str, tuple[Any, tuple[int, int]]] = {}
+        if self.settings.host_freq is None:
+            return out
+        for letter in dict.fromkeys(p.processor for p in todo):
+            host = host_domain(self.board, letter)
+            if host is not None:
+                out[letter] = (writable_governor(self.board, host.letter, self.sysfs_root),
+                               resolve_level(host, self.settings.host_freq, self.board.name))
+        return out
+
     def _executor(self, proc: ProcessorSpec) -> Any:
         if self.executor_factory is not None:
             return self.executor_factory(proc, self.settings.threads)
@@ -262,25 +277,32 @@ class Sweep:
         job.output.meta.setdefault("environment", {}).update(job.env)
         job.layer_infos = [LayerInfo.from_layer(layer) for layer in job.sliced.layers]
         govs = self._governors(todo)
+        hosts = self._host_governors(todo)
         # The runner collects garbage before each run's timed frames; with everything
         # alive so far frozen, that collection scans only what each pair adds (a full
         # one costs tens of ms per pair with pandas and LiteRT loaded).
         gc.collect()
         gc.freeze()
-        with RestoreGuard(list(govs.values())), _unfreeze_after(), ExitStack() as power_stack:
+        guarded = list(dict.fromkeys([*govs.values(), *(g for g, _ in hosts.values())]))
+        with RestoreGuard(guarded), _unfreeze_after(), ExitStack() as power_stack:
             if self.power is not None:
                 power_stack.enter_context(self.power)
             for letter in dict.fromkeys(p.processor for p in todo):
+                if letter in hosts:
+                    host_gov, (level, khz) = hosts[letter]
+                    host_gov.set_khz(khz, level=level)
                 self._run_processor(job, letter, [p for p in todo if p.processor == letter],
                                     govs.get(letter))
 
     def _run_processor(self, job: _Job, letter: str, pairs: list[Pair], gov: Any) -> None:
         """One executor and one runner for all of a processor's pairs."""
+        from governors.host import host_domain, read_host_level
         from profiler.runner import LayerRunner
 
         proc = self.board.processor(letter)
         any_fused = any(self.settings.method_for(self.board.processor(p.processor)) == "fused"
                         for p in self.pairs)
+        any_host = any(host_domain(self.board, p.processor) is not None for p in self.pairs)
         with self._executor(proc) as executor:
             runner = LayerRunner(job.sliced, executor, hooks=self.hooks, seed=self.settings.seed,
                                  model_name=self.model_path.name)  # hooks: per pair
@@ -289,10 +311,17 @@ class Sweep:
                 job.progress.pair_started(job.index, pair)
                 t0 = time.perf_counter_ns()
                 effective, warning = self._set_level(job, pair, gov)
+                host = read_host_level(self.board, letter, self.sysfs_root,
+                                       requested=self.settings.host_freq is not None)
                 timings, energy = self._measure(runner, proc, pair, job.progress)
                 info = self._info(pair, proc, executor, job)
-                run = LayerRun(info, job.layer_infos, timings,
-                               dict(energy.columns) if energy is not None else {},
+                columns = dict(energy.columns) if energy is not None else {}
+                if host is not None:
+                    columns.update(host.columns(len(job.layer_infos)))
+                elif any_host:  # one CSV: a CPU's rows leave the host columns blank
+                    columns.update(dict.fromkeys(("host_level", "host_freq_khz"),
+                                                 [None] * len(job.layer_infos)))
+                run = LayerRun(info, job.layer_infos, timings, columns,
                                dict(energy.totals) if energy is not None else {})
                 rows, tot, fused_info = layer_table(run), totals(run), None
                 if prof is not None:
@@ -345,8 +374,6 @@ class Sweep:
         A power failure raises before the pair's rows are written, so --resume measures
         it again; the pairs before it are on disk."""
         s = self.settings
-        if self.sim_power is not None:  # the NPU has no DVFS: its nominal operating point
-            self.sim_power.set_busy(proc.letter, pair.freq_khz if proc.has_dvfs else None)
         if self.power is None:
             runner.hooks = self.hooks
             return runner.run(s.frames, s.warmup, progress=prog.frame), None

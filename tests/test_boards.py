@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -143,17 +144,33 @@ def test_good_profile_loads_with_defaults(tmp_path):
     assert load_board(str(path)).processors.keys() == board.processors.keys()
 
 
+def _set_key(text: str, table: str, key: str, value: str | None) -> str:
+    """`text` with `key` of `[table]` set to `value` (None: the line removed)."""
+    head = text.index(f"[{table}]\n")
+    m = re.compile(rf"^{key} = .*\n", re.M).search(text, head)
+    assert m is not None and "\n[" not in text[head + 1:m.start()], f"{table}.{key} not found"
+    return text[:m.start()] + ("" if value is None else f"{key} = {value}\n") + text[m.end():]
+
+
 def test_sim_profile_rules(tmp_path):
     text = (BOARDS_DIR / "sim.toml").read_text()
-    for old, new, key, problem in [
-        ("speed_at_max = 0.35", "speed_at_max = 2.0", "processors.B.sim.speed_at_max", "[0.0001, 1]"),
-        ("nominal_khz = 800000\n", "", "processors.N.sim.nominal_khz", "missing"),
-        ("dvfs_delay_up_us = [193, 3811]", "dvfs_delay_up_us = [3811, 193]",
+    for table, k, value, key, problem in [
+        ("processors.B.sim.timing", "roofline_p", "0.5", "processors.B.sim.timing.roofline_p",
+         "at least 1"),
+        ("processors.B.sim.timing", "act_gb_s", "-1", "processors.B.sim.timing.act_gb_s",
+         "[0, 1e+09]"),
+        ("processors.G.sim.timing", "call_us", None, "processors.G.sim.timing.call_us",
+         "missing"),
+        ("processors.L.sim.timing.macs_per_cycle", "depthwise", "0",
+         "processors.L.sim.timing.macs_per_cycle.depthwise", "[1e-09, 1e+06]"),
+        ("processors.B.sim.power", "ceff_nf", '"big"', "processors.B.sim.power.ceff_nf",
+         "must be a number"),
+        ("processors.N.sim", "nominal_khz", None, "processors.N.sim.nominal_khz", "missing"),
+        ("processors.B.sim", "dvfs_delay_up_us", "[3811, 193]",
          "processors.B.sim.dvfs_delay_up_us", "[shortest, longest]"),
     ]:
-        assert old in text
         path = tmp_path / "s.toml"
-        path.write_text(text.replace(old, new, 1))
+        path.write_text(_set_key(text, table, k, value))
         with pytest.raises(BoardError) as info:
             load_profile(path)
         assert f"'{key}'" in str(info.value) and problem in str(info.value), str(info.value)
@@ -213,7 +230,7 @@ def test_boards_show_prints_levels_in_mhz_and_validates_paths(tmp_path):
     assert "1800 / 1200" in out.stdout and "600 / 925" in out.stdout
     assert "class/devfreq/ff9a0000.gpu" in out.stdout
     sim = run_cli("boards", "show", "sim")
-    assert "simulated" in sim.stdout and "P_static" in sim.stdout
+    assert "simulated" in sim.stdout and "MAC/cycle" in sim.stdout and "C_eff nF" in sim.stdout
     bad = tmp_path / "bad.toml"
     bad.write_text(GOOD.replace("[408000, 816000]", "[816000, 408000]"))
     out = run_cli("boards", "show", str(bad))

@@ -10,12 +10,14 @@ import os
 import subprocess
 import sys
 import threading
+import time
 from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+from governors import RestoreGuard, make_governor
 from profiler import zoo
 from profiler.boards.model import Board, ProcessorSpec
 from profiler.boards.profiles import load_board
@@ -25,8 +27,9 @@ from profiler.executors import (
     AcceleratorExecutor,
     CpuExecutor,
     DelegateExecutor,
+    ModelledCall,
+    PacedSubModel,
     ProcessorWorker,
-    StretchedSubModel,
     SubModelInterpreter,
     delegate_coverage,
     make_executor,
@@ -296,25 +299,84 @@ def test_delegate_coverage_sees_whole_and_missing_delegation() -> None:
     assert not ok and "no operators" in why
 
 
-def test_stretched_run_lasts_its_factor_on_the_run_clock(tmp_path: Path) -> None:
+class FixedCall(ModelledCall):
+    """A processor model whose every call lasts `ns`; it keeps what it was told."""
+
+    def __init__(self, ns: float) -> None:
+        self.ns = ns
+        self.told: list[tuple[str, int]] = []
+
+    def begin(self, t0_ns: int) -> float:
+        self.told.append(("begin", t0_ns))
+        return self.ns
+
+    def end(self, t1_ns: int) -> None:
+        self.told.append(("end", t1_ns))
+
+
+def test_paced_run_lasts_its_modelled_time_on_the_run_clock(tmp_path: Path) -> None:
     sliced = slice_model(model("resnet50"), "layer", cache_dir=tmp_path)
     clock = StepClock(0, 1000)  # every read advances 1 us
+    call = FixedCall(3000)
     with CpuExecutor(CPU, threads=1) as ex:
         inner = ex.load(sliced.layers[0].model_bytes)
-        sub = StretchedSubModel(inner, lambda: 3.0, clock, basis="wall")
+        sub = PacedSubModel(inner, call, clock, basis="wall")
         start = clock.now_ns
         sub.run()
-    # t0 read at `start`, end read 1 us later: elapsed 1 us, so the run must reach
-    # t0 + 3 us; the spin loop reads until it does (one read past, at most).
+    # t0 read at `start`, the run's end read 1 us later: elapsed 1 us < 3 us, so the run
+    # must reach t0 + 3 us; the spin loop reads until it does (one read past, at most).
     assert start + 3000 <= clock.now_ns - 1000 <= start + 4000
+    assert [k for k, _ in call.told] == ["begin", "end"] and call.told[0][1] == start
+    assert call.told[1][1] >= start + 3000
+    assert (sub.runs, sub.late_runs) == (1, 0)
 
 
-def test_factory_picks_back_ends_from_the_profile() -> None:
+def test_paced_run_says_when_the_host_was_slower(tmp_path: Path) -> None:
+    sliced = slice_model(model("resnet50"), "layer", cache_dir=tmp_path)
+    clock = StepClock(0, 1000)
+    with CpuExecutor(CPU, threads=1) as ex:
+        sub = PacedSubModel(ex.load(sliced.layers[0].model_bytes), FixedCall(500), clock,
+                            basis="wall")
+        start = clock.now_ns
+        sub.run()
+        sub.run()
+    # The host's run (one clock step, 1 us) is longer than the 0.5 us model: it lasts
+    # the host's time and counts as late, every time.
+    assert (sub.runs, sub.late_runs) == (2, 2)
+    assert sub.late_ns_max == 500
+    assert clock.now_ns - start < 10_000
+
+
+def test_factory_picks_back_ends_from_the_profile(tmp_path: Path) -> None:
+    from profiler.sim import model as sim_model
+    from profiler.sim import perf
+    from profiler.sim.work import model_works
+    from profiler.slicing.graph import ModelView
+    from profiler.tflite.model_io import parse_model
+
     sim = load_board("sim")
     ex = make_executor(sim, "G")
-    assert isinstance(ex, CpuExecutor) and ex.stretch is not None
+    assert isinstance(ex, CpuExecutor) and ex.modelled is not None
     assert set(ex.cores) <= set(CORES) and ex.threads == 1
-    assert ex.stretch() > 1.0  # a modelled Mali is slower than this host
+    # The sim G prices a sub-model by the per-layer model at the levels in effect: its
+    # own and its host's (B), each set through its sim governor and restored after.
+    layer = slice_model(model("resnet50"), "layer", cache_dir=tmp_path).layers[3]
+    call = ex.modelled(layer.model_bytes, "layer 3")
+    g, b = sim.processor("G"), sim.processor("B")
+    works = perf.Works.of(model_works(ModelView.of(parse_model(layer.model_bytes))))
+    govs = [make_governor(sim, g), make_governor(sim, b)]
+    with RestoreGuard(govs):
+        got = []
+        for gk, bk in ((g.freqs_khz[1], b.freqs_khz[2]), (g.freqs_khz[-1], b.freqs_khz[0])):
+            govs[0].set_khz(gk)
+            govs[1].set_khz(bk)
+            time.sleep(0.02)  # past the modelled transition delays (at most 4.5 ms)
+            truth = perf.call_split(sim_model.constants(g).timing, works, gk / 1e6, bk / 1e6,
+                                    g.freqs_khz[-1] / 1e6).total_ms * 1e6
+            got.append(call.begin(0))
+            call.end(0)
+            assert got[-1] == pytest.approx(float(truth), rel=1e-12)
+    assert got[0] > got[1]  # the slower G level dominates the faster host's
     rk = load_board("rk3399pro")
     assert isinstance(make_executor(rk, "G"), AcceleratorExecutor)
     assert isinstance(make_executor(rk, "N"), DelegateExecutor)

@@ -451,20 +451,28 @@ def test_sim_governor_writes_a_real_tree_and_models_the_delay(tmp_path):
     assert snapshot(tmp_path) == before
 
 
-def test_sim_models_follow_the_profile_formulas():
+def test_sim_models_follow_the_profile():
+    """The profile's fitted tables are what the simulated processors price calls with
+    (the formulas themselves: tests/test_sim_perf.py)."""
     from profiler.sim import model as sim_model
+    from profiler.sim import perf
+    from profiler.sim.work import OpWork
 
     board = load_board("sim")
     g = board.processor("G")
+    c = sim_model.constants(g)
     raw = g.extra["sim"]
-    # P = P_static + C_eff V^2 f at level 4 (600 MHz, 925 mV)
-    expect_mw = raw["p_static_mw"] + raw["c_eff_nf"] * 1e-9 * 0.925 ** 2 * 600e6 * 1e3
-    assert sim_model.power_mw(g, 600000) == pytest.approx(expect_mw)
-    a = raw["freq_sensitivity"]
-    expect = (1 / raw["speed_at_max"]) * ((1 - a) + a * 800000 / 600000)
-    assert sim_model.stretch_factor(g, 600000) == pytest.approx(expect)
-    # lower frequency: slower and less power
-    assert sim_model.stretch_factor(g, 200000) > sim_model.stretch_factor(g, 800000)
-    assert sim_model.power_mw(g, 200000) < sim_model.power_mw(g, 800000)
+    assert c.timing.call_us == raw["timing"]["call_us"]
+    assert c.timing.macs_per_cycle == raw["timing"]["macs_per_cycle"]
+    assert c.power.ceff_nf == raw["power"]["ceff_nf"]
+    assert sim_model.operating_point(g, 600000) == (600000, 0.925)
+    # A compute-bound conv at a lower level: slower, and less power.
+    works = perf.Works.of([OpWork("conv3x3s1", 200_000_000, 400_000, 100_000, 3136)])
+    slow = perf.call_split(c.timing, works, 0.2, 1.8, 0.8)
+    fast = perf.call_split(c.timing, works, 0.8, 1.8, 0.8)
+    assert float(slow.total_ms) > float(fast.total_ms)
+    assert float(perf.dynamic_power_w(c.power, slow, 0.8, 0.2)) < \
+        float(perf.dynamic_power_w(c.power, fast, 1.1, 0.8))
     n = board.processor("N")
-    assert sim_model.stretch_factor(n, None) == pytest.approx(1 / n.extra["sim"]["speed_at_max"])
+    assert sim_model.operating_point(n, None) == (800000, 0.9)
+    assert sim_model.compute_slowdown(g, 200000) == pytest.approx(4.0)

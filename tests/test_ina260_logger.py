@@ -26,6 +26,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import serial
+from sim_truth import layer_truth
 
 from profiler.boards.profiles import load_board
 from profiler.clock import perf_clock
@@ -35,8 +36,9 @@ from profiler.recordings.align import segments
 from profiler.recordings.attribute import update_period_ms
 from profiler.recordings.live import attribute_live, run_layout
 from profiler.recordings.traces import Recording, read_armcoup_log
+from profiler.sim import model as sim_model
 from profiler.sim.ina260 import UPDATE_MS, VirtualIna260
-from profiler.sim.power import SimPowerModel
+from profiler.slicing.slicer import slice_model
 from tests.models.topologies import long_layers
 
 COUPPROF = str(Path(sys.executable).with_name("coupprof"))
@@ -194,28 +196,32 @@ def test_cli_errors_are_one_line(tmp_path: Path) -> None:
 
 def test_layers_through_the_simulated_ina260(tmp_path: Path) -> None:
     """`coupprof layers --power sim:ina260` on the simulated B at its top level, where a
-    layer draws 83 % more than the idle board: the hardest contrast the board has.
-    Truth is the board's power model while the layer's marker is high."""
-    (tmp_path / "long.tflite").write_bytes(long_layers())
+    layer draws ~90 % more than the idle board: the hardest contrast the board has.
+    Truth is the board's model of each layer's power while it runs (tests/sim_truth.py)."""
+    model_bytes = long_layers()
+    (tmp_path / "long.tflite").write_bytes(model_bytes)
     frames = 30
     r = cli("layers", "--board", "sim", "-p", "B", "--freq", "max", "--model", "long.tflite",
             "--frames", str(frames), "--warmup", "2", "--power", "sim:ina260",
             "--csv", "out.csv", cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     board = load_board("sim")
-    model = SimPowerModel(board)
-    truth_w = model.baseline_w + model.busy_extra_w("B", board.processor("B").freqs_khz[-1])
+    top = board.processor("B").freqs_khz[-1]
+    truth_w = np.array([layer_truth(board, "B", layer.model_bytes, top)[1]
+                        for layer in slice_model(model_bytes).layers])
+    idle_w = sim_model.idle_power_w(board)
+    assert (truth_w > 1.8 * idle_w).all()
     table = pd.read_csv(tmp_path / "out.csv")
     meta = json.loads((tmp_path / "out.json").read_text())["extra"]
     assert meta["alignment"]["faults"] == 0 and meta["alignment"]["ignored_segments"] == 0
     assert meta["logger_clock"]["residual_ms"] < 1.0  # edges known to a reading (1-3 ms)
     assert 2.0 <= meta["sensor_lag_ms"] <= 5.0
-    assert meta["baseline_power_w"] == pytest.approx(model.baseline_w, rel=0.01)
+    assert meta["baseline_power_w"] == pytest.approx(idle_w, rel=0.01)
     ours = table["power_w"] / truth_w - 1
     theirs = table["armcoup_power_w"] / truth_w - 1
     long_ = table["time_ms_mean"] >= 10.0
     assert long_.sum() >= 3, table["time_ms_mean"]
-    print(f"\ntruth {truth_w:.4f} W; layers {table['time_ms_mean'].round(1).tolist()} ms; "
+    print(f"\ntruth {truth_w.round(4).tolist()} W; layers {table['time_ms_mean'].round(1).tolist()} ms; "
           f"coupprof {(100 * ours).round(2).tolist()} %; armcoup {(100 * theirs).round(2).tolist()} %")
     assert ours[long_].abs().max() < 0.02
     # ARM-CO-UP's unweighted means over the pin's segments read low: their windows take in

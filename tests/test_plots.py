@@ -16,6 +16,7 @@ import pandas as pd
 import pytest
 from cli_runs import layers_while_collecting
 from matplotlib.container import BarContainer
+from sim_truth import layer_truth
 from test_sweep_fakehost import B_FREQS_KHZ, L_FREQS_KHZ, build_fake_host
 
 from profiler.boards.profiles import load_board
@@ -29,7 +30,8 @@ from profiler.plots import (
 )
 from profiler.power.clockmap import ClockMap
 from profiler.power.trace import DeviceTrace
-from profiler.sim import model as sim_model
+from profiler.slicing.slicer import slice_model
+from profiler.zoo import default_model_path
 
 COUPPROF = str(Path(sys.executable).with_name("coupprof"))
 
@@ -242,13 +244,14 @@ def test_timeline_of_a_simulated_run_uses_its_own_trace_and_clock_fit(runs: dict
     idx = np.searchsorted(host, x_ns)
     np.testing.assert_array_equal(host[idx], x_ns)
     np.testing.assert_allclose(line.get_ydata(), trace.power_w[idx])
-    # While the marker is high the simulated board draws idle + statics + G's dynamic
-    # power at 600 MHz; the shown samples reach exactly that.
+    # While a layer runs the simulated board draws idle + that layer's modelled power on
+    # G at 600 MHz (its host at the level the run recorded); the frame shown holds every
+    # layer, so its samples reach the most demanding layer's power exactly.
     sim = load_board("sim")
-    g = sim.processor("G")
-    busy = (sim.extra["sim"]["idle_power_mw"]
-            + sum(sim_model.constants(p).p_static_mw for p in sim.processors.values())
-            + sim_model.power_mw(g, 600_000) - sim_model.constants(g).p_static_mw) / 1000
+    rows = raw[raw.kind == "layer"]
+    host_khz = int(rows["host_freq_khz"].iloc[0])
+    layers = slice_model(default_model_path(), cache_dir=False).layers
+    busy = max(layer_truth(sim, "G", layer.model_bytes, 600_000, host_khz)[1] for layer in layers)
     assert float(np.max(line.get_ydata())) == pytest.approx(busy, rel=1e-3)
 
 

@@ -16,9 +16,12 @@ PAPER_LAYERS = {
     "mobilenet_v1": 15,  # conv1, 13 depthwise-separable blocks, fc
     "mobilenet_v1_int8": 15,
     "resnet50": 54,  # conv1, 16 bottlenecks x 3 convs, 4 projection shortcuts, fc
+    "resnet50_slim": 54,  # the same convs; the classifier is a 1x1 conv
     "googlenet": 58,  # 3 stem convs, 9 inception blocks x 6 convs, fc
     "squeezenet": 26,  # conv1, 8 fire modules x 3 convs, conv10
+    "squeezenet1_0": 26,
     "alexnet": 8,  # 5 conv, 3 fc
+    "alexnet_bvlc": 8,  # grouped convs stay one CONV_2D each
 }
 NAMES = [e.name for e in zoo.list_models()]
 
@@ -28,11 +31,13 @@ def small(name: str) -> bytes:
     entry = next(e for e in zoo.list_models() if e.name == name)
     params: dict[str, object] = {}
     if "size" in entry.params:
-        params["size"] = 67 if name == "alexnet" else 64
+        params["size"] = 67 if name.startswith("alexnet") else 64
     if "alpha" in entry.params:
         params["alpha"] = 0.25
     if "classes" in entry.params:
         params["classes"] = 10
+    if "fc_width" in entry.params:
+        params["fc_width"] = 64
     return zoo.build(name, **params)
 
 

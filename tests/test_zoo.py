@@ -35,9 +35,12 @@ SMALL: dict[str, dict[str, Any]] = {
     "mobilenet_v1": {"alpha": 0.25, "size": 64},
     "mobilenet_v1_int8": {"alpha": 0.25, "size": 64},
     "resnet50": {"size": 64},
+    "resnet50_slim": {"size": 64},
     "googlenet": {"size": 64},
     "squeezenet": {"size": 64},
+    "squeezenet1_0": {"size": 64},
     "alexnet": {"size": 67, "fc_width": 64},
+    "alexnet_bvlc": {"size": 67, "fc_width": 64},
 }
 
 
@@ -363,6 +366,12 @@ def test_cli_list() -> None:
     for name in SMALL:
         assert name in res.stdout
     assert "569 M" in res.stdout  # MobileNetV1 at 224: 569 M MACs, as in the paper
+    # ARM-CO-UP's five CNNs: the zoo models that build them, and their layer cuts.
+    rows = [line for line in res.stdout.splitlines() if "ResV1_50" in line or "Alex " in line]
+    assert any("alexnet_bvlc" in r and " 8 " in r and "3,6,7,8,10,12,13" in r for r in rows)
+    assert any("resnet50_slim" in r and " 18 " in r
+               and "2,7,11,16,21,25,29,34,39,43,47,51,55,60,65,69,74" in r for r in rows)
+    assert "mobilenet_v1 --param classes=1001" in res.stdout
 
 
 def test_cli_writes_the_built_model(tmp_path: Path) -> None:

@@ -52,11 +52,10 @@ ACCELERATORS = ("gpu", "npu")
 BOARD_KEYS = {"name", "description", "match", "simulated", "sim", "markers"}
 PROC_KEYS = {"kind", "name", "cores", "freqs_khz", "volts_mv", "governor", "host",
              "accelerator", "delegate", "notes", "sim"}
-SIM_PROC_KEYS = {"p_static_mw", "c_eff_nf", "speed_at_max", "freq_sensitivity",
-                 "dvfs_delay_up_us", "dvfs_delay_down_us", "nominal_khz", "nominal_mv",
-                 "macs_per_us_at_max", "bytes_per_us_at_max", "call_overhead_us"}
-SIM_PROC_REQUIRED = {"p_static_mw", "c_eff_nf", "speed_at_max"}
-SIM_BOARD_KEYS = {"idle_power_mw", "notes"}
+SIM_PROC_KEYS = {"dvfs_delay_up_us", "dvfs_delay_down_us", "nominal_khz", "nominal_mv",
+                 "timing", "power", "notes"}
+SIM_PROC_REQUIRED = {"timing", "power"}
+SIM_BOARD_KEYS = {"idle_power_mw", "sensor_lag_ms", "notes", "calibration"}
 MARKER_KEYS = {"chip", "lines", "backend"}
 
 FIX = "see `coupprof boards show rk3399pro` and data/boards/rk3399pro.toml for a valid profile"
@@ -144,6 +143,10 @@ def parse_profile(raw: dict[str, Any], path: Path) -> Board:
         c.keys(sim, "board.sim", SIM_BOARD_KEYS)
         if "idle_power_mw" in sim:
             c.number(sim, "board.sim", "idle_power_mw", 0, 1e6)
+        if "sensor_lag_ms" in sim:
+            c.number(sim, "board.sim", "sensor_lag_ms", 0, 1e3)
+        if "calibration" in sim:
+            c.table(sim["calibration"], "board.sim.calibration")
         extra["sim"] = dict(sim)
     if "markers" in b:
         m = c.table(b["markers"], "board.markers")
@@ -257,20 +260,7 @@ def _sim_constants(c: _Checker, key: str, raw: Any, has_dvfs: bool, volts: list[
     for k in sorted(SIM_PROC_REQUIRED):
         if k not in s:
             raise c.fail(f"{key}.{k}", "missing")
-    c.number(s, key, "p_static_mw", 0, 1e5)
-    c.number(s, key, "c_eff_nf", 0, 100)
-    # <= 1: the simulator can only stretch host wall time, never shrink it.
-    c.number(s, key, "speed_at_max", 1e-4, 1.0)
-    if "freq_sensitivity" in s:
-        c.number(s, key, "freq_sensitivity", 0, 1)
-    # The work model (see profiler.sim.model): MACs and bytes per us, overhead per call.
-    if "macs_per_us_at_max" in s:
-        c.number(s, key, "macs_per_us_at_max", 1e-3, 1e9)
-    for k, hi in (("bytes_per_us_at_max", 1e9), ("call_overhead_us", 1e7)):
-        if k in s:
-            if "macs_per_us_at_max" not in s:
-                raise c.fail(f"{key}.{k}", "needs macs_per_us_at_max (the work model)")
-            c.number(s, key, k, 0 if k == "call_overhead_us" else 1e-3, hi)
+    _sim_model_tables(c, key, s)
     for k in ("dvfs_delay_up_us", "dvfs_delay_down_us"):
         if k in s:
             v = s[k]
@@ -287,6 +277,38 @@ def _sim_constants(c: _Checker, key: str, raw: Any, has_dvfs: bool, volts: list[
         c.number(s, key, "nominal_khz", 10_000, 1e8)
         c.number(s, key, "nominal_mv", 300, 2000)
     return dict(s)
+
+
+def _sim_model_tables(c: _Checker, key: str, s: dict[str, Any]) -> None:
+    """The per-layer timing and power model (profiler/sim/perf.py): every number a
+    finite, non-negative float; the kinds' MACs per cycle positive."""
+    from profiler.sim.perf import PowerParams, TimingParams
+    from profiler.sim.work import COMPUTE_KINDS
+
+    timing = c.table(s["timing"], f"{key}.timing")
+    power = c.table(s["power"], f"{key}.power")
+    t_names = set(TimingParams.__dataclass_fields__)
+    c.keys(timing, f"{key}.timing", t_names)
+    c.keys(power, f"{key}.power", set(PowerParams.__dataclass_fields__))
+    for k in sorted(t_names - {"macs_per_cycle"}):
+        if k not in timing:
+            raise c.fail(f"{key}.timing.{k}", "missing")
+        c.number(timing, f"{key}.timing", k, 0, 1e9)
+    if timing["roofline_p"] < 1:
+        raise c.fail(f"{key}.timing.roofline_p", "must be at least 1")
+    if timing["memory_clock_share"] > 1:
+        raise c.fail(f"{key}.timing.memory_clock_share", "must be in [0, 1]")
+    for k in ("act_gb_s", "weight_gb_s", "stream_gb_s"):
+        if timing[k] <= 0:
+            raise c.fail(f"{key}.timing.{k}", "must be positive")
+    mpc = c.table(timing.get("macs_per_cycle"), f"{key}.timing.macs_per_cycle")
+    c.keys(mpc, f"{key}.timing.macs_per_cycle", set(COMPUTE_KINDS))
+    for k in COMPUTE_KINDS:
+        if k not in mpc:
+            raise c.fail(f"{key}.timing.macs_per_cycle.{k}", "missing")
+        c.number(mpc, f"{key}.timing.macs_per_cycle", k, 1e-9, 1e6)
+    for k in power:
+        c.number(power, f"{key}.power", k, 0, 1e9)
 
 
 # ---- finding boards --------------------------------------------------------------

@@ -128,15 +128,23 @@ def board_tables(board: Board) -> list[Table]:
             levels.add_row(*row)
         tables.append(levels)
     if board.simulated:
-        sim = Table(title="simulation model (modelled constants, see the profile's comments)",
-                    box=box.SIMPLE_HEAD)
-        for col in ("proc", "P_static mW", "C_eff nF", "speed at max vs host", "freq share",
-                    "delay up us", "delay down us"):
+        cal = board.extra.get("sim", {}).get("calibration", {})
+        title = "simulation model per processor (profiler/sim/perf.py)"
+        if cal:
+            title += f"; fitted on {cal.get('source', '?')}"
+        sim = Table(title=title, box=box.SIMPLE_HEAD)
+        for col in ("proc", "call us", "call kcyc", "host kcyc", "MAC/cycle 1x1", "3x3s1",
+                    "dw", "act GB/s", "fc GB/s", "C_eff nF", "delay up us", "delay down us"):
             sim.add_column(col, justify="right")
         for p in board.processors.values():
             s = p.extra.get("sim", {})
-            sim.add_row(p.letter, f"{s.get('p_static_mw', '')}", f"{s.get('c_eff_nf', '')}",
-                        f"{s.get('speed_at_max', '')}", f"{s.get('freq_sensitivity', '')}",
+            t = s.get("timing", {})
+            mpc = t.get("macs_per_cycle", {})
+            sim.add_row(p.letter, *(f"{t.get(k, 0):.4g}" for k in
+                                    ("call_us", "call_kcycles", "host_call_kcycles")),
+                        *(f"{mpc.get(k, 0):.3g}" for k in ("conv1x1", "conv3x3s1", "depthwise")),
+                        *(f"{t.get(k, 0):.3g}" for k in ("act_gb_s", "stream_gb_s")),
+                        f"{s.get('power', {}).get('ceff_nf', 0):.3g}",
                         "-".join(f"{v:g}" for v in s.get("dvfs_delay_up_us", ())),
                         "-".join(f"{v:g}" for v in s.get("dvfs_delay_down_us", ())))
         tables.append(sim)

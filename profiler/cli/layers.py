@@ -19,6 +19,7 @@ from profiler.boards.host import format_cpu_list
 from profiler.cli import command_help
 from profiler.cli_options import (
     add_board_args,
+    add_host_freq_option,
     add_method_options,
     add_model_options,
     add_power_options,
@@ -34,6 +35,7 @@ from profiler.cli_plumbing import (
     open_power,
     resolve_freq,
     say,
+    set_host_freq,
     sysfs_root,
 )
 from profiler.cli_progress import step, task_progress
@@ -57,6 +59,7 @@ def register(subparsers: Any) -> None:
     p.add_argument("--freq", default=None, metavar="K",
                    help="DVFS level: 1-based index into the processor's frequency table, "
                    "or min / max (default: leave the frequency alone)")
+    add_host_freq_option(p)
     p.add_argument("--frames", type=positive_int, default=60,
                    help="measured frames (default: 60)")
     p.add_argument("--warmup", type=nonneg_int, default=5,
@@ -83,6 +86,7 @@ def run(args: argparse.Namespace) -> int:
     from contextlib import ExitStack
 
     from governors import RestoreGuard, writable_governor
+    from governors.host import read_host_level
     from profiler.executors.factory import make_executor
     from profiler.executors.logs import quiet_native_exit
     from profiler.fused import measure_model
@@ -103,19 +107,23 @@ def run(args: argparse.Namespace) -> int:
     with ExitStack() as stack, task_progress(sys.stderr.isatty()) as bar:
         model, data, sliced = load_model(args, bar)
         csv_path = args.csv or default_csv_path(model, proc.letter)
-        gov = writable_governor(board, proc.letter, sysfs_root(args)) if level else None
+        root = sysfs_root(args)
+        gov = writable_governor(board, proc.letter, root) if level else None
+        host_gov, host_level = set_host_freq(board, proc, args.host_freq, root)
         # Frequencies are restored on success, errors, Ctrl-C and SIGTERM.
-        stack.enter_context(RestoreGuard([gov] if gov else []))
-        session, sim_model = open_power(args, board, csv_path.with_suffix(".trace"),
-                                        layer_runs=True)
+        stack.enter_context(RestoreGuard([g for g in (gov, host_gov) if g is not None]))
+        session, _ = open_power(args, board, csv_path.with_suffix(".trace"), layer_runs=True)
         if session is not None:
             stack.enter_context(session)
         if gov is not None and level is not None:
             gov_result = gov.set_khz(level[1], level=level[0])
             if gov_result.warning:
                 say(f"warning: {gov_result.warning}")
-        if sim_model is not None:
-            sim_model.set_busy(proc.letter, level[1] if level and proc.has_dvfs else None)
+        if host_gov is not None and host_level is not None:
+            host_result = host_gov.set_khz(host_level[1], level=host_level[0])
+            if host_result.warning:
+                say(f"warning: host {host_result.warning}")
+        host = read_host_level(board, proc.letter, root, requested=host_gov is not None)
         if session is not None:
             # The idle baseline comes first: compiling layers for an accelerator is work
             # too, and a GPU stays clocked up for seconds after it.
@@ -176,6 +184,9 @@ def run(args: argparse.Namespace) -> int:
     )
     layer_extras = dict(power.columns) if power is not None else {}
     layer_extras.update(fallback)
+    if host is not None:
+        layer_extras.update(host.columns(len(sliced.layers)))
+        extra["host"] = host.to_dict()
     result = LayerRun(info, [LayerInfo.from_layer(layer) for layer in sliced.layers], timings,
                       layer_extras=layer_extras,
                       total_extras=dict(power.totals) if power is not None else {})

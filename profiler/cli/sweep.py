@@ -22,6 +22,7 @@ from rich.table import Table
 from profiler.cli import command_help
 from profiler.cli_options import (
     add_board_args,
+    add_host_freq_option,
     add_method_options,
     add_model_options,
     add_power_options,
@@ -65,6 +66,7 @@ def register(subparsers: Any) -> None:
     p.add_argument("--seed", type=int, default=0, help="seed of the random input (default: 0)")
     add_power_options(p, baseline_s=0.25, baseline_what="before each pair")
     add_method_options(p)  # --budget-s applies to each fused pair
+    add_host_freq_option(p)
     p.set_defaults(func=run)
 
 
@@ -196,10 +198,11 @@ def run(args: argparse.Namespace) -> int:
     out = args.output or Path("coupprof-out") / f"sweep-{Path(args.model).stem}-{board.name}"
     settings = SweepSettings(frames=args.frames, warmup=args.warmup, threads=args.threads,
                              granularity=args.granularity, cuts=args.cuts, seed=args.seed,
-                             method=args.method, fused=fused_settings(args))
-    power, sim_power = open_power(args, board, layer_runs=True)
+                             method=args.method, fused=fused_settings(args),
+                             host_freq=args.host_freq)
+    power, _ = open_power(args, board, layer_runs=True)
     sweep = Sweep(board, Path(args.model), pairs, out, settings, resume=args.resume,
-                  sysfs_root=root, power=power, sim_power=sim_power)
+                  sysfs_root=root, power=power)
     tty = sys.stderr.isatty()
     progress = BarProgress() if tty else PlainProgress()
     from governors import Terminated

@@ -14,6 +14,7 @@ from profiler.cli import command_help
 from profiler.cli_options import stdout_console
 from profiler.errors import BadInputError
 from profiler.tflite.model_io import sha256_bytes
+from profiler.zoo import armcoup
 from profiler.zoo.registry import get_entry, resolve_params, write_atomic
 
 EXAMPLES = """\
@@ -29,7 +30,8 @@ def register(subparsers: Any) -> None:
         "zoo",
         help=command_help(__name__),
         description="Architecture-faithful .tflite models (MobileNetV1 FP32/int8, ResNet-50, "
-        "GoogLeNet, SqueezeNet 1.1, AlexNet) with seeded weights, for profiling.",
+        "GoogLeNet, SqueezeNet 1.0/1.1, AlexNet) with seeded weights, for profiling; "
+        "--list also names the ones that build ARM-CO-UP's five CNNs, with their layer cuts.",
         epilog=EXAMPLES,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -66,6 +68,7 @@ def run(args: argparse.Namespace) -> int:
             raise BadInputError("give either --list or a model name, not both",
                                 "run `coupprof zoo --list`")
         console.print(list_table())
+        console.print(armcoup_table())
         return 0
     if not args.name:
         raise BadInputError("no model name given", "run `coupprof zoo --list` to see the models")
@@ -105,4 +108,17 @@ def list_table() -> Table:
         params = "\n".join(f"{k}={v}" for k, v in entry.default_params.items())
         table.add_row(entry.name, entry.description, params, str(sum(ops.values())),
                       f"{macs / 1e6:,.0f} M")
+    return table
+
+
+def armcoup_table() -> Table:
+    table = Table(title="ARM-CO-UP's CNNs (their Layers.csv) as zoo models; their layers are "
+                  "`coupprof layers --cuts` of these (docs/armcoup-layers.md)")
+    table.add_column("graph", style="bold")
+    table.add_column("zoo model")
+    table.add_column("layers", justify="right")
+    table.add_column("--cuts")
+    for spec in armcoup.MODELS.values():
+        table.add_row(spec.graph, spec.zoo_text, str(spec.n_layers),
+                      ",".join(str(c) for c in armcoup.cuts(spec)))
     return table

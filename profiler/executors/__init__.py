@@ -7,18 +7,21 @@
         print(sub.fallback)                        # True if ops fell back to the CPU
 
 Back ends: `cpu` (interpreter on a core set), `accelerator` (LiteRT CompiledModel on
-a GPU/NPU), `delegate` (load_delegate), each optionally stretched (simulated board).
+a GPU/NPU), `delegate` (load_delegate); on the simulated board a CPU executor whose runs
+are paced to the modelled processor (`PacedSubModel`, `profiler.sim.executor`).
 `ProcessorWorker` owns an executor on its own pinned thread.
 """
 
 from profiler.executors.accelerator import AcceleratorExecutor, CompiledSubModel
 from profiler.executors.base import (
     Executor,
-    StretchedSubModel,
+    ModelledCall,
+    PacedSubModel,
     SubModel,
     SubModelInterpreter,
     TensorIO,
     fallback_flags,
+    late_runs,
     pin_thread,
 )
 from profiler.executors.cpu import CpuExecutor, InterpreterSubModel
@@ -34,12 +37,14 @@ __all__ = [
     "Executor",
     "InterpreterSubModel",
     "ProcessorWorker",
-    "StretchedSubModel",
+    "ModelledCall",
+    "PacedSubModel",
     "SubModel",
     "SubModelInterpreter",
     "TensorIO",
     "delegate_coverage",
     "fallback_flags",
+    "late_runs",
     "make_executor",
     "pin_thread",
     "with_accelerators",

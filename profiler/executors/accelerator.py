@@ -44,7 +44,7 @@ import numpy as np
 from profiler.boards.model import ProcessorSpec
 from profiler.clock import Clock, perf_clock
 from profiler.errors import BadInputError, ModelError, RuntimeUnavailableError
-from profiler.executors.base import Executor, Stretch, SubModel, TensorIO
+from profiler.executors.base import Executor, SubModel, TensorIO
 from profiler.executors.logs import NativeLog, native_stderr
 
 ACCELERATORS = ("gpu", "npu", "cpu")
@@ -230,7 +230,7 @@ class AcceleratorExecutor(Executor):
                  cores: Sequence[int] | None = None, threads: int | None = None,
                  allow_fallback: bool = True, readback: str = "run",
                  dispatch_library_path: str | None = None,
-                 stretch: Stretch | None = None, clock: Clock = perf_clock) -> None:
+                 clock: Clock = perf_clock) -> None:
         accel = (accelerator or proc.accelerator or proc.kind).lower()
         if accel not in ACCELERATORS:
             raise BadInputError(f"processor {proc.letter}: unknown accelerator {accel!r}",
@@ -245,7 +245,7 @@ class AcceleratorExecutor(Executor):
         self.env: Any = None
         self.env_log = NativeLog()
         self.notes: list[str] = []
-        super().__init__(proc, cores=cores, threads=threads, stretch=stretch, clock=clock)
+        super().__init__(proc, cores=cores, threads=threads, clock=clock)
 
     def default_threads(self) -> int:
         return 1

@@ -18,11 +18,10 @@ reading the outputs back, the only completion signal LiteRT's Python API has (th
 read blocks until the device is done). A hand-over between layers is
 `dst.set_input(j, src.output(i))`, with a copy in between when it crosses threads.
 
-`stretch` turns any executor into a slower processor (the simulated board): after
-each run the executor waits until ``elapsed * stretch()`` has passed. `modelled`
-does the same from a work model instead: given a sub-model's bytes it returns the
-modelled duration of one run (read at each run, so DVFS changes apply), and each
-run lasts that long, or the host's own time if that is longer.
+`modelled` turns an executor into a simulated processor: given a sub-model's bytes
+it returns a `ModelledCall`, asked at each run for the modelled duration at the
+frequencies in effect then (so DVFS changes apply); each run lasts that long, or the
+host's own time if that is longer (counted in `PacedSubModel.late_runs`).
 
 `SubModelInterpreter` dresses a `SubModel` as a LiteRT interpreter so the per-layer
 runner (`profiler.runner.LayerRunner`) drives accelerators unchanged.
@@ -46,17 +45,17 @@ from profiler.boards.model import Board, ProcessorSpec
 from profiler.clock import Clock, perf_clock
 from profiler.errors import BadInputError, BoardError, HardwareError
 
-#: A function returning t_target / t_host for the next run (>= 1), read after each run.
-Stretch = Callable[[], float]
-#: A sub-model's bytes -> a function giving its modelled run time in ns now.
-Modelled = Callable[[bytes], Callable[[], float]]
+#: A sub-model's bytes (and name) -> the model of its calls on a simulated processor.
+Modelled = Callable[[bytes, str], "ModelledCall"]
 
-# Below this much remaining time a stretched run spins instead of sleeping (with the
-# thread's timer slack cut to 1 us, sleeps overshoot by tens of microseconds at most).
+# Below this much remaining time a paced run spins instead of sleeping. With the
+# thread's timer slack cut to 1 us a sleep on a quiet host overshoots by tens of us; on
+# a busy one (a 2-core VM running other work) by 35 us typically, 200 us in one wait of
+# ten. So the spin starts earlier by how late this thread's recent sleeps woke (a moving
+# average of 1.5 x the lateness, between _SPIN_NS and _SPIN_MAX_NS), which spends a little
+# CPU to keep waits on time where wake-ups are late, and almost none where they are not.
 _SPIN_NS = 30_000
-# A run that starts within this long after the previous one ended continues a burst:
-# the previous wait's overshoot is taken off this one's (see StretchedSubModel).
-_BURST_GAP_NS = 300_000
+_SPIN_MAX_NS = 400_000
 _PR_SET_TIMERSLACK = 29
 _thread_state = threading.local()
 
@@ -89,6 +88,10 @@ class SubModel(ABC):
     fallback: bool | None = None
     #: Why (the runtime's words), when fallback is True.
     fallback_detail: str = ""
+    #: Simulated processors: runs so far, and those whose host time exceeded the
+    #: modelled time (the host was slower than the processor it stands for).
+    runs: int = 0
+    late_runs: int = 0
 
     @abstractmethod
     def set_input(self, i: int, value: np.ndarray) -> None:
@@ -107,26 +110,38 @@ class SubModel(ABC):
         """Release runtime objects (buffers, compiled models)."""
 
 
-class StretchedSubModel(SubModel):
-    """A sub-model whose runs take `stretch()` times their real duration (sim board).
+class ModelledCall(ABC):
+    """A simulated processor's model of one sub-model's calls (`profiler.sim.executor`)."""
 
-    basis "cpu" stretches the driving thread's CPU time (`time.thread_time_ns`), so a
-    host core shared with other stages (pipeline mode on a small machine) does not
-    inflate the modelled time; it is exact when the runtime computes on the calling
-    thread (one interpreter thread). basis "wall" stretches wall time.
-    The wait sleeps (freeing the core, as an idle processor would) and spins only for
-    the last `_SPIN_NS`, so the target end is met within a few microseconds."""
+    @abstractmethod
+    def begin(self, t0_ns: int) -> float:
+        """A call starts at `t0_ns` (host clock): its modelled duration in ns at the
+        frequencies in effect now. The processor draws the call's power from now on."""
 
-    def __init__(self, inner: SubModel, stretch: Stretch | None, clock: Clock = perf_clock,
-                 basis: str = "wall", duration_ns: Callable[[], float] | None = None) -> None:
+    @abstractmethod
+    def end(self, t1_ns: int) -> None:
+        """The call ended at `t1_ns`: the processor stops drawing its power."""
+
+
+class PacedSubModel(SubModel):
+    """A sub-model whose every run lasts its modelled time (the simulated board).
+
+    The run computes for real (outputs stay real), then waits until the modelled
+    duration has passed since it began. If the host's own time was longer, the run
+    lasts that long and counts in `late_runs`: the layer's row says the host was slower
+    than the modelled processor. basis "cpu" measures the host's time as the driving
+    thread's CPU time (`time.thread_time_ns`), so a host core shared with other stages
+    (pipeline mode on a small machine) does not count as the host being slow; it is
+    exact when the runtime computes on the calling thread (one interpreter thread).
+    basis "wall" uses wall time. The wait sleeps (freeing the core, as an idle
+    processor would) and spins only for the last stretch (`wait_until`)."""
+
+    def __init__(self, inner: SubModel, modelled: ModelledCall, clock: Clock = perf_clock,
+                 basis: str = "wall") -> None:
         if basis not in ("wall", "cpu"):
-            raise ValueError(f"stretch basis must be 'wall' or 'cpu', not {basis!r}")
-        if (stretch is None) == (duration_ns is None):
-            raise ValueError("give exactly one of stretch and duration_ns")
+            raise ValueError(f"pacing basis must be 'wall' or 'cpu', not {basis!r}")
         self.inner = inner
-        self.stretch = stretch
-        # A modelled duration replaces elapsed * stretch (the host's time, if longer, stays).
-        self.duration_ns = duration_ns
+        self.modelled = modelled
         self.clock = clock
         self.basis = basis
         self.name = inner.name
@@ -134,31 +149,25 @@ class StretchedSubModel(SubModel):
         self.outputs = inner.outputs
         self.fallback = inner.fallback
         self.fallback_detail = inner.fallback_detail
+        self.runs = 0
+        self.late_runs = 0
+        self.late_ns_max = 0
 
     def set_input(self, i: int, value: np.ndarray) -> None:
         self.inner.set_input(i, value)
 
     def run(self) -> None:
         t0 = self.clock()
+        duration = int(self.modelled.begin(t0))
         c0 = time.thread_time_ns()
         self.inner.run()
         elapsed = time.thread_time_ns() - c0 if self.basis == "cpu" else self.clock() - t0
-        # Overshoot of the previous wait (a late wake-up) is made up in back-to-back runs
-        # of this thread, so a stage's layers add up to their modelled total.
-        # Only a previous run on the same clock, just before this one, leaves a debt
-        # (another executor's clock, or a test's fake one, says nothing about this run).
-        # A modelled call stands alone (its fixed cost is a call's own), so it keeps
-        # its overshoot rather than passing it to the next call.
-        last = getattr(_thread_state, "last", None)
-        debt = last[1] if (last is not None and last[2] is self.clock and self.duration_ns is None
-                           and 0 <= t0 - last[0] < _BURST_GAP_NS) else 0
-        if self.duration_ns is not None:
-            target = t0 + max(elapsed, int(self.duration_ns()))
-        else:
-            assert self.stretch is not None
-            target = t0 + int(elapsed * max(1.0, float(self.stretch())))
-        end = wait_until(max(target - debt, t0), self.clock)
-        _thread_state.last = (end, max(0, end - (target - debt)), self.clock)
+        self.runs += 1
+        if elapsed > duration:
+            self.late_runs += 1
+            self.late_ns_max = max(self.late_ns_max, elapsed - duration)
+        end = wait_until(t0 + max(elapsed, duration), self.clock)
+        self.modelled.end(end)
 
     def output(self, i: int) -> np.ndarray:
         return self.inner.output(i)
@@ -183,13 +192,18 @@ def _tight_timer_slack() -> None:
 def wait_until(deadline_ns: int, clock: Clock = perf_clock) -> int:
     """Sleep, then spin, until `clock()` reaches `deadline_ns`; returns the time reached."""
     _tight_timer_slack()
+    lead = getattr(_thread_state, "lead_ns", _SPIN_NS)
     while True:
         now = clock()
         left = deadline_ns - now
         if left <= 0:
             return now
-        if left > _SPIN_NS:
-            time.sleep((left - _SPIN_NS) / 1e9)
+        if left > lead:
+            want = now + left - lead
+            time.sleep((left - lead) / 1e9)
+            late = clock() - want
+            lead = min(_SPIN_MAX_NS, max(_SPIN_NS, int(0.9 * lead + 0.1 * 1.5 * late)))
+            _thread_state.lead_ns = lead
 
 
 def pin_thread(cores: Sequence[int], what: str) -> None:
@@ -217,9 +231,8 @@ class Executor(ABC):
     kind: str = ""
 
     def __init__(self, proc: ProcessorSpec, *, cores: Sequence[int] | None = None,
-                 threads: int | None = None, stretch: Stretch | None = None,
-                 clock: Clock = perf_clock, stretch_basis: str = "wall",
-                 modelled: Modelled | None = None) -> None:
+                 threads: int | None = None, clock: Clock = perf_clock,
+                 modelled: Modelled | None = None, pacing_basis: str = "wall") -> None:
         host_cores = tuple(cores) if cores is not None else tuple(proc.cores)
         if not host_cores:
             raise BoardError(f"processor {proc.letter} lists no CPU cores to drive it from",
@@ -230,9 +243,8 @@ class Executor(ABC):
         self.proc = proc
         self.cores: tuple[int, ...] = host_cores
         self.threads: int = threads if threads is not None else self.default_threads()
-        self.stretch = stretch
         self.modelled = modelled
-        self.stretch_basis = stretch_basis
+        self.pacing_basis = pacing_basis
         self.clock = clock
         self._saved: set[int] | None = None
         self._thread: int | None = None
@@ -295,16 +307,14 @@ class Executor(ABC):
     # -- loading -------------------------------------------------------------------
 
     def load(self, model_bytes: bytes, name: str = "model") -> SubModel:
-        """A sub-model on this processor (stretched if the executor has a stretch)."""
+        """A sub-model on this processor (paced to its modelled time on a simulated one)."""
         if not self.is_open:
             # Creating it unpinned would leave its worker threads on any core.
             raise RuntimeError(f"{type(self).__name__}.load() called before open()")
         sub = self._load(model_bytes, name)
         if self.modelled is not None:
-            sub = StretchedSubModel(sub, None, self.clock, self.stretch_basis,
-                                    duration_ns=self.modelled(model_bytes))
-        elif self.stretch is not None:
-            sub = StretchedSubModel(sub, self.stretch, self.clock, self.stretch_basis)
+            sub = PacedSubModel(sub, self.modelled(model_bytes, name), self.clock,
+                                self.pacing_basis)
         self._subs.append(sub)
         return sub
 
@@ -320,9 +330,7 @@ class Executor(ABC):
                              "executor": self.kind, "cores": list(self.cores),
                              "threads": self.threads}
         if self.modelled is not None:
-            d["modelled"] = "work model"
-        elif self.stretch is not None:
-            d["stretched"] = self.stretch_basis
+            d["modelled"] = f"per-layer model, paced on {self.pacing_basis} time"
         return d
 
 
@@ -388,6 +396,13 @@ class SubModelInterpreter:
         if index < self._n_in:
             return self.tensor(index)().copy()
         return np.array(self.sub.output(index - self._n_in), copy=True)
+
+
+def late_runs(interpreters: Sequence[Any]) -> list[tuple[int, int]]:
+    """Per layer of a `LayerRunner`: (runs, runs the host was slower than the modelled
+    processor) of its sub-model; (0, 0) where it is not paced (a real processor)."""
+    subs = [getattr(i, "sub", None) for i in interpreters]
+    return [(s.runs, s.late_runs) if isinstance(s, SubModel) else (0, 0) for s in subs]
 
 
 def fallback_flags(interpreters: Sequence[Any]) -> list[bool | None]:

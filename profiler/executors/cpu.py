@@ -67,7 +67,7 @@ class CpuExecutor(Executor):
 
     def interpreter(self, model_bytes: bytes, name: str = "model") -> Any:
         """The raw interpreter when nothing wraps it (the runner's fast view-copy path)."""
-        if self.stretch is not None or self.modelled is not None:
+        if self.modelled is not None:
             return super().interpreter(model_bytes, name)
         if not self.is_open:
             raise RuntimeError("CpuExecutor.interpreter() called before open()")

@@ -22,7 +22,7 @@ from typing import Any
 from profiler.boards.model import ProcessorSpec
 from profiler.clock import Clock, perf_clock
 from profiler.errors import BoardError, ModelError, RuntimeUnavailableError
-from profiler.executors.base import Executor, Stretch, SubModel
+from profiler.executors.base import Executor, SubModel
 from profiler.executors.cpu import InterpreterSubModel
 from profiler.executors.logs import native_stderr
 from profiler.runtime import make_interpreter, runtime
@@ -81,7 +81,7 @@ class DelegateExecutor(Executor):
     def __init__(self, proc: ProcessorSpec, *, library: str | None = None,
                  delegate_options: dict[str, Any] | None = None,
                  cores: Sequence[int] | None = None, threads: int | None = None,
-                 stretch: Stretch | None = None, clock: Clock = perf_clock) -> None:
+                 clock: Clock = perf_clock) -> None:
         lib = library or proc.delegate
         if not lib:
             raise BoardError(f"processor {proc.letter} names no delegate library",
@@ -89,7 +89,7 @@ class DelegateExecutor(Executor):
         self.library = lib
         self.delegate_options = dict(delegate_options or {})
         self._delegate: Any = None
-        super().__init__(proc, cores=cores, threads=threads, stretch=stretch, clock=clock)
+        super().__init__(proc, cores=cores, threads=threads, clock=clock)
 
     def default_threads(self) -> int:
         return 1

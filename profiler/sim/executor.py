@@ -1,10 +1,14 @@
 """The simulated board's executor: LiteRT on this machine's cores, at the modelled speed.
 
 A simulated processor is a `CpuExecutor` on the host cores standing in for its own
-(core c -> c mod n). Each sub-model run is stretched, inside its timed window, to what
-the modelled processor would take at the frequency its sim governor has in effect at
-that run: either the host's time times a stretch factor, or (a processor with a work
-model) the modelled duration of that sub-model (`profiler.sim.model.call_ns`).
+(core c -> c mod n). Each sub-model it loads is priced by the per-layer model
+(`profiler.sim.perf`) from what its operators do (`profiler.sim.work`); every run
+computes for real in LiteRT (outputs stay real), then lasts the modelled time at the
+frequencies in effect when it starts: the processor's own level (its sim governor's
+`effective_khz`, which lags a write by the transition delay) and, for G and N, their
+host CPU's level. While a run lasts, the processor draws the run's modelled power on the
+board's power model (`profiler.sim.power.current`), so the power a logger samples
+follows what each layer does.
 """
 
 from __future__ import annotations
@@ -14,8 +18,12 @@ from collections.abc import Callable
 
 from profiler.boards.model import Board, ProcessorSpec
 from profiler.clock import Clock, perf_clock
-from profiler.executors.base import Executor, Modelled, Stretch
+from profiler.executors.base import Executor, ModelledCall
 from profiler.executors.cpu import CpuExecutor
+from profiler.sim import model as sim_model
+from profiler.sim import perf
+from profiler.sim.governor import Levels, level_reader
+from profiler.sim.work import OpWork, model_works
 
 
 def host_cores() -> tuple[int, ...]:
@@ -28,45 +36,72 @@ def sim_cores(proc: ProcessorSpec, available: tuple[int, ...] | None = None) -> 
     return tuple(sorted({have[c % len(have)] for c in proc.cores})) or have
 
 
-def sim_stretch(board: Board, proc: ProcessorSpec) -> Stretch:
-    """t_sim / t_host for `proc` at the frequency its (simulated) governor has in effect."""
-    from governors.factory import make_governor
-    from profiler.sim import model as sim_model
-    from profiler.sim.governor import SimGovernor
+class Pricer:
+    """A sub-model's call on one simulated processor: modelled ns and W at given levels."""
 
-    domain = board.dvfs_domain(proc.letter)
-    gov = make_governor(board, domain) if domain.has_dvfs else None
-    if isinstance(gov, SimGovernor) and proc.has_dvfs:
-        return lambda: sim_model.stretch_factor(proc, gov.effective_khz())
-    factor = sim_model.stretch_factor(proc, None)
-    return lambda: factor
+    def __init__(self, board: Board, proc: ProcessorSpec, works: list[OpWork]) -> None:
+        self.board = board
+        self.proc = proc
+        self.works = perf.Works.of(works)
+        self.consts = sim_model.constants(proc)
+        self.host = board.processors.get(proc.host) if proc.host else None
+        self.f_max_ghz = sim_model.max_khz(proc) / 1e6
+        self._cache: dict[Levels, tuple[float, float, perf.TimeSplit]] = {}
+
+    def price(self, levels: Levels) -> tuple[float, float, perf.TimeSplit]:
+        """(duration ns, dynamic power W, time split) of one call at `levels`."""
+        got = self._cache.get(levels)
+        if got is None:
+            f_khz, volts = sim_model.operating_point(self.proc, levels[0])
+            if self.host is not None and self.host.has_dvfs:
+                fh_khz, host_volts = sim_model.operating_point(self.host, levels[1])
+            else:
+                fh_khz, host_volts = f_khz, 0.0
+            split = perf.call_split(self.consts.timing, self.works, f_khz / 1e6, fh_khz / 1e6,
+                                    self.f_max_ghz)
+            watts = perf.dynamic_power_w(self.consts.power, split, volts, f_khz / 1e6,
+                                         host_volts, fh_khz / 1e6 if self.host else 0.0)
+            got = self._cache[levels] = (float(split.total_ms) * 1e6, float(watts), split)
+        return got
 
 
-def sim_modelled(board: Board, proc: ProcessorSpec) -> Modelled | None:
-    """The work model's run time of a sub-model (`profiler.sim.model.call_ns`) at the
-    frequency in effect at each run; None when `proc` has no work model."""
-    from governors.factory import make_governor
-    from profiler.sim import model as sim_model
-    from profiler.sim.governor import SimGovernor
-    from profiler.slicing.costs import model_work
+class SimCall(ModelledCall):
+    """`ModelledCall` of a simulated processor: the price at the levels in effect, and
+    the run's power on the board's power model while it lasts."""
+
+    def __init__(self, pricer: Pricer, levels: Callable[[], Levels]) -> None:
+        self.pricer = pricer
+        self.levels = levels
+        self.letter = pricer.proc.letter
+
+    def begin(self, t0_ns: int) -> float:
+        from profiler.sim.power import current
+
+        ns, watts, _ = self.pricer.price(self.levels())
+        model = current(self.pricer.board)
+        if model is not None:
+            model.running(self.letter, watts)
+        return ns
+
+    def end(self, t1_ns: int) -> None:
+        from profiler.sim.power import current
+
+        model = current(self.pricer.board)
+        if model is not None:
+            model.stopped(self.letter)
+
+
+def sim_modelled(board: Board, proc: ProcessorSpec) -> Callable[[bytes, str], ModelledCall]:
+    """Model bytes -> the `ModelledCall` of that sub-model on simulated processor `proc`."""
     from profiler.slicing.graph import ModelView
     from profiler.tflite.model_io import parse_model
 
-    if not sim_model.constants(proc).models_work:
-        return None
-    domain = board.dvfs_domain(proc.letter)
-    gov = make_governor(board, domain) if domain.has_dvfs else None
-    table = set(proc.freqs_khz)
+    sim_model.constants(proc)  # a clear error now if the profile has no model for it
+    levels = level_reader(board, proc)
 
-    def freq() -> int | None:  # None (the top level) until the governor reads a level
-        if not isinstance(gov, SimGovernor) or not proc.has_dvfs:
-            return None
-        khz = gov.effective_khz()
-        return khz if khz in table else None
-
-    def modelled(model_bytes: bytes) -> Callable[[], float]:
-        macs, nbytes = model_work(ModelView.of(parse_model(model_bytes, "sub-model")))
-        return lambda: sim_model.call_ns(proc, freq(), macs, nbytes)
+    def modelled(model_bytes: bytes, name: str) -> ModelledCall:
+        works = model_works(ModelView.of(parse_model(model_bytes, name)))
+        return SimCall(Pricer(board, proc, works), levels)
 
     return modelled
 
@@ -77,7 +112,6 @@ def sim_executor(board: Board, proc: ProcessorSpec, *, threads: int | None = Non
     # One interpreter thread computes on the driving thread, whose CPU time is then
     # the layer's work whatever else shares the host core.
     n = threads or 1
-    return CpuExecutor(proc, cores=sim_cores(proc), threads=n,
-                       stretch=sim_stretch(board, proc), clock=clock,
-                       stretch_basis="cpu" if n == 1 else "wall",
-                       modelled=sim_modelled(board, proc))
+    return CpuExecutor(proc, cores=sim_cores(proc), threads=n, clock=clock,
+                       modelled=sim_modelled(board, proc),
+                       pacing_basis="cpu" if n == 1 else "wall")

@@ -243,3 +243,21 @@ class SimGovernor(Governor):
 
     def describe(self) -> str:
         return f"sim ({self.inner.kind} layout in {self.tree.root})"
+
+
+#: (kHz of the processor or None = its top level/nominal point, kHz of its host or None)
+Levels = tuple[int | None, int | None]
+
+
+def level_reader(board: Board, proc: ProcessorSpec) -> Callable[[], Levels]:
+    """The frequencies in effect now for `proc` and its host, from their sim governors."""
+    def reader(p: ProcessorSpec | None) -> Callable[[], int | None]:
+        if p is None or not p.has_dvfs or p.governor is None or p.governor.kind != "sim":
+            return lambda: None
+        gov = SimGovernor(p, SimTree.shared(board))
+        table = set(p.freqs_khz)
+        return lambda: (khz if (khz := gov.effective_khz()) in table else None)
+
+    own = reader(proc)
+    host = reader(board.processors.get(proc.host)) if proc.host else (lambda: None)
+    return lambda: (own(), host())

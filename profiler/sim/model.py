@@ -1,58 +1,35 @@
-"""The simulated board's models: layer speed, power and DVFS transition delay per processor.
+"""The simulated board's constants per processor, read from its profile.
 
-Constants live in the profile (data/boards/sim.toml, table `[processors.X.sim]`).
-They are models, not measurements; sim.toml says where each number comes from.
+`data/boards/sim.toml` holds, per processor, ``[processors.X.sim]``:
 
-Speed: a layer that takes `t_host` on the host CPU takes
+- ``dvfs_delay_up_us`` / ``dvfs_delay_down_us``: ARM-CO-UP Table 10, [shortest, longest]
+  transition delay per direction; a jump of one level takes the shortest, a jump across
+  the whole table the longest, linear in between;
+- ``nominal_khz`` / ``nominal_mv``: the operating point of a processor without DVFS (N);
+- ``[processors.X.sim.timing]`` and ``[processors.X.sim.power]``: the per-layer timing and
+  power model (`profiler.sim.perf`), fitted by ``coupprof calibrate`` (`profiler.sim.fit`).
 
-    t_sim = t_host / speed_at_max * ((1 - a) + a * f_max / f)
-
-on processor X at frequency f, where `a` (freq_sensitivity) is the share of the
-layer's time that scales with the clock (the rest is memory-bound).
-
-A processor with a work model (``macs_per_us_at_max``, as the simulated G) does not
-stretch host time: a sub-model run costs, whatever the host took (if less),
-
-    t_sim = call_overhead + (MACs / macs_per_us_at_max + bytes / bytes_per_us_at_max)
-                            * ((1 - a) + a * f_max / f)
-
-where bytes are the runtime tensors its operators read and write. The fixed part is
-paid once per call (dispatch, upload, read-back, as a GPU behind a runtime pays it),
-so layers run as separate sub-models cost one overhead each and a whole model one.
-
-Power while busy: P = P_static + C_eff * V^2 * f (p_static_mw, c_eff_nf, the level's volts_mv).
-
-Transition delay: Table 10 of ARM-CO-UP gives the shortest and longest delay per
-processor and direction; a jump of one level takes the shortest, a jump across the
-whole table the longest, linear in between.
+The board's own ``[board.sim]`` table gives its idle power (``idle_power_mw``) and the
+calibration's provenance.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from profiler.boards.model import ProcessorSpec
+from profiler.boards.model import Board, ProcessorSpec
 from profiler.errors import BoardError
+from profiler.sim.perf import PowerParams, TimingParams
 
 
 @dataclass(frozen=True)
 class SimConstants:
-    p_static_mw: float
-    c_eff_nf: float
-    speed_at_max: float
-    freq_sensitivity: float
+    timing: TimingParams
+    power: PowerParams
     dvfs_delay_up_us: tuple[float, float] = (0.0, 0.0)
     dvfs_delay_down_us: tuple[float, float] = (0.0, 0.0)
     nominal_khz: int | None = None  # for processors without DVFS (the NPU)
     nominal_mv: int | None = None
-    # The work model (None: stretch host time by speed_at_max instead).
-    macs_per_us_at_max: float | None = None
-    bytes_per_us_at_max: float | None = None
-    call_overhead_us: float = 0.0
-
-    @property
-    def models_work(self) -> bool:
-        return self.macs_per_us_at_max is not None
 
 
 def constants(proc: ProcessorSpec) -> SimConstants:
@@ -60,27 +37,28 @@ def constants(proc: ProcessorSpec) -> SimConstants:
     if not isinstance(raw, dict):
         raise BoardError(f"processor {proc.letter} has no [processors.{proc.letter}.sim] model",
                          "only the simulated board (--board sim) has power and speed models")
+    try:
+        timing = TimingParams.from_table(raw["timing"])
+        power = PowerParams.from_table(raw["power"])
+    except (KeyError, ValueError) as err:
+        raise BoardError(f"processor {proc.letter}'s sim model is incomplete: {err}",
+                         "run `coupprof calibrate` to write one") from None
     return SimConstants(
-        p_static_mw=float(raw["p_static_mw"]),
-        c_eff_nf=float(raw["c_eff_nf"]),
-        speed_at_max=float(raw["speed_at_max"]),
-        freq_sensitivity=float(raw.get("freq_sensitivity", 1.0)),
+        timing=timing, power=power,
         dvfs_delay_up_us=tuple(raw.get("dvfs_delay_up_us", (0.0, 0.0))),  # type: ignore[arg-type]
         dvfs_delay_down_us=tuple(raw.get("dvfs_delay_down_us", (0.0, 0.0))),  # type: ignore[arg-type]
         nominal_khz=raw.get("nominal_khz"),
         nominal_mv=raw.get("nominal_mv"),
-        macs_per_us_at_max=_opt_float(raw.get("macs_per_us_at_max")),
-        bytes_per_us_at_max=_opt_float(raw.get("bytes_per_us_at_max")),
-        call_overhead_us=float(raw.get("call_overhead_us", 0.0)),
     )
 
 
-def _opt_float(v: object) -> float | None:
-    return None if v is None else float(v)  # type: ignore[arg-type]
+def idle_power_w(board: Board) -> float:
+    """The board's power with every processor idle."""
+    return float(board.extra.get("sim", {}).get("idle_power_mw", 0.0)) / 1000
 
 
-def _operating_point(proc: ProcessorSpec, freq_khz: int | None) -> tuple[int, float]:
-    """(kHz, volts) at `freq_khz` (nominal for processors without DVFS)."""
+def operating_point(proc: ProcessorSpec, freq_khz: int | None) -> tuple[int, float]:
+    """(kHz, volts) at `freq_khz` (None: the top level; nominal without DVFS)."""
     c = constants(proc)
     if not proc.freqs_khz:
         if c.nominal_khz is None or c.nominal_mv is None:
@@ -96,48 +74,15 @@ def _operating_point(proc: ProcessorSpec, freq_khz: int | None) -> tuple[int, fl
     return f, mv / 1000
 
 
-def stretch_factor(proc: ProcessorSpec, freq_khz: int | None) -> float:
-    """t_sim / t_host for a layer on `proc` at `freq_khz` (None = top level)."""
-    c = constants(proc)
-    if not proc.freqs_khz:
-        return 1.0 / c.speed_at_max
-    f, _ = _operating_point(proc, freq_khz)
-    a = c.freq_sensitivity
-    return (1.0 / c.speed_at_max) * ((1.0 - a) + a * proc.freqs_khz[-1] / f)
+def max_khz(proc: ProcessorSpec) -> int:
+    return proc.freqs_khz[-1] if proc.freqs_khz else operating_point(proc, None)[0]
 
 
-def freq_factor(proc: ProcessorSpec, freq_khz: int | None) -> float:
-    """(1 - a) + a * f_max / f: how much slower the clock-bound share runs at `freq_khz`."""
-    if not proc.freqs_khz:
+def compute_slowdown(proc: ProcessorSpec, freq_khz: int | None) -> float:
+    """How much longer clock-bound work (a busy loop) takes at `freq_khz` than at the top."""
+    if not proc.freqs_khz or freq_khz is None:
         return 1.0
-    f, _ = _operating_point(proc, freq_khz)
-    a = constants(proc).freq_sensitivity
-    return (1.0 - a) + a * proc.freqs_khz[-1] / f
-
-
-def work_ns(proc: ProcessorSpec, freq_khz: int | None, macs: int, nbytes: int) -> float:
-    """Modelled time of the work alone (no per-call overhead) on a work-model processor."""
-    c = constants(proc)
-    if c.macs_per_us_at_max is None:
-        raise BoardError(f"simulated processor {proc.letter} has no work model",
-                         "add macs_per_us_at_max to its [processors.X.sim] table")
-    us = macs / c.macs_per_us_at_max
-    if c.bytes_per_us_at_max:
-        us += nbytes / c.bytes_per_us_at_max
-    return us * 1000.0 * freq_factor(proc, freq_khz)
-
-
-def call_ns(proc: ProcessorSpec, freq_khz: int | None, macs: int, nbytes: int) -> float:
-    """Modelled time of one sub-model call: the fixed per-call overhead plus its work."""
-    return constants(proc).call_overhead_us * 1000.0 + work_ns(proc, freq_khz, macs, nbytes)
-
-
-def power_mw(proc: ProcessorSpec, freq_khz: int | None) -> float:
-    """Busy power of `proc`: P_static + C_eff * V^2 * f."""
-    c = constants(proc)
-    f_khz, volts = _operating_point(proc, freq_khz)
-    # nF * V^2 * kHz = 1e-9 F * V^2 * 1e3 Hz = 1e-6 W = 1e-3 mW
-    return c.p_static_mw + c.c_eff_nf * volts * volts * f_khz * 1e-3
+    return proc.freqs_khz[-1] / operating_point(proc, freq_khz)[0]
 
 
 def transition_delay_us(proc: ProcessorSpec, from_khz: int, to_khz: int) -> float:

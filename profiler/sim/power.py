@@ -1,44 +1,34 @@
-"""The simulated board's execution and power: real LiteRT on the host, modelled speed and watts.
+"""The simulated board's power over time, as its logger samples it.
 
-On `--board sim` every software path is the real one; only the silicon is modelled:
+On `--board sim` every software path is the real one; only the silicon is modelled.
+The board draws its idle power (``[board.sim] idle_power_mw``) plus, per processor:
 
-- **Execution** (`profiler.executors.factory.make_executor`): each layer's
-  sub-model runs in LiteRT on the host CPU; its wall time is stretched, inside the
-  timed window, to what the modelled processor would take at the frequency in
-  effect *now* (the sim governor's `effective_khz`, which lags each write by
-  ARM-CO-UP Table 10's transition delay): ``t_sim = t_host * stretch_factor(proc, f)``.
-- **Power.** A `SimPowerModel` gives the virtual logger its ``power_w(t, markers)``:
-  the board's idle power plus every processor's static power, plus, while the
-  marker line is high, the busy processor's dynamic power
-  ``C_eff * V^2 * f`` at the frequency set for that layer. The logger samples
-  it, timestamps the marker edges with its own clock and streams protocol frames
-  over a pty to the real collector, whose trace the real attribution integrates.
+- while one of its sub-model runs lasts, the run's modelled power
+  (`profiler.sim.perf.dynamic_power_w`: C_eff V^2 f scaled by how compute-bound the
+  layer is, plus the host CPU driving a G or N), reported by the simulated executor
+  (`profiler.sim.executor.SimCall`) when the run starts and ends;
+- while it is busy without running a sub-model (hand-overs, copies, read-out: code
+  that drives several processors says so with ``busy(letter, key)`` /
+  ``idle(letter, key)``; key: which stage or thread), its dynamic power at the
+  overhead activity (`PowerParams.activity_overhead`) at the frequency in effect.
 
-So attributed energy can be checked against the model: for a layer that ran
-``t`` seconds at ``P_busy``, energy = ``(P_idle_total + P_dyn) * t``.
+A run supersedes the busy level of its processor; processors add up. The virtual logger
+asks for ``power_w(t, markers)`` at each sample's own time (it synthesises samples in
+batches, after the fact), through ``to_host_ns`` (device microseconds -> host ns; the
+logger's true clock). The marker lines do not change the power: they are for what
+they do on a real rig, windows and the clock fit. Every change is kept, so
+`true_energy_mj(t0, t1)` gives the ground truth of any window without going through
+the logger, collector, clock fit or attribution.
 
-**Several processors at once** (`coupprof run`, `coupprof transfer-matrix`): the
-code that drives a processor reports its activity with ``busy(letter, key)`` and
-``idle(letter, key)`` (key: which stage or thread, so a processor serving two
-stages is busy while either is). While busy, the processor adds its dynamic power
-at the frequency in effect when ``busy`` was called (the sim governor's
-``effective_khz``; call ``busy`` again to pick up a DVFS change); the board's power
-is the baseline plus the sum over busy processors. This activity is recorded on the
-host clock and does not depend on the marker lines, which stay free for what they
-do on a real rig: windows and the clock fit. Every busy interval is kept
-(`intervals`), so `true_energy_mj(t0, t1)` gives the ground truth of any window
-without going through the logger, collector, clock fit or attribution.
-
-What counts as busy is the caller's choice, documented where it is made: in
-`profiler.pipeline` a stage's processor is busy from taking a frame to putting it
-on (hand-overs in, layers, read-out); in `profiler.transfer` the producer's
-processor while it runs and copies out, the consumer's while it copies in.
+The executor finds the board's power model with `current(board)`: the most recent
+`SimPowerModel` made for a board of that name that is still alive.
 """
 
 from __future__ import annotations
 
 import bisect
 import threading
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -47,28 +37,17 @@ import numpy as np
 from profiler.boards.model import Board
 from profiler.clock import Clock, perf_clock
 from profiler.sim import model as sim_model
+from profiler.sim import perf
+from profiler.sim.governor import Levels, level_reader
+
+_current: weakref.WeakValueDictionary[str, SimPowerModel] = weakref.WeakValueDictionary()
+_current_lock = threading.Lock()
 
 
-@dataclass(frozen=True)
-class BusyInterval:
-    """A processor busy from ``start_ns`` to ``end_ns`` (host clock), adding ``power_w``."""
-
-    letter: str
-    start_ns: int
-    end_ns: int
-    power_w: float  # dynamic power on top of the baseline
-
-    def energy_mj(self, t0_ns: int, t1_ns: int) -> float:
-        """Its dynamic energy inside [t0_ns, t1_ns]."""
-        overlap = min(self.end_ns, t1_ns) - max(self.start_ns, t0_ns)
-        return self.power_w * overlap / 1e6 if overlap > 0 else 0.0
-
-
-@dataclass
-class _Active:
-    start_ns: int
-    power_w: float
-    keys: set[int] = field(default_factory=set)
+def current(board: Board) -> SimPowerModel | None:
+    """The live power model of the simulated board named like `board`, if any."""
+    with _current_lock:
+        return _current.get(board.name)
 
 
 class _Steps:
@@ -96,132 +75,148 @@ class _Steps:
         return np.where(idx >= 0, np.array(self.w)[np.clip(idx, 0, None)], 0.0)
 
 
-class SimPowerModel:
-    """Board power as the virtual logger samples it: ``power_w(t_s, markers)``.
+class _History:
+    """Every step of the summed dynamic power, for the ground truth of any window."""
 
-    ``set_busy(letter, freq_khz)`` names the processor (and its frequency) that the
-    next marker-high window runs on; the runner's hooks call it before raising the
-    marker. Changes are kept as a timeline on the host clock and looked up at each
-    sample's own time (the logger synthesises samples in batches, after the fact),
-    through ``to_host_ns`` (device microseconds -> host ns; the logger's true clock).
-    """
+    def __init__(self) -> None:
+        self.t: list[int] = []
+        self.w: list[float] = []
+
+    def push(self, t_ns: int, w: float) -> None:
+        if self.t and self.t[-1] == t_ns:
+            self.w[-1] = w
+        elif not self.w or self.w[-1] != w:
+            self.t.append(t_ns)
+            self.w.append(w)
+
+    def energy_mj(self, t0_ns: int, t1_ns: int) -> float:
+        if not self.t or t1_ns <= t0_ns:
+            return 0.0
+        t = np.array(self.t, dtype=np.int64)
+        w = np.array(self.w)
+        edges = np.clip(np.append(t, max(t1_ns, int(t[-1]))), t0_ns, t1_ns)
+        return float(np.sum(w * np.diff(edges))) / 1e6
+
+
+@dataclass
+class _Proc:
+    run_w: float | None = None  # a sub-model run in progress
+    busy_w: float = 0.0
+    busy_keys: set[int] = field(default_factory=set)
+
+    @property
+    def watts(self) -> float:
+        if self.run_w is not None:
+            return self.run_w
+        return self.busy_w if self.busy_keys else 0.0
+
+
+class SimPowerModel:
+    """Board power as the virtual logger samples it: ``power_w(t_s, markers)``."""
 
     def __init__(self, board: Board, clock: Clock = perf_clock) -> None:
         self.board = board
         self.clock = clock
-        self.idle_w = float(board.extra.get("sim", {}).get("idle_power_mw", 0.0)) / 1000
-        self.static_w = sum(sim_model.constants(p).p_static_mw for p in board.processors.values()
-                            if isinstance(p.extra.get("sim"), dict)) / 1000
+        self.idle_w = sim_model.idle_power_w(board)
         self._lock = threading.Lock()
-        self._marked = _Steps()  # set_busy: what a marker-high window adds
         self.to_host_ns: Callable[[np.ndarray], np.ndarray] | None = None
-        # Activity (busy/idle): the summed dynamic power, and every finished interval
-        # for the ground truth.
-        self._activity = _Steps()
-        self._active: dict[str, _Active] = {}
-        self._intervals: list[BusyInterval] = []
-        self._freq_fns: dict[str, Callable[[], int | None]] = {}
+        self._procs: dict[str, _Proc] = {}
+        self._steps = _Steps()
+        self._history = _History()
+        self._freq_fns: dict[str, Callable[[], Levels]] = {}
+        self._busy_price: dict[tuple[str, Levels], float] = {}
+        with _current_lock:
+            _current[board.name] = self
 
     @property
     def baseline_w(self) -> float:
         """Power with every processor idle (what the idle baseline should measure)."""
-        return self.idle_w + self.static_w
+        return self.idle_w
 
-    def busy_extra_w(self, letter: str, freq_khz: int | None) -> float:
-        """What a busy processor adds to the baseline: its dynamic power C_eff V^2 f."""
-        proc = self.board.processor(letter)
-        c = sim_model.constants(proc)
-        return (sim_model.power_mw(proc, freq_khz) - c.p_static_mw) / 1000
-
-    def set_busy(self, letter: str, freq_khz: int | None) -> None:
-        w = self.busy_extra_w(letter, freq_khz)
+    # -- what the executor reports ----------------------------------------------------
+    def running(self, letter: str, watts: float) -> None:
+        """A sub-model run on `letter` starts now, drawing `watts` above idle."""
         with self._lock:
-            self._marked.push(self.clock(), w)
+            self._procs.setdefault(letter, _Proc()).run_w = watts
+            self._push()
 
+    def stopped(self, letter: str) -> None:
+        """The run on `letter` ended now."""
+        with self._lock:
+            p = self._procs.get(letter)
+            if p is not None and p.run_w is not None:
+                p.run_w = None
+                self._push()
+
+    # -- busy between runs (hand-overs, copies) ----------------------------------------
+    def busy_w(self, letter: str) -> float:
+        """What `letter` draws while busy between runs: its dynamic power at the
+        overhead activity, at the frequencies in effect now."""
+        fn = self._freq_fns.get(letter)
+        if fn is None:
+            fn = self._freq_fns[letter] = level_reader(self.board, self.board.processor(letter))
+        levels = fn()
+        key = (letter, levels)
+        got = self._busy_price.get(key)
+        if got is None:
+            proc = self.board.processor(letter)
+            c = sim_model.constants(proc)
+            f_khz, volts = sim_model.operating_point(proc, levels[0])
+            host = self.board.processors.get(proc.host) if proc.host else None
+            fh_khz, vh = (sim_model.operating_point(host, levels[1])
+                          if host is not None and host.has_dvfs else (0, 0.0))
+            overhead = perf.TimeSplit(np.float64(0.0), np.float64(0.0), np.float64(1.0))
+            got = self._busy_price[key] = float(perf.dynamic_power_w(
+                c.power, overhead, volts, f_khz / 1e6, vh, fh_khz / 1e6))
+        return got
+
+    def busy(self, letter: str, key: int = 0) -> None:
+        """`letter` works (for `key`) from now on; again while busy: re-read its frequency."""
+        w = self.busy_w(letter)
+        with self._lock:
+            p = self._procs.setdefault(letter, _Proc())
+            p.busy_keys.add(key)
+            p.busy_w = w
+            self._push()
+
+    def idle(self, letter: str, key: int = 0) -> None:
+        """`letter` stops working for `key` (idle once no key keeps it busy)."""
+        with self._lock:
+            p = self._procs.get(letter)
+            if p is None or key not in p.busy_keys:
+                return
+            p.busy_keys.discard(key)
+            self._push()
+
+    def _push(self) -> None:
+        # The time is read under the lock: see activity_w_at.
+        now = self.clock()
+        total = sum(p.watts for p in self._procs.values())
+        self._steps.push(now, total)
+        self._history.push(now, total)
+
+    # -- what the logger and the tests read ----------------------------------------------
     def power_w(self, t_s: np.ndarray, markers: np.ndarray) -> np.ndarray:
         t_s = np.asarray(t_s, dtype=np.float64)
         if self.to_host_ns is not None:
             host = self.to_host_ns(np.round(t_s * 1e6).astype(np.int64))
         else:
             host = np.full(t_s.shape, self.clock(), dtype=np.int64)
-        with self._lock:
-            extra = self._marked.at(host)
-            active = self._activity.at(host)
-        high = (np.asarray(markers) & 1) != 0
-        return np.where(high, self.baseline_w + extra, self.baseline_w) + active
-
-    # -- activity: several processors busy at once ------------------------------------
-    def freq_khz(self, letter: str) -> int | None:
-        """The frequency in effect on `letter` now (None: its top level or nominal point)."""
-        fn = self._freq_fns.get(letter)
-        if fn is None:
-            fn = self._freq_fns[letter] = self._freq_reader(letter)
-        return fn()
-
-    def _freq_reader(self, letter: str) -> Callable[[], int | None]:
-        from governors.factory import make_governor
-        from profiler.sim.governor import SimGovernor
-
-        proc = self.board.processor(letter)
-        if not proc.has_dvfs:
-            return lambda: None  # the NPU: its nominal operating point
-        gov = make_governor(self.board, self.board.dvfs_domain(letter))
-        if not isinstance(gov, SimGovernor):
-            return lambda: None
-        table = set(proc.freqs_khz)
-        return lambda: (khz if (khz := gov.effective_khz()) in table else None)
-
-    def busy(self, letter: str, key: int = 0) -> None:
-        """`letter` works (for `key`) from now on; again while busy: re-read its frequency."""
-        w = self.busy_extra_w(letter, self.freq_khz(letter))
-        with self._lock:  # the time is read under the lock: see activity_w_at
-            now = self.clock()
-            act = self._active.get(letter)
-            if act is None:
-                self._active[letter] = _Active(now, w, {key})
-            else:
-                act.keys.add(key)
-                if act.power_w != w:
-                    self._intervals.append(BusyInterval(letter, act.start_ns, now, act.power_w))
-                    act.start_ns, act.power_w = now, w
-            self._push(now)
-
-    def idle(self, letter: str, key: int = 0) -> None:
-        """`letter` stops working for `key` (idle once no key keeps it busy)."""
-        with self._lock:
-            now = self.clock()
-            act = self._active.get(letter)
-            if act is None or key not in act.keys:
-                return
-            act.keys.discard(key)
-            if not act.keys:
-                self._intervals.append(BusyInterval(letter, act.start_ns, now, act.power_w))
-                del self._active[letter]
-            self._push(now)
-
-    def _push(self, now: int) -> None:
-        self._activity.push(now, sum(a.power_w for a in self._active.values()))
+        return self.baseline_w + self.activity_w_at(host)
 
     def activity_w_at(self, host_ns: np.ndarray) -> np.ndarray:
-        """Summed dynamic power of the busy processors at each host time.
+        """Summed dynamic power of the processors at each host time.
 
-        Times are read under the lock in `busy`/`idle`, and the logger reads its own
-        time before asking, so a change it has not seen yet lies after every sample it
-        asks about.
+        Times are read under the lock when a change is pushed, and the logger reads
+        its own time before asking, so a change it has not seen yet lies after every
+        sample it asks about.
         """
         with self._lock:
-            return self._activity.at(np.asarray(host_ns, dtype=np.int64))
-
-    @property
-    def intervals(self) -> list[BusyInterval]:
-        """Every busy interval so far; one still open ends now."""
-        with self._lock:
-            now = self.clock()
-            return [*self._intervals,
-                    *(BusyInterval(k, a.start_ns, now, a.power_w) for k, a in self._active.items())]
+            return self._steps.at(np.asarray(host_ns, dtype=np.int64))
 
     def true_energy_mj(self, t0_ns: int, t1_ns: int) -> float:
-        """Ground truth: board energy over [t0_ns, t1_ns] from the recorded activity
-        (baseline x time + each busy interval's dynamic power x its overlap)."""
-        dyn = sum(iv.energy_mj(t0_ns, t1_ns) for iv in self.intervals)
+        """Ground truth: board energy over [t0_ns, t1_ns] (idle x time + the recorded
+        dynamic power integrated over the window)."""
+        with self._lock:
+            dyn = self._history.energy_mj(t0_ns, t1_ns)
         return self.baseline_w * max(t1_ns - t0_ns, 0) / 1e6 + dyn

@@ -6,6 +6,9 @@ flatbuffer schema, with seeded weights (no TensorFlow needed).
     data = zoo.build("resnet50", size=64)  # .tflite bytes, same bytes for the same params
     path = zoo.model_path("googlenet")     # built once into $COUPPROF_CACHE/models/
     zoo.default_model_path()               # data/models/mobilenet_v1_0.25_128.tflite
+
+`profiler.zoo.armcoup` names the zoo models that build ARM-CO-UP's five CNNs and cuts
+them into ARM-CO-UP's layers (docs/armcoup-layers.md).
 """
 
 from profiler.zoo.registry import (

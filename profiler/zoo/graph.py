@@ -15,6 +15,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
+from profiler.slicing.costs import macs_from_shapes
+
 # Fused activations this builder emits, by LiteRT's name.
 ACTIVATIONS = ("NONE", "RELU", "RELU6")
 
@@ -68,6 +70,21 @@ def conv_out(size: int, kernel: int, stride: int, padding: str) -> int:
             raise ValueError(f"input extent {size} is smaller than the {kernel}-wide VALID window")
         return out
     raise ValueError(f"unknown padding {padding!r}")
+
+
+def caffe_pool_padding(size: int, kernel: int, stride: int) -> str:
+    """The LiteRT padding whose output size equals Caffe's unpadded pool (which rounds
+    the window count up, ARM Compute Library's DimensionRoundingType::CEIL): VALID
+    where the windows fit exactly, else SAME, whose one extra window at the end is
+    Caffe's last, partial one."""
+    if size < kernel:
+        raise ValueError(f"input extent {size} is smaller than the {kernel}-wide pool window")
+    ceil_out = -(-(size - kernel) // stride) + 1
+    for padding in ("VALID", "SAME"):
+        if conv_out(size, kernel, stride, padding) == ceil_out:
+            return padding
+    raise ValueError(f"no LiteRT padding gives Caffe's {ceil_out}-wide pool output of a "
+                     f"{size}-wide input (window {kernel}, stride {stride})")
 
 
 class GraphBuilder:
@@ -136,14 +153,23 @@ class GraphBuilder:
         name: str,
         gain: float = 1.0,
         bias_std: float = 0.01,
+        groups: int = 1,
     ) -> int:
-        """CONV_2D with weights [out, kh, kw, in] and a bias (batch norm folded in)."""
+        """CONV_2D with weights [out, kh, kw, in / groups] and a bias (batch norm folded in).
+
+        `groups` > 1 is a grouped convolution (AlexNet's two towers): LiteRT's CONV_2D
+        infers the groups from the filter's input depth, output channel o reading input
+        channels [g * in/groups, (g + 1) * in/groups) of group g = o // (out/groups).
+        """
         self._check_act(act)
         kh, kw = (kernel, kernel) if isinstance(kernel, int) else kernel
         n, h, w, c = self.shape(x)
+        if groups < 1 or c % groups or filters % groups:
+            raise ValueError(f"{groups} groups do not divide {c} input and {filters} output channels")
+        cin = c // groups
         oh, ow = conv_out(h, kh, stride, padding), conv_out(w, kw, stride, padding)
-        wt = self.tensor(f"{name}/weights", (filters, kh, kw, c), role="weights",
-                         init=Init("normal", self._weight_std(kh * kw * c, act, gain)))
+        wt = self.tensor(f"{name}/weights", (filters, kh, kw, cin), role="weights",
+                         init=Init("normal", self._weight_std(kh * kw * cin, act, gain)))
         b = self.tensor(f"{name}/biases", (filters,), role="bias", init=Init("normal", bias_std))
         y = self.tensor(f"{name}/{self._act_suffix(act)}", (n, oh, ow, filters))
         self._op("CONV_2D", [x, wt, b], [y], padding=padding, stride=stride, act=act)
@@ -253,19 +279,10 @@ class GraphBuilder:
         return Counter(op.kind for op in self.ops)
 
     def macs(self) -> int:
-        """Multiply-accumulates of the conv / depthwise / fully-connected ops."""
-        total = 0
-        for op in self.ops:
-            out = self.shape(op.outputs[0])
-            if op.kind == "CONV_2D":
-                _, kh, kw, cin = self.shape(op.inputs[1])
-                total += math.prod(out) * kh * kw * cin
-            elif op.kind == "DEPTHWISE_CONV_2D":
-                _, kh, kw, _ = self.shape(op.inputs[1])
-                total += math.prod(out) * kh * kw
-            elif op.kind == "FULLY_CONNECTED":
-                total += math.prod(self.shape(op.inputs[1]))
-        return total
+        """Multiply-accumulates of the compute ops, counted as `profiler.slicing.costs`
+        counts a built model's."""
+        return sum(macs_from_shapes(op.kind, self.shape(op.outputs[0]),
+                                    [self.shape(t) for t in op.inputs]) for op in self.ops)
 
     def param_count(self) -> int:
         return sum(t.size for t in self.tensors if t.role in ("weights", "bias"))

@@ -17,11 +17,11 @@ from typing import Any
 
 from profiler.errors import BadInputError
 from profiler.resources import default_model_file
-from profiler.zoo.arch.alexnet import alexnet
+from profiler.zoo.arch.alexnet import alexnet, alexnet_bvlc
 from profiler.zoo.arch.googlenet import googlenet
 from profiler.zoo.arch.mobilenet import mobilenet_v1
-from profiler.zoo.arch.resnet import resnet50
-from profiler.zoo.arch.squeezenet import squeezenet
+from profiler.zoo.arch.resnet import resnet50, resnet50_slim
+from profiler.zoo.arch.squeezenet import squeezenet, squeezenet1_0
 from profiler.zoo.emit import draw_constants, to_bytes, to_model
 from profiler.zoo.graph import GraphBuilder
 
@@ -102,21 +102,41 @@ register(_entry(
     mobilenet_v1, _MOBILENET_SPECS, quantized=True))
 register(_entry(
     "resnet50",
-    "ResNet-50: 16 bottleneck blocks with projection/identity skips joined by ADD",
+    "ResNet-50 as Keras lays it out: 16 bottleneck blocks with projection/identity skips "
+    "joined by ADD, a stage's stride on its first 1x1 conv (resnet50_slim: TF-slim's layout)",
     resnet50, {"size": _size(224, 32), "classes": CLASSES}))
 register(_entry(
+    "resnet50_slim",
+    "ResNet-50 v1 as TF-slim's resnet_v1_50 (ACL's graph_resnet50, ARM-CO-UP's ResV1_50): "
+    "blocks 1-3 downsample on the 3x3 conv of their LAST unit, 1x1 conv classifier",
+    resnet50_slim, {"size": _size(224, 32), "classes": CLASSES}))
+register(_entry(
     "googlenet",
-    "GoogLeNet (Inception v1): stem + 9 inception blocks of 4 branches joined by CONCATENATION",
+    "GoogLeNet (Inception v1): stem + 9 inception blocks of 4 branches joined by CONCATENATION "
+    "(as ACL's graph_googlenet, ARM-CO-UP's Google)",
     googlenet, {"size": _size(224, 32), "classes": CLASSES, "lrn": LRN}))
 register(_entry(
     "squeezenet",
-    "SqueezeNet 1.1: 8 fire modules (squeeze 1x1 -> expand 1x1 + 3x3 -> concat)",
+    "SqueezeNet 1.1: 8 fire modules (squeeze 1x1 -> expand 1x1 + 3x3 -> concat), "
+    "conv1 3x3/2 (squeezenet1_0: version 1.0)",
     squeezenet, {"size": _size(224, 31), "classes": CLASSES}))
 register(_entry(
+    "squeezenet1_0",
+    "SqueezeNet 1.0 (ACL's graph_squeezenet, ARM-CO-UP's SqueezeV1): conv1 7x7/2 (96), "
+    "pools after conv1, fire4 and fire8, v1.0's fire widths; 2.4x the MACs of 1.1",
+    squeezenet1_0, {"size": _size(224, 29), "classes": CLASSES}))
+register(_entry(
     "alexnet",
-    "AlexNet: 11x11/4 and 5x5 convs, LRN, max pools, 3 FC layers (FC width reduced to 1024)",
+    "AlexNet as one tower: 11x11/4 and 5x5 convs, LRN, max pools, 3 FC layers "
+    "(FC width reduced to 1024; alexnet_bvlc: the original)",
     alexnet, {"size": _size(227, 67), "classes": CLASSES, "lrn": LRN,
               "fc_width": Param(1024, "width of fc6/fc7 (the paper: 4096)", 1)}))
+register(_entry(
+    "alexnet_bvlc",
+    "AlexNet as Caffe's bvlc_alexnet (ACL's graph_alexnet, ARM-CO-UP's Alex): conv2, conv4, "
+    "conv5 in 2 groups, 4096-wide fc6/fc7 (a 250 MB file)",
+    alexnet_bvlc, {"size": _size(227, 67), "classes": CLASSES, "lrn": LRN,
+                   "fc_width": Param(4096, "width of fc6/fc7", 1)}))
 
 
 def list_models() -> list[ZooEntry]:

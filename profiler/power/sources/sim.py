@@ -7,13 +7,14 @@
   lines (`profiler.sim.ina260.VirtualIna260`); everything after the pty is the real
   `ina260:PORT` path: pyserial, the recording, its alignment and attribution.
 
-Only the sensor is modelled (`profiler.sim.power.SimPowerModel` gives watts from the
-marker state and the busy processor).
+Only the sensor is modelled (`profiler.sim.power.SimPowerModel` gives the board's watts
+from what each processor runs).
 """
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from profiler.clock import Clock, perf_clock
 from profiler.errors import BadInputError
@@ -22,6 +23,9 @@ from profiler.power.sources.base import SourceInfo
 from profiler.power.sources.ina260 import Ina260Source
 from profiler.sim.ina260 import VirtualIna260
 from profiler.sim.virtual_logger import VirtualLogger
+
+if TYPE_CHECKING:
+    from profiler.sim.power import SimPowerModel
 
 #: The simulated logger's rate: an A0-style front end, fast enough for sub-ms layers.
 SIM_RATE_HZ = 20_000
@@ -71,8 +75,8 @@ class SimSource(ArduinoSource):
         return SourceInfo(spec=self.spec, kind="sim", mode=self.mode,
                           device=f"virtual logger on {self.port}",
                           sample_rate_hz=base.sample_rate_hz,
-                          detail="simulated board power model (P = P_static + C_eff V^2 f) "
-                                 "sampled by a virtual logger; " + base.detail)
+                          detail="simulated board power model (idle + each running layer's "
+                                 "modelled power) sampled by a virtual logger; " + base.detail)
 
 
 class SimIna260Source(Ina260Source):
@@ -80,20 +84,16 @@ class SimIna260Source(Ina260Source):
 
     kind = "sim"
 
-    def __init__(self, spec: str, model: object, *, out_dir: str | Path | None = None,
+    def __init__(self, spec: str, model: SimPowerModel, *, out_dir: str | Path | None = None,
                  seed: int = 0, clock: Clock = perf_clock) -> None:
-        if not hasattr(model, "power_w"):
-            raise BadInputError("the sim power source needs the simulated board's power model",
-                                fix="use --power sim:ina260 only with --board sim")
         super().__init__(spec, port="", out_dir=out_dir, timeout_s=2.0, clock=clock)
         self.model = model
         self.seed = seed
         self.virtual: VirtualIna260 | None = None
 
     def _open_device(self) -> None:
-        self.virtual = VirtualIna260(self.model.power_w, seed=self.seed,  # type: ignore[attr-defined]
-                                     clock=self.clock).start()
-        self.model.to_host_ns = self.virtual.true_clock().to_host_ns  # type: ignore[attr-defined]
+        self.virtual = VirtualIna260(self.model.power_w, seed=self.seed, clock=self.clock).start()
+        self.model.to_host_ns = self.virtual.true_clock().to_host_ns
         self.port = self.virtual.port
         try:
             super()._open_device()
@@ -120,5 +120,6 @@ class SimIna260Source(Ina260Source):
         return SourceInfo(spec=self.spec, kind="sim", mode=self.mode,
                           device=f"virtual INA260 logger on {self.port}",
                           sample_rate_hz=base.sample_rate_hz,
-                          detail="simulated board power model (P = P_static + C_eff V^2 f) "
-                                 "read by a virtual INA260 on an Arduino; " + base.detail)
+                          detail="simulated board power model (idle + each running layer's "
+                                 "modelled power) read by a virtual INA260 on an Arduino; "
+                                 + base.detail)

@@ -1,0 +1,331 @@
+"""Fit the simulated board's timing and power model (`profiler.sim.perf`) to measured layers.
+
+Input: a `Measurements` per processor, one row per (model, layer, setting) with the
+layer's measured time and power, and the operators of every (model, layer) as `OpWork`.
+Both ARM-CO-UP's ``Layers.csv`` and coupprof's own sweep tables become that
+(`profiler.sim.calibrate`).
+
+**Timing fit.** Per processor, the parameters of `perf.TimingParams`, in log space (so
+they stay positive), minimise the relative error of every row's time with a robust loss
+(``soft_l1`` on log(predicted / measured), scale 0.1): a few odd layers cannot drag the
+rest. Two weak priors keep kinds that the training set barely shows sensible: each
+kind's MACs per cycle is pulled towards the 1x1 convolution's, and the fully connected
+weight bandwidth towards the activation bandwidth (AlexNet's huge FC layers are unlike
+any other model's, so a fit without AlexNet must still price them).
+
+**Power fit.** The measured power of a layer is what a sensor saw, and a sensor lags: an
+INA260 averages over ~2.7 ms conversions, so readings trail the marker by about one
+conversion (`profiler.sim.ina260`). So the model fitted is
+
+    measured = P_true - (P_true - P_gap) * min(lag, t) / t
+
+where P_true is `perf.dynamic_power_w` + the idle power and P_gap the power of the gap
+before the layer (idle plus ``gap_activity`` of the dynamic power). The lag is fitted
+too and reported; the simulated board draws P_true.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+
+import numpy as np
+import pandas as pd
+
+from profiler.errors import BadInputError
+from profiler.sim import perf
+from profiler.sim.work import COMPUTE_KINDS, OpWork
+
+#: Columns of a `Measurements.rows` frame.
+ROW_COLUMNS = ("model", "layer", "f_ghz", "fh_ghz", "volts", "host_volts", "time_ms", "power_w")
+_PRIOR_KINDS = 0.3  # weight of the pull of each kind's MACs per cycle towards conv1x1's
+_PRIOR_FC = 1.0  # weight of the pull of fc weight bandwidth towards activation bandwidth
+
+
+@dataclass
+class Measurements:
+    """One processor's measured layers."""
+
+    processor: str
+    rows: pd.DataFrame  # ROW_COLUMNS
+    works: dict[tuple[str, int], list[OpWork]]
+    f_max_ghz: float
+    has_host: bool  # G and N: driven from a host CPU whose level matters
+
+    def __post_init__(self) -> None:
+        missing = [c for c in ROW_COLUMNS if c not in self.rows.columns]
+        if missing:
+            raise ValueError(f"measurements lack columns {missing}")
+        keys = set(zip(self.rows["model"], self.rows["layer"].astype(int), strict=True))
+        lacking = sorted(k for k in keys if k not in self.works)
+        if lacking:
+            raise BadInputError(f"no operators known for {lacking[0][0]} layer {lacking[0][1]}")
+
+    @property
+    def models(self) -> list[str]:
+        return list(dict.fromkeys(self.rows["model"]))
+
+    def subset(self, models: Sequence[str]) -> Measurements:
+        rows = self.rows[self.rows["model"].isin(list(models))].reset_index(drop=True)
+        return replace(self, rows=rows)
+
+
+class _Design:
+    """Rows x operators, flattened once: every (row, op) pair with the row's clocks."""
+
+    def __init__(self, m: Measurements) -> None:
+        rows = m.rows
+        self.n = len(rows)
+        keys = list(zip(rows["model"], rows["layer"].astype(int), strict=True))
+        per_key: dict[tuple[str, int], perf.Works] = {}
+        row_of: list[np.ndarray] = []
+        parts: list[perf.Works] = []
+        for r, k in enumerate(keys):
+            w = per_key.get(k)
+            if w is None:
+                w = per_key[k] = perf.Works.of(m.works[k])
+            parts.append(w)
+            row_of.append(np.full(len(w), r, dtype=np.int64))
+        self.row = np.concatenate(row_of) if row_of else np.zeros(0, dtype=np.int64)
+        self.works = perf.Works(*(np.concatenate([getattr(p, a) for p in parts])
+                                  if parts else np.zeros(0)
+                                  for a in ("kind", "macs", "act_bytes", "weight_bytes",
+                                            "out_pixels")))
+        self.f = rows["f_ghz"].to_numpy(np.float64)
+        self.fh = rows["fh_ghz"].to_numpy(np.float64)
+        self.f_op = self.f[self.row]
+        self.fh_op = self.fh[self.row]
+        self.f_max = m.f_max_ghz
+
+    def split(self, p: perf.TimingParams) -> perf.TimeSplit:
+        s = perf.op_split(p, self.works, self.f_op, self.fh_op, self.f_max)
+
+        def per_row(x: np.ndarray) -> np.ndarray:
+            return np.bincount(self.row, weights=x, minlength=self.n)
+
+        return perf.TimeSplit(per_row(s.compute_ms), per_row(s.memory_ms),
+                              per_row(s.overhead_ms) + perf.call_overhead_ms(p, self.f, self.fh))
+
+
+# ---- timing ---------------------------------------------------------------------------
+
+_SCALARS = ("call_us", "call_kcycles", "host_call_kcycles", "op_kcycles", "host_op_kcycles",
+            "act_gb_s", "weight_gb_s", "stream_gb_s", "memory_clock_share", "roofline_p",
+            "half_occupancy_pixels")
+_HOST_ONLY = ("host_call_kcycles", "host_op_kcycles")
+_START = {"call_us": 1000.0, "call_kcycles": 500.0, "host_call_kcycles": 300.0,
+          "op_kcycles": 50.0, "host_op_kcycles": 20.0, "act_gb_s": 3.0, "weight_gb_s": 3.0,
+          "stream_gb_s": 5.0, "memory_clock_share": 0.3, "roofline_p": 2.0,
+          "half_occupancy_pixels": 50.0}
+
+
+class _TimingVector:
+    """TimingParams <-> an unbounded vector (logs; logits for the bounded ones)."""
+
+    def __init__(self, has_host: bool) -> None:
+        self.names = [n for n in _SCALARS if has_host or n not in _HOST_ONLY]
+        self.names += [f"mpc_{k}" for k in COMPUTE_KINDS]
+
+    def start(self) -> np.ndarray:
+        x = []
+        for n in self.names:
+            if n == "memory_clock_share":
+                x.append(_logit(_START[n]))
+            elif n == "roofline_p":
+                x.append(_logit((_START[n] - 1.0) / 7.0))
+            else:
+                x.append(math.log(_START.get(n, 6.0)))
+        return np.array(x)
+
+    def params(self, x: np.ndarray) -> perf.TimingParams:
+        kw: dict[str, float] = {}
+        mpc: dict[str, float] = {}
+        for n, v in zip(self.names, x, strict=True):
+            if n == "memory_clock_share":
+                kw[n] = _sigmoid(v)
+            elif n == "roofline_p":
+                kw[n] = 1.0 + 7.0 * _sigmoid(v)  # 1 (sum) .. 8 (nearly max)
+            elif n.startswith("mpc_"):
+                mpc[n[4:]] = math.exp(v)
+            else:
+                kw[n] = math.exp(v)
+        return perf.TimingParams(**kw, macs_per_cycle=mpc)
+
+    def priors(self, x: np.ndarray) -> np.ndarray:
+        ix = {n: i for i, n in enumerate(self.names)}
+        base = x[ix["mpc_conv1x1"]]
+        out = [_PRIOR_KINDS * (x[ix[f"mpc_{k}"]] - base) for k in COMPUTE_KINDS if k != "conv1x1"]
+        out.append(_PRIOR_FC * (x[ix["stream_gb_s"]] - x[ix["act_gb_s"]]))
+        return np.array(out)
+
+
+def _sigmoid(v: float) -> float:
+    return 1.0 / (1.0 + math.exp(-max(min(v, 50.0), -50.0)))
+
+
+def _logit(p: float) -> float:
+    return math.log(p / (1.0 - p))
+
+
+def _least_squares() -> object:
+    try:
+        from scipy.optimize import least_squares
+    except ImportError:
+        raise BadInputError("calibration needs SciPy",
+                            "pip install 'coupprof[calibrate]' (or pip install scipy)") from None
+    return least_squares
+
+
+def fit_timing(m: Measurements) -> perf.TimingParams:
+    """The timing parameters of `m.processor` that best explain its measured layer times."""
+    if len(m.rows) < 3:
+        raise BadInputError(f"too few measured layers of processor {m.processor} to fit "
+                            f"({len(m.rows)})")
+    d = _Design(m)
+    vec = _TimingVector(m.has_host)
+    y = m.rows["time_ms"].to_numpy(np.float64)
+
+    def residuals(x: np.ndarray) -> np.ndarray:
+        pred = d.split(vec.params(x)).total_ms
+        return np.concatenate([np.log(np.maximum(pred, 1e-9) / y), vec.priors(x)])
+
+    least_squares = _least_squares()
+    res = least_squares(residuals, vec.start(), loss="soft_l1", f_scale=0.1,  # type: ignore[operator]
+                        max_nfev=4000)
+    return vec.params(res.x)
+
+
+def predict_split(p: perf.TimingParams, m: Measurements) -> perf.TimeSplit:
+    """The model's time split for every row of `m`."""
+    return _Design(m).split(p)
+
+
+# ---- power ----------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class PowerFit:
+    power: perf.PowerParams
+    idle_mw: float  # the board while this processor idles between layers
+    lag_ms: float  # the sensor's lag behind the marker, as the data show it
+    gap_activity: float  # share of dynamic power still drawn in the gap before a layer
+
+
+_POWER_NAMES = ("idle_mw", "ceff_nf", "activity_memory", "activity_overhead", "lag_ms",
+                "gap_activity", "host_ceff_nf", "static_mw_per_v2")
+_POWER_START = {"idle_mw": 3000.0, "ceff_nf": 0.5, "activity_memory": 0.7,
+                "activity_overhead": 0.5, "lag_ms": 2.5, "gap_activity": 0.1,
+                "host_ceff_nf": 0.2, "static_mw_per_v2": 50.0}
+
+
+def true_power_w(pf: PowerFit, s: perf.TimeSplit, rows: pd.DataFrame) -> np.ndarray:
+    """Board power while each row's layer runs (no sensor)."""
+    return pf.idle_mw / 1e3 + perf.dynamic_power_w(
+        pf.power, s, rows["volts"].to_numpy(np.float64), rows["f_ghz"].to_numpy(np.float64),
+        rows["host_volts"].to_numpy(np.float64), rows["fh_ghz"].to_numpy(np.float64))
+
+
+def sensed_power_w(pf: PowerFit, s: perf.TimeSplit, rows: pd.DataFrame) -> np.ndarray:
+    """What a lagging sensor reports for each row's layer window."""
+    true = true_power_w(pf, s, rows)
+    v = rows["volts"].to_numpy(np.float64)
+    f = rows["f_ghz"].to_numpy(np.float64)
+    vh = rows["host_volts"].to_numpy(np.float64)
+    fh = rows["fh_ghz"].to_numpy(np.float64)
+    gap = (pf.idle_mw / 1e3 + pf.power.static_mw_per_v2 / 1e3 * v * v
+           + pf.gap_activity * (pf.power.ceff_nf * v * v * f + pf.power.host_ceff_nf * vh * vh * fh))
+    t = rows["time_ms"].to_numpy(np.float64)
+    share = np.minimum(pf.lag_ms, t) / t
+    return true - (true - gap) * share
+
+
+def fit_power(m: Measurements, timing: perf.TimingParams) -> PowerFit:
+    rows = m.rows[np.isfinite(m.rows["power_w"])].reset_index(drop=True)
+    if len(rows) < 5:
+        raise BadInputError(f"too few layers of processor {m.processor} with a measured power "
+                            f"to fit a power model ({len(rows)})")
+    mm = replace(m, rows=rows)
+    s = predict_split(timing, mm)
+    names = [n for n in _POWER_NAMES if m.has_host or n != "host_ceff_nf"]
+    y = rows["power_w"].to_numpy(np.float64)
+
+    def unpack(x: np.ndarray) -> PowerFit:
+        v = dict(zip(names, np.exp(x), strict=True))
+        pp = perf.PowerParams(ceff_nf=v["ceff_nf"], static_mw_per_v2=v["static_mw_per_v2"],
+                              activity_memory=v["activity_memory"],
+                              activity_overhead=v["activity_overhead"],
+                              host_ceff_nf=v.get("host_ceff_nf", 0.0))
+        return PowerFit(pp, v["idle_mw"], v["lag_ms"], v["gap_activity"])
+
+    def residuals(x: np.ndarray) -> np.ndarray:
+        return np.log(sensed_power_w(unpack(x), s, rows) / y)
+
+    least_squares = _least_squares()
+    x0 = np.log([_POWER_START[n] for n in names])
+    res = least_squares(residuals, x0, loss="soft_l1", f_scale=0.05,  # type: ignore[operator]
+                        max_nfev=3000)
+    return unpack(res.x)
+
+
+# ---- a processor's whole fit, and leave-one-model-out -----------------------------------
+
+@dataclass(frozen=True)
+class ProcessorFit:
+    processor: str
+    timing: perf.TimingParams
+    power: PowerFit | None
+    models: tuple[str, ...]  # the models it was fitted on
+    rows: int
+
+
+def fit_processor(m: Measurements) -> ProcessorFit:
+    timing = fit_timing(m)
+    has_power = bool(np.isfinite(m.rows["power_w"]).sum() >= 5)
+    return ProcessorFit(m.processor, timing, fit_power(m, timing) if has_power else None,
+                        tuple(m.models), len(m.rows))
+
+
+@dataclass
+class HeldOut:
+    """Errors on one model a fit never saw (absolute relative errors)."""
+
+    processor: str
+    model: str
+    layer_time_err: np.ndarray  # per row
+    whole_time_err: np.ndarray  # per setting: the model's layers summed
+    power_err: np.ndarray  # per row with a measured power
+    predicted: pd.DataFrame = field(repr=False, default_factory=pd.DataFrame)
+
+
+def evaluate(fit: ProcessorFit, m: Measurements) -> HeldOut:
+    """`fit`'s errors on every row of `m` (which should hold one model)."""
+    rows = m.rows.reset_index(drop=True)
+    s = predict_split(fit.timing, m)
+    pred = s.total_ms
+    err = np.abs(pred / rows["time_ms"].to_numpy(np.float64) - 1.0)
+    frame = rows.assign(pred_time_ms=pred)
+    whole = frame.groupby(["model", "f_ghz", "fh_ghz"])[["pred_time_ms", "time_ms"]].sum()
+    whole_err = np.abs(whole["pred_time_ms"] / whole["time_ms"] - 1.0).to_numpy()
+    perr = np.array([])
+    if fit.power is not None:
+        ok = np.isfinite(rows["power_w"].to_numpy(np.float64))
+        sensed = sensed_power_w(fit.power, s, rows)
+        frame = frame.assign(pred_power_w=sensed)
+        perr = np.abs(sensed[ok] / rows["power_w"].to_numpy(np.float64)[ok] - 1.0)
+    return HeldOut(fit.processor, str(rows["model"].iloc[0]) if len(rows) else "", err,
+                   whole_err, perr, frame)
+
+
+def leave_one_model_out(m: Measurements, progress: object = None) -> list[HeldOut]:
+    """Fit on every model but one, evaluate on that one; once per model."""
+    out = []
+    models = m.models
+    if len(models) < 2:
+        raise BadInputError(f"leave-one-model-out needs two models or more for processor "
+                            f"{m.processor} (it has {len(models)})")
+    for held in models:
+        fit = fit_processor(m.subset([x for x in models if x != held]))
+        out.append(evaluate(fit, m.subset([held])))
+        if callable(progress):
+            progress(m.processor, held)
+    return out

@@ -1,0 +1,201 @@
+"""The simulated board's per-layer timing and power model (one parameter set per processor).
+
+**Time.** A call of a sub-model (a layer, a prefix of layers, a stage) on processor X at
+core clock f (GHz), driven from a host CPU at clock f_h (G and N; f_h = f otherwise):
+
+    t_call = call_us + call_kcycles / f + host_call_kcycles / f_h + sum over its ops of t_op
+    t_op   = op_kcycles / f + host_op_kcycles / f_h
+             + (t_compute^p + t_memory^p)^(1/p) + t_weights
+    t_compute = MACs / (macs_per_cycle[kind] * f * pixels / (pixels + half_occupancy_pixels))
+    t_memory  = activation bytes / act_gb_s       (fc: weight bytes / stream_gb_s;
+                                                   a reduction: its bytes / stream_gb_s)
+    t_weights = weight bytes / weight_gb_s         (every op but fc)
+
+and both memory terms are scaled by (1 - m) + m * f_max / f, m = memory_clock_share (the
+part of memory time that still follows the core clock). So compute time scales with the
+clock, memory time mostly does not, a small map fills the processor less well than a
+large one (the occupancy factor), and G and N pay a fixed cost per call, part of it on
+the host CPU (their times depend on the host's level, as ARM-CO-UP's data show). The
+p-norm joins compute and memory into a soft roofline: p = 1 adds them, a large p takes
+the larger.
+
+**Power.** While processor X runs a call at voltage V (and its host at V_h):
+
+    P = idle + static_mw_per_v2 * V^2 + ceff_nf * V^2 * f * activity + host_ceff_nf * V_h^2 * f_h
+    activity = (t_compute + activity_memory * t_memory + activity_overhead * t_overhead) / t_call
+
+so a memory-bound layer draws less than a compute-bound one. ``idle`` is the board's
+(the `[board.sim]` table).
+
+Everything here is vectorised over operators (and, for calibration, over many layers
+at many levels at once); `profiler.sim.fit` fits the parameters, the executor prices each
+sub-model with them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field, fields
+
+import numpy as np
+
+from profiler.sim.work import COMPUTE_KINDS, KINDS, OpWork
+
+_KIND_INDEX = {k: i for i, k in enumerate(KINDS)}
+
+
+@dataclass(frozen=True)
+class TimingParams:
+    call_us: float = 0.0
+    call_kcycles: float = 0.0
+    host_call_kcycles: float = 0.0
+    op_kcycles: float = 0.0
+    host_op_kcycles: float = 0.0
+    act_gb_s: float = 4.0
+    weight_gb_s: float = 4.0
+    stream_gb_s: float = 4.0
+    memory_clock_share: float = 0.0
+    roofline_p: float = 1.0
+    half_occupancy_pixels: float = 0.0
+    macs_per_cycle: dict[str, float] = field(default_factory=lambda: dict.fromkeys(COMPUTE_KINDS, 4.0))
+
+    def to_table(self) -> dict[str, object]:
+        d = asdict(self)
+        d["macs_per_cycle"] = {k: self.macs_per_cycle[k] for k in COMPUTE_KINDS}
+        return d
+
+    @classmethod
+    def from_table(cls, raw: Mapping[str, object]) -> TimingParams:
+        names = {f.name for f in fields(cls)}
+        kw = {k: float(v) for k, v in raw.items() if k in names and k != "macs_per_cycle"}  # type: ignore[arg-type]
+        mpc = raw.get("macs_per_cycle", {})
+        if not isinstance(mpc, Mapping):
+            raise ValueError("macs_per_cycle must be a table of kind = MACs per cycle")
+        rates = {k: float(mpc[k]) for k in COMPUTE_KINDS if k in mpc}
+        missing = [k for k in COMPUTE_KINDS if k not in rates]
+        if missing:
+            raise ValueError(f"macs_per_cycle lacks {', '.join(missing)}")
+        return cls(**kw, macs_per_cycle=rates)  # type: ignore[arg-type]
+
+
+@dataclass(frozen=True)
+class PowerParams:
+    ceff_nf: float = 0.0
+    static_mw_per_v2: float = 0.0
+    activity_memory: float = 1.0
+    activity_overhead: float = 1.0
+    host_ceff_nf: float = 0.0
+
+    @classmethod
+    def from_table(cls, raw: Mapping[str, object]) -> PowerParams:
+        names = {f.name for f in fields(cls)}
+        return cls(**{k: float(v) for k, v in raw.items() if k in names})  # type: ignore[arg-type]
+
+
+@dataclass(frozen=True)
+class Works:
+    """Columns of many `OpWork` (one sub-model, or many layers for calibration)."""
+
+    kind: np.ndarray  # int index into work.KINDS
+    macs: np.ndarray
+    act_bytes: np.ndarray
+    weight_bytes: np.ndarray
+    out_pixels: np.ndarray
+
+    @classmethod
+    def of(cls, works: Sequence[OpWork]) -> Works:
+        return cls(
+            np.array([_KIND_INDEX[w.kind] for w in works], dtype=np.int64),
+            np.array([w.macs for w in works], dtype=np.float64),
+            np.array([w.act_bytes for w in works], dtype=np.float64),
+            np.array([w.weight_bytes for w in works], dtype=np.float64),
+            np.array([max(w.out_pixels, 1) for w in works], dtype=np.float64))
+
+    def take(self, idx: np.ndarray) -> Works:
+        return Works(self.kind[idx], self.macs[idx], self.act_bytes[idx],
+                     self.weight_bytes[idx], self.out_pixels[idx])
+
+    def __len__(self) -> int:
+        return len(self.kind)
+
+
+@dataclass(frozen=True)
+class TimeSplit:
+    """A call's modelled time in ms, split by what bounds it (arrays or floats)."""
+
+    compute_ms: np.ndarray
+    memory_ms: np.ndarray
+    overhead_ms: np.ndarray
+
+    @property
+    def total_ms(self) -> np.ndarray:
+        return self.compute_ms + self.memory_ms + self.overhead_ms
+
+
+_FC = _KIND_INDEX["fc"]
+_VIEW = _KIND_INDEX["view"]
+_REDUCE = _KIND_INDEX["reduce"]
+_COMPUTE = np.array([k in COMPUTE_KINDS for k in KINDS])
+
+
+def op_split(p: TimingParams, w: Works, f_ghz: np.ndarray | float, fh_ghz: np.ndarray | float,
+             f_max_ghz: float) -> TimeSplit:
+    """Per operator (broadcast against f/fh arrays of the same length, or scalars)."""
+    f = np.asarray(f_ghz, dtype=np.float64)
+    fh = np.asarray(fh_ghz, dtype=np.float64)
+    rate = np.array([p.macs_per_cycle.get(k, 1.0) for k in KINDS])[w.kind]
+    is_fc = w.kind == _FC
+    occ = np.where(is_fc, 1.0, w.out_pixels / (w.out_pixels + p.half_occupancy_pixels))
+    # MACs / (MACs per cycle * GHz) = ns; / 1e6 -> ms
+    comp = np.where(_COMPUTE[w.kind], w.macs / (rate * occ * f) / 1e6, 0.0)
+    m = p.memory_clock_share
+    mscale = (1.0 - m) + m * f_max_ghz / f
+    # bytes / (GB/s) = ns; / 1e6 -> ms
+    mem = np.where(is_fc, w.weight_bytes / p.stream_gb_s,
+                   np.where(w.kind == _REDUCE, w.act_bytes / p.stream_gb_s,
+                            w.act_bytes / p.act_gb_s)) / 1e6
+    mem = np.where(w.kind == _VIEW, 0.0, mem) * mscale
+    wts = np.where(is_fc, 0.0, w.weight_bytes / p.weight_gb_s / 1e6) * mscale
+    pw = p.roofline_p
+    both = comp + mem
+    safe = np.where(both > 0, both, 1.0)
+    # the p-norm, computed relative to the sum so large p cannot overflow
+    roof = np.where(both > 0, safe * ((comp / safe) ** pw + (mem / safe) ** pw) ** (1.0 / pw), 0.0)
+    share = np.where(both > 0, comp / safe, 0.0)
+    overhead = (p.op_kcycles / f + p.host_op_kcycles / fh) / 1e3 + 0.0 * comp
+    return TimeSplit(roof * share, roof * (1.0 - share) + wts, overhead)
+
+
+def call_overhead_ms(p: TimingParams, f_ghz: np.ndarray | float,
+                     fh_ghz: np.ndarray | float) -> np.ndarray:
+    """The fixed part of one call (dispatch, synchronisation), in ms."""
+    f = np.asarray(f_ghz, dtype=np.float64)
+    fh = np.asarray(fh_ghz, dtype=np.float64)
+    return p.call_us / 1e3 + (p.call_kcycles / f + p.host_call_kcycles / fh) / 1e3
+
+
+def call_split(p: TimingParams, w: Works, f_ghz: float, fh_ghz: float,
+               f_max_ghz: float) -> TimeSplit:
+    """One call of the sub-model whose operators are `w`: its whole time, split."""
+    s = op_split(p, w, f_ghz, fh_ghz, f_max_ghz)
+    return TimeSplit(np.sum(s.compute_ms), np.sum(s.memory_ms),
+                     np.sum(s.overhead_ms) + call_overhead_ms(p, f_ghz, fh_ghz))
+
+
+def activity(pp: PowerParams, s: TimeSplit) -> np.ndarray:
+    """Share of full dynamic power a call draws on average (compute-bound = 1)."""
+    t = s.total_ms
+    busy = s.compute_ms + pp.activity_memory * s.memory_ms + pp.activity_overhead * s.overhead_ms
+    return np.where(t > 0, busy / np.where(t > 0, t, 1.0), 0.0)
+
+
+def dynamic_power_w(pp: PowerParams, s: TimeSplit, volts: np.ndarray | float,
+                    f_ghz: np.ndarray | float, host_volts: np.ndarray | float = 0.0,
+                    fh_ghz: np.ndarray | float = 0.0) -> np.ndarray:
+    """What a running call adds to the board's idle power, in W.
+
+    nF * V^2 * GHz = 1e-9 F * V^2 * 1e9 Hz = W."""
+    v, f = np.asarray(volts, dtype=np.float64), np.asarray(f_ghz, dtype=np.float64)
+    vh, fh = np.asarray(host_volts, dtype=np.float64), np.asarray(fh_ghz, dtype=np.float64)
+    return (pp.static_mw_per_v2 / 1e3 * v * v + pp.ceff_nf * v * v * f * activity(pp, s)
+            + pp.host_ceff_nf * vh * vh * fh)
