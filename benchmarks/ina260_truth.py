@@ -35,15 +35,16 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "tests"))
 
+from sim_truth import layer_truth  # noqa: E402
+
 from profiler.boards.profiles import load_board  # noqa: E402
 from profiler.recordings.align import align  # noqa: E402
 from profiler.recordings.attribute import armcoup_method, coupprof_method  # noqa: E402
 from profiler.recordings.layout import RunLayout, Setting  # noqa: E402
 from profiler.recordings.traces import read_armcoup_log  # noqa: E402
-from profiler.sim.ina260 import simulate_run  # noqa: E402
 from profiler.sim import model as sim_model  # noqa: E402
+from profiler.sim.ina260 import simulate_run  # noqa: E402
 from profiler.slicing.slicer import slice_model  # noqa: E402
-from sim_truth import layer_truth  # noqa: E402
 from tests.models.topologies import long_layers  # noqa: E402
 
 COUPPROF = str(Path(sys.executable).with_name("coupprof"))
