@@ -29,6 +29,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "run": ("run", "execute a layer-to-processor mapping (switch or pipeline) and measure it"),
     "predict": ("predict", "predict a mapping's latency, throughput and energy from layer/transfer tables"),
     "sweep": ("sweep", "time every layer at every (processor, DVFS level) pair"),
+    "calibrate": ("calibrate", "fit the simulated board's per-layer timing and power model to measured layers"),
     "explore": ("explore", "search the mapping and DVFS levels to use (switch: exact; pipeline: Pareto front)"),
     "plot": ("plot", "draw a figure (efficiency, layers, transfers, timeline) from CSVs"),
     "report": ("report", "summarise a run directory (tables and figures) as Markdown or HTML"),

@@ -1,5 +1,11 @@
 """A simulated board calibrated on measured layers: fit every processor, write the profile.
 
+Measured layers come from ARM-CO-UP's ``Layers.csv`` (`armcoup_measurements`: their
+layer numbering mapped onto the zoo graphs they ran, `profiler.zoo.armcoup`) or from a
+``coupprof sweep`` of a real board (`sweep_measurements`: the sweep's model sliced as the
+sweep sliced it). Either way every row is one layer at one setting, with the operators
+that layer holds (`profiler.sim.work`), its clocks and voltages from the board profile.
+
 `calibrate_board` fits `profiler.sim.fit` per processor and gives a `Calibration`;
 `profile_text` writes it into a board profile (TOML): the base profile's text with its
 ``[processors.X.sim.timing]`` / ``.power`` tables and ``[board.sim]`` replaced by the
@@ -11,14 +17,19 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pandas as pd
 
+from profiler.boards.model import Board, ProcessorSpec
+from profiler.errors import BadInputError
 from profiler.sim import fit
 from profiler.sim.perf import PowerParams, TimingParams
+from profiler.sim.work import OpWork, model_works
 
 
 @dataclass
@@ -42,6 +53,124 @@ def calibrate_board(measurements: Mapping[str, fit.Measurements],
     idle = float(np.median([p.idle_mw for p in powered])) if powered else 0.0
     lag = float(np.median([p.lag_ms for p in powered])) if powered else None
     return Calibration(fits, idle, lag)
+
+
+# ---- measured layers --------------------------------------------------------------------
+
+def _volts(proc: ProcessorSpec, khz: pd.Series) -> np.ndarray:
+    table = dict(zip(proc.freqs_khz, proc.volts_mv, strict=False))
+    v = khz.map(lambda k: table.get(int(k)) if pd.notna(k) else None)
+    if v.isna().any():
+        bad = int(khz[v.isna()].iloc[0]) if khz[v.isna()].notna().any() else None
+        raise BadInputError(f"board profile has no voltage for processor {proc.letter} at "
+                            f"{'an unknown level' if bad is None else f'{bad / 1000:g} MHz'}",
+                            "add volts_mv to the profile (the power model needs V^2 f)")
+    return v.to_numpy(np.float64) / 1000
+
+
+def _nominal(proc: ProcessorSpec) -> tuple[float, float]:
+    sim = proc.extra.get("sim", {})
+    khz, mv = sim.get("nominal_khz"), sim.get("nominal_mv")
+    if khz is None or mv is None:
+        raise BadInputError(f"processor {proc.letter} has no DVFS table and no nominal "
+                            "operating point (nominal_khz / nominal_mv in its sim table)",
+                            "calibrate onto a board profile whose N has one (--base sim)")
+    return float(khz), float(mv) / 1000
+
+
+def measurement_rows(board: Board, letter: str, model: str, t: pd.DataFrame,
+                     time_col: str) -> pd.DataFrame:
+    """`fit.ROW_COLUMNS` for one model's rows of processor `letter` (coupprof's layer
+    schema: freq_khz; host_freq_khz for G; N's freq_khz is its host's)."""
+    proc = board.processor(letter)
+    host = board.processors.get(proc.host) if proc.host else None
+    khz = t["freq_khz"].astype("Float64")
+    if proc.has_dvfs:
+        f, v = khz.to_numpy(np.float64), _volts(proc, khz)
+        if host is not None and "host_freq_khz" in t and t["host_freq_khz"].notna().all():
+            hk = t["host_freq_khz"].astype("Float64")
+            fh, vh = hk.to_numpy(np.float64), _volts(host, hk)
+        else:
+            fh, vh = f, np.zeros(len(t))
+    else:  # the NPU: its own nominal point, its level is its host's
+        nk, nv = _nominal(proc)
+        f, v = np.full(len(t), nk), np.full(len(t), nv)
+        if host is None:
+            raise BadInputError(f"processor {letter} has neither DVFS nor a host cluster")
+        fh, vh = khz.to_numpy(np.float64), _volts(host, khz)
+    power = t["power_w"] if "power_w" in t else pd.Series(np.nan, index=t.index)
+    return pd.DataFrame({
+        "model": model, "layer": t["layer"].astype(int).to_numpy(),
+        "f_ghz": f / 1e6, "fh_ghz": fh / 1e6, "volts": v, "host_volts": vh,
+        "time_ms": t[time_col].astype(float).to_numpy(),
+        "power_w": power.astype(float).to_numpy()})
+
+
+def _collect(board: Board, per_model: Mapping[str, tuple[pd.DataFrame, list[list[OpWork]]]],
+             time_col: str) -> dict[str, fit.Measurements]:
+    rows: dict[str, list[pd.DataFrame]] = {}
+    works: dict[tuple[str, int], list[OpWork]] = {}
+    for model, (table, layer_works) in per_model.items():
+        for k, w in enumerate(layer_works):
+            works[(model, k)] = w
+        for letter, t in table.groupby("processor", sort=False):
+            t = t[t[time_col].notna() & (t[time_col] > 0)]
+            if len(t):
+                rows.setdefault(str(letter), []).append(
+                    measurement_rows(board, str(letter), model, t, time_col))
+    out = {}
+    order = {p: i for i, p in enumerate(board.processors)}
+    for letter, parts in sorted(rows.items(), key=lambda kv: order.get(kv[0], 99)):
+        proc = board.processor(letter)
+        top = proc.freqs_khz[-1] if proc.has_dvfs else _nominal(proc)[0]
+        out[letter] = fit.Measurements(letter, pd.concat(parts, ignore_index=True), works,
+                                       top / 1e6, proc.host is not None)
+    return out
+
+
+def armcoup_measurements(layers_csv: str | Path, board: Board,
+                         graphs: Sequence[str] | None = None) -> dict[str, fit.Measurements]:
+    """ARM-CO-UP's ``Layers.csv`` `task` rows of the graphs coupprof has (all but YOLOv3),
+    each layer with the zoo graph's operators of that layer."""
+    from profiler.recordings.armcoup_tables import layers_table
+    from profiler.zoo import armcoup
+
+    tables, _ = layers_table(layers_csv, board, board.name)
+    wanted = list(graphs) if graphs is not None else [g for g in tables if g in armcoup.MODELS]
+    per_model = {}
+    for g in wanted:
+        if g not in tables:
+            raise BadInputError(f"{layers_csv} has no rows of graph {g}",
+                                f"it has: {', '.join(tables)}")
+        spec = armcoup.model_for(g)
+        view = armcoup.load(spec, weights=False)
+        per_model[g] = (tables[g], [model_works(view, ops)
+                                    for ops in armcoup.layer_groups(spec, view)])
+    return _collect(board, per_model, "time_ms_mean")
+
+
+def sweep_measurements(sweep_dir: str | Path, board: Board) -> dict[str, fit.Measurements]:
+    """A ``coupprof sweep`` output folder: each layer's sliced median time and power, with
+    the operators of that layer as the sweep sliced the model."""
+    from profiler.slicing.graph import ModelView
+    from profiler.slicing.slicer import slice_model
+    from profiler.sweep_schema import read_sweep
+    from profiler.tflite.model_io import parse_model, read_model_bytes
+
+    sweep = read_sweep(Path(sweep_dir))
+    df, settings = sweep.layers, sweep.meta.get("settings", {})
+    path = Path(settings.get("model_path", ""))
+    if not path.is_file():
+        raise BadInputError(f"the sweep's model {path} is not there any more",
+                            "calibrate where the sweep ran, or copy the model back")
+    data = read_model_bytes(path)
+    sliced = slice_model(data, settings.get("granularity", "layer"),
+                         settings.get("slice_cuts"), cache_dir=False)
+    view = ModelView.of(parse_model(data, str(path)))
+    model = str(df["model"].iloc[0]) if len(df) else path.stem
+    layer_works = [model_works(view, sorted(set(layer.op_indices))) for layer in sliced.layers]
+    return _collect(board, {model: (df[df["kind"] == "layer"] if "kind" in df else df,
+                                    layer_works)}, "time_ms_median")
 
 
 # ---- TOML --------------------------------------------------------------------------------

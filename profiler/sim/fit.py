@@ -147,9 +147,9 @@ class _TimingVector:
             elif n == "roofline_p":
                 kw[n] = 1.0 + 7.0 * _sigmoid(v)  # 1 (sum) .. 8 (nearly max)
             elif n.startswith("mpc_"):
-                mpc[n[4:]] = math.exp(v)
+                mpc[n[4:]] = _exp(v)
             else:
-                kw[n] = math.exp(v)
+                kw[n] = _exp(v)
         return perf.TimingParams(**kw, macs_per_cycle=mpc)
 
     def priors(self, x: np.ndarray) -> np.ndarray:
@@ -158,6 +158,12 @@ class _TimingVector:
         out = [_PRIOR_KINDS * (x[ix[f"mpc_{k}"]] - base) for k in COMPUTE_KINDS if k != "conv1x1"]
         out.append(_PRIOR_FC * (x[ix["stream_gb_s"]] - x[ix["act_gb_s"]]))
         return np.array(out)
+
+
+def _exp(v: float) -> float:
+    # A parameter the data do not bound (a bandwidth nothing in the set approaches) may
+    # run off; e^30 (1e13) is as good as infinite for every one of them.
+    return math.exp(max(min(v, 30.0), -30.0))
 
 
 def _sigmoid(v: float) -> float:
@@ -328,4 +334,60 @@ def leave_one_model_out(m: Measurements, progress: object = None) -> list[HeldOu
         out.append(evaluate(fit, m.subset([held])))
         if callable(progress):
             progress(m.processor, held)
+    return out
+
+
+#: The issue's validation targets (absolute relative errors, in %), per processor.
+TARGETS_PCT = {"layer_median_pooled": 15.0, "layer_median_each": 20.0,
+               "whole_median_pooled": 10.0, "whole_worst": 25.0,
+               "power_median": 4.0, "power_p90": 10.0}
+
+
+def _pct(x: np.ndarray, q: float) -> float:
+    return float(np.quantile(x, q) * 100) if x.size else float("nan")
+
+
+def lomo_table(held: Sequence[HeldOut]) -> pd.DataFrame:
+    """One row per (processor, held-out model) and a pooled row per processor: errors in
+    % (median / 90th percentile of per-layer time over every level; whole-model time per
+    setting, median and worst; per-layer power, median and 90th percentile)."""
+    rows = []
+    by_proc: dict[str, list[HeldOut]] = {}
+    for h in held:
+        by_proc.setdefault(h.processor, []).append(h)
+    for proc, hs in by_proc.items():
+        for h in [*hs, None]:
+            parts = hs if h is None else [h]
+            lt = np.concatenate([p.layer_time_err for p in parts])
+            wt = np.concatenate([p.whole_time_err for p in parts])
+            pe = np.concatenate([p.power_err for p in parts])
+            rows.append({
+                "processor": proc, "held_out": "pooled" if h is None else h.model,
+                "layers": int(lt.size),
+                "layer_time_err_median_pct": _pct(lt, 0.5), "layer_time_err_p90_pct": _pct(lt, 0.9),
+                "whole_time_err_median_pct": _pct(wt, 0.5), "whole_time_err_max_pct": _pct(wt, 1.0),
+                "power_err_median_pct": _pct(pe, 0.5), "power_err_p90_pct": _pct(pe, 0.9),
+            })
+    return pd.DataFrame(rows)
+
+
+def target_misses(table: pd.DataFrame) -> list[str]:
+    """The targets a `lomo_table` misses, one line each (empty: all met)."""
+    t = TARGETS_PCT
+    out = []
+    for proc, g in table.groupby("processor", sort=False):
+        pooled = g[g["held_out"] == "pooled"].iloc[0]
+        each = g[g["held_out"] != "pooled"]
+        checks = [
+            (pooled["layer_time_err_median_pct"], t["layer_median_pooled"], "pooled per-layer time median"),
+            (pooled["whole_time_err_median_pct"], t["whole_median_pooled"], "pooled whole-model time median"),
+            (each["whole_time_err_median_pct"].max(), t["whole_worst"], "worst held-out model's whole-model time (its median over settings)"),
+            (pooled["power_err_median_pct"], t["power_median"], "pooled per-layer power median"),
+            (pooled["power_err_p90_pct"], t["power_p90"], "pooled per-layer power 90th percentile"),
+        ]
+        checks += [(r["layer_time_err_median_pct"], t["layer_median_each"],
+                    f"per-layer time median with {r['held_out']} held out")
+                   for _, r in each.iterrows()]
+        out += [f"{proc}: {what} {v:.1f} % > {limit:g} %" for v, limit, what in checks
+                if np.isfinite(v) and v > limit]
     return out

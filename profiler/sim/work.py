@@ -6,7 +6,8 @@ pixels of its output map. The kinds follow what ARM Compute Library (the runtime
 ARM-CO-UP's measurements) does differently:
 
 - ``conv1x1`` (a plain GEMM), ``conv3x3s1`` (Winograd-eligible), ``conv`` (any other
-  kernel or stride: im2col + GEMM or direct), ``depthwise``, ``fc`` (GEMV: weight-bound);
+  kernel or stride: im2col + GEMM or direct), ``depthwise``, ``fc`` (GEMV: weight-bound;
+  a 1x1 conv on a 1x1 map, as MobileNet's and TF-slim ResNet's classifiers are, is one);
 - ``pool`` (max/average pooling), ``lrn``: window work counted as MACs;
 - ``reduce`` (MEAN, SUM, REDUCE_*): one streaming read of the input;
 - ``view``: concatenation, reshape, split and the like, which such runtimes lay out in
@@ -20,7 +21,7 @@ import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from profiler.slicing.costs import constant_bytes, op_macs, tensor_bytes
+from profiler.slicing.costs import OpFeatures, op_features
 from profiler.slicing.graph import ModelView
 
 #: Kinds whose MACs are priced at a per-kind rate (MACs per cycle).
@@ -42,21 +43,15 @@ class OpWork:
     out_pixels: int  # H x W of the output map (1 when it has none)
 
 
-def _shape(g: ModelView, t: int) -> list[int]:
-    s = g.tensor(t).shape
-    return [] if s is None else [int(d) for d in s]
-
-
-def op_kind(g: ModelView, i: int) -> str:
-    name = g.op_names[i]
+def kind_of(f: OpFeatures) -> str:
+    """Which of `KINDS` an operator is."""
+    name = f.builtin
     if name == "CONV_2D":
-        ins = g.op_inputs(i)
-        _, kh, kw, _ = (_shape(g, ins[1]) + [0, 0, 0, 0])[:4]
-        opts = g.op(i).builtinOptions
-        stride = (getattr(opts, "strideH", 1), getattr(opts, "strideW", 1))
-        if (kh, kw) == (1, 1):
+        if f.kernel == (1, 1) and len(f.output_shape) == 4 and f.output_shape[1:3] == (1, 1):
+            return "fc"  # a 1x1 conv on a 1x1 map is a fully connected layer (a classifier)
+        if f.kernel == (1, 1):
             return "conv1x1"
-        if (kh, kw) == (3, 3) and stride == (1, 1):
+        if f.kernel == (3, 3) and f.stride == (1, 1):
             return "conv3x3s1"
         return "conv"
     if name == "DEPTHWISE_CONV_2D":
@@ -74,27 +69,18 @@ def op_kind(g: ModelView, i: int) -> str:
     return "elementwise"
 
 
-def _window_macs(g: ModelView, i: int, kind: str) -> int:
-    """Pooling and LRN do window work: output elements x window size."""
-    outs = g.op_outputs(i)
-    out_elems = math.prod(_shape(g, outs[0])) if outs else 0
-    opts = g.op(i).builtinOptions
-    if kind == "lrn":
-        return out_elems * (2 * int(getattr(opts, "radius", 2)) + 1)
-    fh, fw = getattr(opts, "filterHeight", 1), getattr(opts, "filterWidth", 1)
-    return out_elems * int(fh) * int(fw)
-
-
 def op_work(g: ModelView, i: int) -> OpWork:
-    kind = op_kind(g, i)
-    macs = op_macs(g, i) if kind not in ("pool", "lrn") else _window_macs(g, i, kind)
-    ins = g.op_inputs(i)
-    runtime = [t for t in ins if g.is_runtime(t)]
-    outs = g.op_outputs(i)
-    act = sum(tensor_bytes(g, t) for t in runtime + outs)
-    out_shape = _shape(g, outs[0]) if outs else []
-    pixels = out_shape[1] * out_shape[2] if len(out_shape) == 4 else 1
-    return OpWork(kind, int(macs), int(act), int(constant_bytes(g, ins)), int(pixels))
+    f = op_features(g, i)
+    kind = kind_of(f)
+    out_elems = math.prod(f.output_shape) if f.output_shape else 0
+    macs = f.macs
+    if kind == "pool":  # window work: output elements x window
+        kh, kw = f.kernel or (1, 1)
+        macs = out_elems * kh * kw
+    elif kind == "lrn":  # output elements x (2 radius + 1)
+        macs = out_elems * (2 * int(getattr(g.op(i).builtinOptions, "radius", 2)) + 1)
+    pixels = f.output_shape[1] * f.output_shape[2] if len(f.output_shape) == 4 else 1
+    return OpWork(kind, int(macs), f.input_bytes + f.output_bytes, f.weight_bytes, int(pixels))
 
 
 def model_works(g: ModelView, ops: Iterable[int] | None = None) -> list[OpWork]:

@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from profiler.errors import BadInputError, ModelError
@@ -42,6 +43,7 @@ from profiler.slicing.grouping import group_ops
 from profiler.slicing.specs import TensorSpec
 from profiler.tables import OP_SHORT
 from profiler.tflite.model_io import parse_model
+from profiler.zoo.emit import to_model
 from profiler.zoo.graph import GraphBuilder
 from profiler.zoo.registry import graph as zoo_graph
 from profiler.zoo.registry import model_path
@@ -225,8 +227,17 @@ def cuts(spec: ArmCoUpModel, g: ModelView | None = None) -> list[int]:
     return cuts_from_names(builder_op_outputs(zoo_graph(spec.zoo_name, **spec.params)), spec)
 
 
-def load(spec: ArmCoUpModel) -> ModelView:
-    """The zoo model of `spec` (built once into the zoo cache; AlexNet's is 250 MB)."""
+def load(spec: ArmCoUpModel, *, weights: bool = True) -> ModelView:
+    """The zoo model of `spec` (built once into the zoo cache; AlexNet's is 250 MB).
+
+    weights=False: the same graph with zero weights, built in memory (no random draws,
+    nothing written), for what needs only shapes, operators and sizes."""
+    if not weights:
+        g = zoo_graph(spec.zoo_name, **spec.params)
+        zeros = {t.index: (np.zeros(t.shape, np.float32) if t.init.kind == "normal" else
+                           np.asarray(t.init.values, np.dtype(t.dtype)).reshape(t.shape))
+                 for t in g.tensors if t.init is not None}
+        return ModelView.of(to_model(g, zeros))
     path = model_path(spec.zoo_name, **spec.params)
     return ModelView.of(parse_model(path.read_bytes(), str(path)))
 

@@ -1,0 +1,233 @@
+"""`coupprof calibrate`: fit the simulated board's per-layer model to measured layers.
+
+    coupprof calibrate ../shared/armcoup/Layers.csv            # ARM-CO-UP's RK3399Pro
+    coupprof calibrate coupprof-out/sweep-mymodel-myboard     # a sweep of a real board
+
+Fits every processor's timing and power model (profiler/sim/perf.py, profiler/sim/fit.py),
+prints the leave-one-model-out validation (fit on all models but one, predict that
+one) and writes a simulated board profile with the fitted tables and their provenance.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import math
+import sys
+from pathlib import Path
+from typing import Any
+
+from rich import box
+from rich.table import Table
+
+from profiler.cli import command_help
+from profiler.cli_options import stdout_console
+from profiler.cli_progress import step, task_progress
+
+EXAMPLES = """\
+examples:
+  coupprof calibrate ../shared/armcoup/Layers.csv
+      ARM-CO-UP's RK3399Pro measurements (5 CNNs on L, B, G at every level; MobileNetV1
+      on N), their layers mapped onto the zoo graphs they ran (docs/armcoup-layers.md);
+      writes coupprof-out/calibrated-sim.toml, usable as --board coupprof-out/calibrated-sim.toml
+  coupprof calibrate ../shared/armcoup/Layers.csv --models Alex,Google,ResV1_50,SqueezeV1 \\
+      --no-validate -o fit-without-mobilenet.toml
+      fit without MobileNetV1, to predict it
+  coupprof calibrate coupprof-out/sweep-resnet50-sim --board sim
+      your own sweep (coupprof sweep -o DIR); its levels must be the base board's
+"""
+
+
+def register(subparsers: Any) -> None:
+    p = subparsers.add_parser(
+        "calibrate",
+        help=command_help(__name__),
+        description="Fit the simulated board's per-layer timing and power model (what each "
+        "layer's operators do: MACs, bytes, weights, kind; the processor's and its host's "
+        "clock; the layer's activity) to measured layers, validate it leaving one model out "
+        "at a time, and write a simulated board profile (TOML) with the fitted parameters "
+        "and where they came from.",
+        epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("source", type=Path, metavar="SOURCE",
+                   help="ARM-CO-UP's Layers.csv, or a folder written by `coupprof sweep -o DIR`")
+    p.add_argument("--board", default="sim", metavar="NAME|PATH",
+                   help="the simulated board profile to calibrate: its levels and voltages "
+                   "map the measured rows, its other settings are kept (default: sim)")
+    p.add_argument("--processors", default=None, metavar="L,B,G,N",
+                   help="fit only these processors (default: every one the source measured)")
+    p.add_argument("--models", default=None, metavar="NAME,...",
+                   help="fit only on these models (default: all; ARM-CO-UP's are Alex, Google, "
+                   "MobileV1, ResV1_50, SqueezeV1)")
+    p.add_argument("--no-validate", dest="validate", action="store_false",
+                   help="skip the leave-one-model-out validation (one fit per model and "
+                   "processor; about a minute for ARM-CO-UP's table)")
+    p.add_argument("-o", "--output", type=Path, default=None, metavar="TOML",
+                   help="profile to write (default: coupprof-out/calibrated-BOARD.toml)")
+    p.add_argument("--lomo-csv", type=Path, default=None, metavar="CSV",
+                   help="also write the validation table as CSV")
+    p.set_defaults(func=run)
+
+
+def _measurements(args: argparse.Namespace, board: Any) -> tuple[dict[str, Any], str]:
+    from profiler.errors import BadInputError
+    from profiler.recordings.armcoup_tables import sniff
+    from profiler.sim.calibrate import armcoup_measurements, sweep_measurements
+
+    src: Path = args.source
+    if src.is_file() and sniff(src) == "layers":
+        kind = "ARM-CO-UP Layers.csv"
+        ms = armcoup_measurements(src, board, _split(args.models))
+    elif src.is_dir() or (src.is_file() and src.suffix == ".csv"):
+        kind = "coupprof sweep"
+        ms = sweep_measurements(src, board)
+    else:
+        raise BadInputError(f"{src} is neither ARM-CO-UP's Layers.csv nor a sweep folder",
+                            "pass Layers.csv or the folder of `coupprof sweep -o DIR`")
+    if args.processors:
+        wanted = [p.strip().upper() for p in args.processors.split(",") if p.strip()]
+        unknown = [p for p in wanted if p not in ms]
+        if unknown:
+            raise BadInputError(f"--processors {args.processors}: {src} has no rows of "
+                                f"{', '.join(unknown)}", f"it has: {', '.join(ms)}")
+        ms = {p: ms[p] for p in wanted}
+    if args.models and kind != "ARM-CO-UP Layers.csv":
+        ms = {p: m.subset(_split(args.models) or []) for p, m in ms.items()}
+    ms = {p: m for p, m in ms.items() if len(m.rows)}
+    if not ms:
+        raise BadInputError(f"no measured layers left in {src} to fit",
+                            "check --processors and --models")
+    return ms, kind
+
+
+def _split(text: str | None) -> list[str] | None:
+    return [s.strip() for s in text.split(",") if s.strip()] if text else None
+
+
+def _pct(v: float) -> str:
+    return "-" if not math.isfinite(v) else f"{v:.1f}"
+
+
+def render_lomo(table: Any) -> Table:
+    from profiler.sim.fit import TARGETS_PCT as T
+
+    t = Table(title="leave-one-model-out: fitted on the other models, errors on the held-out "
+              "one (absolute, %)", box=box.SIMPLE_HEAD)
+    for col in ("proc", "held out", "layer rows", "layer time median", "p90",
+                "whole-model median", "worst", "layer power median", "p90"):
+        t.add_column(col, justify="right")
+    for proc, g in table.groupby("processor", sort=False):
+        for _, r in g.iterrows():
+            pooled = r["held_out"] == "pooled"
+            t.add_row(proc if pooled else "", str(r["held_out"]), str(r["layers"]),
+                      _pct(r["layer_time_err_median_pct"]), _pct(r["layer_time_err_p90_pct"]),
+                      _pct(r["whole_time_err_median_pct"]), _pct(r["whole_time_err_max_pct"]),
+                      _pct(r["power_err_median_pct"]), _pct(r["power_err_p90_pct"]),
+                      style="bold" if pooled else None)
+        t.add_section()
+    t.caption = (f"targets: per-layer time median <= {T['layer_median_pooled']:g} % pooled, "
+                 f"<= {T['layer_median_each']:g} % for every held-out model; whole model "
+                 f"<= {T['whole_median_pooled']:g} % pooled, each held-out model's median "
+                 f"<= {T['whole_worst']:g} %; power median <= {T['power_median']:g} %, "
+                 f"90th percentile <= {T['power_p90']:g} %")
+    return t
+
+
+def run(args: argparse.Namespace) -> int:
+    import pandas as pd
+
+    from profiler import __version__
+    from profiler.boards.profiles import load_board
+    from profiler.errors import BadInputError
+    from profiler.sim import fit
+    from profiler.sim.calibrate import calibrate_board, profile_text
+    from profiler.tflite.model_io import sha256_bytes
+
+    board = load_board(args.board)
+    if not board.simulated or board.source is None:
+        raise BadInputError(f"--board {args.board} is not a simulated board profile",
+                            "calibrate a simulated profile (--board sim, or a copy of it)")
+    out = args.output or Path("coupprof-out") / f"calibrated-{board.name}.toml"
+    console = stdout_console()
+    ms, kind = _measurements(args, board)
+    rows = sum(len(m.rows) for m in ms.values())
+    print(f"{kind} {args.source}: {rows} measured layers; "
+          + "; ".join(f"{p}: {len(m.rows)} on {', '.join(m.models)}" for p, m in ms.items()),
+          file=sys.stderr)
+    held: list[fit.HeldOut] = []
+    with task_progress(sys.stderr.isatty()) as bar:
+        done = [0]
+
+        def tick(what: str, total: int) -> Any:
+            update = step(bar, what)
+            if update is None:
+                return None
+            done[0] = 0
+
+            def advance(*_: object) -> None:
+                done[0] += 1
+                update(done[0], total)
+            return advance
+
+        if args.validate:
+            todo = [p for p, m in ms.items() if len(m.models) > 1]
+            advance = tick("leave-one-model-out fits", sum(len(ms[p].models) for p in todo))
+            for p in todo:
+                held += fit.leave_one_model_out(ms[p], progress=advance)
+        cal = calibrate_board(ms, progress=tick("fit on every model", len(ms)))
+    table = fit.lomo_table(held) if held else None
+    if table is not None:
+        console.print(render_lomo(table))
+        misses = fit.target_misses(table)
+        console.print("targets met" if not misses else "targets missed:\n  " + "\n  ".join(misses))
+        if args.lomo_csv:
+            table.to_csv(args.lomo_csv, index=False)
+    single = [p for p, m in ms.items() if len(m.models) < 2]
+    if single:
+        console.print(f"not validated (one model only): {', '.join(single)}")
+    cal.provenance = {
+        "source": str(Path(args.source).resolve()), "source_kind": kind,
+        "source_sha256": sha256_bytes(Path(args.source).read_bytes())
+        if Path(args.source).is_file() else "",
+        "rows": rows, "processors": list(ms),
+        "models": sorted({mo for m in ms.values() for mo in m.models}),
+        "command": "coupprof " + " ".join(sys.argv[1:]),
+        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "coupprof_version": __version__,
+    }
+    if table is not None:
+        pooled = table[table["held_out"] == "pooled"].set_index("processor")
+        cal.provenance["lomo_layer_time_median_pct"] = [
+            round(float(pooled.loc[p, "layer_time_err_median_pct"]), 2) for p in pooled.index]
+        cal.provenance["lomo_processors"] = list(pooled.index)
+    text = profile_text(board.source.read_text(), cal, kept=_kept(board),
+                        existing={p: board.processors[p].extra.get("sim", {})
+                                  for p in board.processors})
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(text)
+    load_board(str(out))  # what was written loads as a board
+    fitted = pd.DataFrame([
+        {"proc": p, "call ms at top": _call_ms(board, p, f.timing),
+         "idle W": cal.idle_power_mw / 1000,
+         "C_eff nF": f.power.power.ceff_nf if f.power else float("nan"),
+         "lag ms": f.power.lag_ms if f.power else float("nan")}
+        for p, f in cal.fits.items()])
+    console.print(fitted.to_string(index=False, float_format=lambda v: f"{v:.3g}"))
+    print(f"wrote {out} (use it with --board {out})")
+    return 0
+
+
+def _kept(board: Any) -> dict[str, dict[str, Any]]:
+    keep = ("dvfs_delay_up_us", "dvfs_delay_down_us", "nominal_khz", "nominal_mv")
+    return {p: {k: v for k, v in proc.extra.get("sim", {}).items() if k in keep}
+            for p, proc in board.processors.items()}
+
+
+def _call_ms(board: Any, letter: str, timing: Any) -> float:
+    from profiler.sim import model as sim_model
+    from profiler.sim.perf import call_overhead_ms
+
+    proc = board.processor(letter)
+    f = sim_model.max_khz(proc) / 1e6
+    host = board.processors.get(proc.host) if proc.host else None
+    fh = sim_model.max_khz(host) / 1e6 if host is not None else f
+    return float(call_overhead_ms(timing, f, fh))
