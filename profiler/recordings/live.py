@@ -32,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from profiler.recordings.align import OK, Alignment, align
+from profiler.recordings.align import OK, UNCOVERED, Alignment, WindowMatch, align
 from profiler.recordings.attribute import (
     StepIntegral,
     armcoup_method,
@@ -120,7 +120,8 @@ class LiveAttribution:
             "sensor_update_ms": self.update_ms,
             "alignment": {"windows_expected": al.layout.total, "segments_observed": len(al.segs),
                           "faults": al.faults, "flagged_frames": [f for _, f in al.flagged],
-                          "ignored_segments": al.ignored_tail},
+                          "ignored_segments": al.ignored_tail,
+                          "uncovered_windows": sum(m.status == UNCOVERED for m in al.matches)},
             "logger_clock": None if self.clock is None else self.clock.to_dict(),
             "armcoup_power_w": [None if not np.isfinite(p) else p / 1000.0
                                 for p in self.armcoup_power_mw],
@@ -136,11 +137,13 @@ def run_layout(frames: int, layers: int, order: str | None = None) -> RunLayout:
 def attribute_live(rec: Recording, marker_ns: np.ndarray, marker_levels: np.ndarray,
                    start_ns: np.ndarray, end_ns: np.ndarray,
                    baseline_ns: tuple[int, int] | None = None,
-                   lag_ms: float | None = None) -> LiveAttribution:
+                   lag_ms: float | None = None,
+                   clock: MillisClock | None = None) -> LiveAttribution:
     """``marker_ns``/``marker_levels``: the host's marker changes (sorted; 1 at each
     layer's start, 0 at its end); ``start_ns``/``end_ns`` (frames, layers): each layer's
     invoke on the host clock; ``baseline_ns``: the idle window before the run; ``lag_ms``:
-    the sensor's lag, instead of estimating it."""
+    the sensor's lag, instead of estimating it; ``clock``: the logger's clock on the
+    host's, instead of fitting it."""
     start = np.asarray(start_ns, dtype=np.int64)
     end = np.asarray(end_ns, dtype=np.int64)
     frames, layers = start.shape
@@ -164,8 +167,9 @@ def attribute_live(rec: Recording, marker_ns: np.ndarray, marker_levels: np.ndar
     pairs = [(float(segs.t0_ms[wins[i].first]), int(marks[i - 1])) for i in range(1, n)
              if clean_marks and wins[i].status == OK and wins[i - 1].status == OK
              and wins[i - 1].first == wins[i].first - 1]
-    clock = fit_millis_clock(np.array([p[0] for p in pairs]),
-                             np.array([p[1] for p in pairs], dtype=np.int64)) if pairs else None
+    if clock is None and pairs:
+        clock = fit_millis_clock(np.array([p[0] for p in pairs]),
+                                 np.array([p[1] for p in pairs], dtype=np.int64))
     used = al
     if clock is not None:
         # The host's windows on the logger's clock: gaps and layers alternate, so window i
@@ -180,7 +184,12 @@ def attribute_live(rec: Recording, marker_ns: np.ndarray, marker_levels: np.ndar
                 t0[mt.first] = bounds[i - 1]
             if i < n:
                 t1[mt.first] = bounds[i]
-        used = replace(al, segs=replace(segs, t0_ms=t0, t1_ms=np.maximum(t1, t0)))
+        # A window the readings stop inside (a logger that fell silent) is not covered.
+        last = float(rec.t_ms[-1])
+        matches = [WindowMatch(UNCOVERED) if mt.status == OK and i < n and bounds[i] > last
+                   else mt for i, mt in enumerate(wins)]
+        used = replace(al, matches=matches,
+                       segs=replace(segs, t0_ms=t0, t1_ms=np.maximum(t1, t0)))
     else:
         notes.append("too few clean edges to fit the logger's clock: integrated over the "
                      "pin's segments")
@@ -221,4 +230,4 @@ def attribute_live(rec: Recording, marker_ns: np.ndarray, marker_levels: np.ndar
     return LiveAttribution(power_mw=power, armcoup_power_mw=arm, samples=samples, windows=count,
                            set_aside=aside, window_ms=window, lag_ms=ours.lag_ms,
                            lag_readings=ours.lag_readings, update_ms=update_period_ms(rec),
-                           baseline_mw=baseline, alignment=al, clock=clock, notes=notes)
+                           baseline_mw=baseline, alignment=used, clock=clock, notes=notes)

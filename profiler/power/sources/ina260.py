@@ -11,8 +11,9 @@ layer (their board drove it low: `coupprof import` reads their files with pin 0)
 
 A reader thread keeps every line that arrives during a recording, as it came, in
 ``<trace dir>/readings.csv`` (the same format as their logs, so `coupprof import` reads
-it again) and in memory; `stop_recording` waits ``tail_s`` for the readings that
-cover the last window (the sensor lags the pin by ~3 ms) and returns them as a
+it again) and in memory; `stop_recording` waits until the pin has read idle for
+``tail_s`` of the logger's time, so the readings cover the last window (the sensor lags
+the pin by ~3 ms), and returns them as a
 `Recording`. The run's attribution is `profiler.recordings.live`.
 """
 
@@ -61,6 +62,7 @@ class Ina260Source(ReadingSource):
         self._valid = threading.Event()  # a whole reading line arrived
         self._last_rx_ns = 0  # host time of the last whole line
         self._lines: list[str] | None = None  # while recording
+        self._idle_ms: tuple[float, float] | None = None  # (first, last) millis of the idle run
         self._file: TextIO | None = None
         self._path: Path | None = None
         self.error = None
@@ -132,6 +134,14 @@ class Ina260Source(ReadingSource):
             if self._lines is None:
                 return
             self._lines += lines
+            for x in lines:  # how long the pin has read idle, on the logger's clock
+                got = parse_armcoup_line(x)
+                if isinstance(got, tuple):
+                    pin, ms, _ = got
+                    if pin == self.active_level:
+                        self._idle_ms = None
+                    else:
+                        self._idle_ms = (self._idle_ms[0] if self._idle_ms else ms, ms)
             if self._file is not None:
                 self._file.write("".join(x.rstrip("\r") + "\n" for x in lines))
 
@@ -163,19 +173,22 @@ class Ina260Source(ReadingSource):
         self._path = path
         with self._lock:
             self._lines = []
+            self._idle_ms = None
             self.recording = None
 
     def stop_recording(self) -> Recording:
         self._require_open()
         # The readings that cover the last window come up to one update period and a
-        # reading later: keep recording for tail_s, and until a line arrived after it.
-        until = self.clock() + int(self.tail_s * 1e9)
-        deadline = time.monotonic() + self.tail_s + 1.0
+        # reading later: keep recording until the pin has read idle for tail_s on the
+        # logger's own clock (lines still on their way on a busy host included), or
+        # for tail_s and 2 s more when it does not (a stuck pin, a silent logger).
+        deadline = time.monotonic() + self.tail_s + 2.0
         time.sleep(self.tail_s)
         while time.monotonic() < deadline and self.error is None:
             with self._lock:
-                if self._last_rx_ns >= until:
-                    break
+                idle = self._idle_ms
+            if idle is not None and idle[1] - idle[0] >= 1000 * self.tail_s:
+                break
             time.sleep(0.005)
         with self._lock:
             lines, self._lines = self._lines or [], None
