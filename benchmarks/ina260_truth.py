@@ -3,7 +3,7 @@
 Two sources of known truth:
 
 - **live** (``--runs``, default 5): ``coupprof layers --board sim --power sim:ina260`` on
-  five 3x3 convs (tests/models/topologies.py ``long_layers``; ~4 to ~30 ms per layer on
+  five 3x3 convs (tests/models/topologies.py ``long_layers``; 3.6 to 20 ms modelled per layer on
   the simulated B at its top level, where a layer draws ~90 % more than the idle board),
   ``--frames`` measured frames (default 30; ARM-CO-UP measured 10). The truth is the
   board's model of each layer's power while it runs (tests/sim_truth.py). Per run and layer: coupprof's
