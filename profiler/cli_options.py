@@ -82,7 +82,10 @@ POWER_HELP = (
     "(e.g. arduino:/dev/ttyACM0) and needs a --marker wired to its D2 input; --power sim is "
     "the simulated board's virtual logger (the default there); counter sources "
     "(nvml[:INDEX], rapl[:ZONE], hwmon[:DEVICE[:CH]]) repeat each layer until the counter "
-    "resolves it; none leaves the energy columns out.")
+    "resolves it; none leaves the energy columns out. --power ina260:PORT reads an INA260 on "
+    "an Arduino printing pin,millis,mW lines (ARM-CO-UP's logger; its pin 13 wired to the "
+    "--marker), sim:ina260 the same logger on the simulated board: layers and sweep only, "
+    "the marker idles 8 ms after each layer, and layers under ~3 ms get no power.")
 
 
 def add_power_options(p: argparse.ArgumentParser, *, baseline_s: float = 0.5,
@@ -91,11 +94,12 @@ def add_power_options(p: argparse.ArgumentParser, *, baseline_s: float = 0.5,
     sizes counter windows its own way)."""
     pw = p.add_argument_group("power", POWER_HELP)
     pw.add_argument("--power", default=None, metavar="SPEC",
-                    help="arduino:PORT | sim | nvml[:I] | rapl[:ZONE] | hwmon[:DEV[:CH]] | auto | "
-                    "none (default: sim on the simulated board, else none)")
+                    help="arduino:PORT | sim | sim:ina260 | ina260:PORT | nvml[:I] | rapl[:ZONE] | "
+                    "hwmon[:DEV[:CH]] | auto | none (default: sim on the simulated board, else "
+                    "none)")
     pw.add_argument("--marker", default=None, metavar="SPEC",
                     help="gpiod:CHIP:LINE (e.g. gpiod:/dev/gpiochip0:17) | sysfs:NUMBER | sim | none "
-                    "(default: sim with --power sim, else none)")
+                    "(default: sim with --power sim or sim:ina260, else none)")
     pw.add_argument("--baseline-s", type=float, default=baseline_s, metavar="S",
                     help=f"idle baseline measured {baseline_what}, seconds (default: {baseline_s:g})")
     if counter:

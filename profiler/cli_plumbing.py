@@ -148,10 +148,12 @@ def load_model(args: argparse.Namespace, bar: TaskProgress | None,
 
 
 def open_source(args: argparse.Namespace, board: Board, trace_dir: Path | None = None,
+                layer_runs: bool = False,
                 ) -> tuple[PowerSource | None, Marker | None, SimPowerModel | None]:
     """(source, marker, the sim board's power model) for --power/--marker, not opened
     yet; all None for --power none. ``trace_dir``: where a streaming source keeps its
-    capture (None: memory).
+    capture (None: memory). ``layer_runs``: the command measures layer runs (layers,
+    sweep), the only thing a reading logger (ina260, sim:ina260) can attribute.
 
     --power defaults to sim on the simulated board, else none; a streaming source needs a
     marker wired to the logger (sim's is the virtual logger's own input)."""
@@ -174,14 +176,20 @@ def open_source(args: argparse.Namespace, board: Board, trace_dir: Path | None =
     source = open_power_source(spec, SourceHardware(extra=extra))
     if isinstance(source, NoneSource):
         return None, None, None
+    if source.mode == "readings" and not layer_runs:
+        raise BadInputError(
+            f"--power {spec} records readings milliseconds apart, with no edge timestamps: "
+            "it measures layer runs (coupprof layers, sweep) only",
+            "use --power sim (or arduino:PORT, this project's logger) for this command")
     marker_spec = args.marker or ("sim" if source.kind == "sim" else "none")
-    if source.mode == "stream" and marker_spec.split(":")[0].lower() == "none":
+    marked = source.mode in ("stream", "readings")  # windows found by the marker's edges
+    if marked and marker_spec.split(":")[0].lower() == "none":
         raise BadInputError(
             f"--power {spec} attributes energy by marker edges, but no --marker was given",
-            "wire a GPIO line to the logger's D2 input and pass --marker gpiod:CHIP:LINE "
-            "(or sysfs:NUMBER)")
+            f"wire a GPIO line to the logger's {'pin 13' if source.mode == 'readings' else 'D2'}"
+            " input and pass --marker gpiod:CHIP:LINE (or sysfs:NUMBER)")
     marker = None
-    if source.mode == "stream":
+    if marked:
         # --sysfs-root / COUPPROF_SYSFS_ROOT move /sys/class/gpio too (containers, tests).
         root = sysfs_root(argparse.Namespace(sysfs_root=getattr(args, "sysfs_root", None)))
         marker = open_marker(marker_spec, sim_sink=source if source.kind == "sim" else None,
@@ -190,11 +198,12 @@ def open_source(args: argparse.Namespace, board: Board, trace_dir: Path | None =
 
 
 def open_power(args: argparse.Namespace, board: Board, trace_dir: Path | None = None,
+               layer_runs: bool = False,
                ) -> tuple[PowerSession | None, SimPowerModel | None]:
     """(PowerSession or None, SimPowerModel or None) for --power/--marker (see open_source)."""
     from profiler.power.session import PowerSession
 
-    source, marker, model = open_source(args, board, trace_dir)
+    source, marker, model = open_source(args, board, trace_dir, layer_runs)
     if source is None:
         return None, None
     return PowerSession(source, marker, baseline_s=args.baseline_s,

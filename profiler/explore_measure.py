@@ -115,6 +115,9 @@ def _power(job: MeasureJob, board: object, root: Path) -> tuple[object | None, o
     source = open_power_source(spec, SourceHardware(extra=extra))
     if isinstance(source, NoneSource):
         return None, None
+    if source.mode == "readings":
+        raise BadInputError(f"--power {spec} measures layer runs only (coupprof layers, sweep)",
+                            "use --power sim (or arduino:PORT) to measure mappings")
     marker = None
     if source.mode == "stream":
         marker = open_marker(job.marker or ("sim" if source.kind == "sim" else "none"),

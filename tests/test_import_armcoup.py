@@ -9,6 +9,7 @@ from __future__ import annotations
 import copy
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -133,21 +134,44 @@ def test_default_method_against_armcoup(tmp_path: Path) -> None:
 
 
 def test_predict_on_imported_tables(tmp_path: Path) -> None:
+    """For the five CNNs, `predict --single` prints each processor's latency at its top
+    level (G and N with their host at its top) and the best single processor: the sums
+    of ARM-CO-UP's task times, and their smallest."""
     r = cli("import", str(DATA / "Layers.csv"), str(DATA / "Transfers.csv"), "-o", "rk",
             cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     raw = pd.read_csv(DATA / "Layers.csv").dropna(how="all")
     for model in ("Alex", "Google", "MobileV1", "ResV1_50", "SqueezeV1"):
         task = raw[(raw["Graph"] == model) & (raw["Metric"] == "task")]
-        n = int(task["Layer"].max()) + 1
-        for letter in "LBG":
+        want = {}
+        for letter in "LBGN":
             rows = task[task["Component"] == letter]
+            if rows.empty:
+                continue
             top = rows[rows["Freq"] == rows["Freq"].max()]
-            if letter == "G":
+            if letter in "GN":
                 top = top[top["Freq_Host"] == top["Freq_Host"].max()]
-            r = cli("predict", "--order", letter * n, "--mode", "switch", "--layers",
-                    f"rk/{model}/layers.csv", "--transfers", f"rk/{model}/transfers.csv",
-                    "--freq", "max", "--board", "rk3399pro", cwd=tmp_path)
-            assert r.returncode == 0, r.stderr
-            latency = float(r.stdout.split("latency ", 1)[1].split(" ms", 1)[0])
-            assert latency == pytest.approx(top["Time"].sum(), abs=1e-3), (model, letter)
+            want[letter] = top["Time"].sum()
+        r = cli("predict", "--single", "--layers", f"rk/{model}/layers.csv", "--transfers",
+                f"rk/{model}/transfers.csv", "--freq", "max", "--board", "rk3399pro", cwd=tmp_path)
+        assert r.returncode == 0, r.stderr
+        got = {ln[0]: float(ln.split("latency ", 1)[1].split(" ms")[0])
+               for ln in r.stdout.splitlines() if re.match(r"^[LBGN] at level \d+: latency", ln)}
+        assert got == pytest.approx(want, abs=1e-3), model
+        best = min(want, key=lambda k: want[k])
+        assert f"best single processor: {best} (" in r.stdout, model
+    # coupprof plot reads the imported tables as its own (Fig. 16, 17 and 18)
+    for kind, src, extra in (("efficiency", "layers", ()), ("layers", "layers", ("--level", "max")),
+                             ("transfers", "transfers", ())):
+        r = cli("plot", kind, f"rk/MobileV1/{src}.csv", *extra, "-o", f"{kind}.png", cwd=tmp_path)
+        assert r.returncode == 0, r.stderr
+        assert (tmp_path / f"{kind}.png").stat().st_size > 10_000
+    # one mapping through --order gives the same latency as --single's line for it
+    n = 14
+    r = cli("predict", "--order", "B" * n, "--mode", "switch", "--layers",
+            "rk/MobileV1/layers.csv", "--transfers", "rk/MobileV1/transfers.csv", "--freq", "max",
+            "--board", "rk3399pro", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    latency = float(r.stdout.split("latency ", 1)[1].split(" ms", 1)[0])
+    b = raw[(raw["Graph"] == "MobileV1") & (raw["Metric"] == "task") & (raw["Component"] == "B")]
+    assert latency == pytest.approx(b[b["Freq"] == 7]["Time"].sum(), abs=1e-3)

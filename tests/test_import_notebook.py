@@ -49,6 +49,11 @@ def test_notebook_runs_on_the_real_traces(tmp_path: Path, monkeypatch: pytest.Mo
             images += "image/png" in data
             text += [out.get("text", ""), data.get("text/plain", "")]
     joined = "\n".join(text)
-    assert images == 3  # power difference vs layer time, Fig. 16, the lag
+    assert images == 4  # power difference vs layer time, Fig. 16, the lag, the truth check
     assert "max relative error" in joined and "e-15" in joined
     assert "estimated lag: B 2.5 ms" in joined
+    # against the simulated logger's truth, layers of 10 ms or more: coupprof within 2 %
+    line = next(x for x in joined.splitlines() if x.startswith("layers >= 10 ms, max |error|"))
+    ours = float(line.split("coupprof ")[1].split(" %")[0])
+    theirs = float(line.split("armcoup ")[1].split(" %")[0])
+    assert ours < 2.0 < theirs, line

@@ -177,7 +177,8 @@ def test_generic_csv_reads_the_same_readings(tmp_path: Path) -> None:
     assert [f.power_mw for f in a] == pytest.approx([f.power_mw for f in b], rel=1e-9)
     # and through the command: the same layer table as from the ARM-CO-UP log
     r = cli("import", "export.csv", "--time-col", "t_s", "--time-unit", "s", "--current-col",
-            "I_mA", "--current-unit", "mA", "--voltage-col", "V", "--marker-col", "D0",
+            "I_mA", "--current-unit", "mA", "--voltage-col", "V", "--voltage-unit", "V",
+            "--marker-col", "D0",
             "--marker-col", "D1", "--order", "B" * LAYER_MS.size, "--model", "Sim",
             "--levels", "1-3", "--board", "rk3399pro", "-o", "csv", cwd=tmp_path)
     assert r.returncode == 0, r.stderr
@@ -246,10 +247,16 @@ def test_bad_armcoup_logs_are_one_line(content: str, needles: list[str], tmp_pat
 def test_bad_generic_csv_is_one_line(tmp_path: Path) -> None:
     path = tmp_path / "export.csv"
     path.write_text("t,P,D0\n0,1,0\n1,1,1\n")
-    base = ["import", str(path), "--order", "BB", "--levels", "1", "--time-col", "t"]
-    one_line_error(cli(*base, "--power-col", "Power", "--marker-col", "D0", cwd=tmp_path),
-                   "no column 'Power'", "its columns: t, P, D0")
+    base = ["import", str(path), "--order", "BB", "--levels", "1", "--time-col", "t",
+            "--time-unit", "ms"]
+    one_line_error(cli(*base, "--power-col", "Power", "--power-unit", "mW", "--marker-col", "D0",
+                       cwd=tmp_path), "no column 'Power'", "its columns: t, P, D0")
     one_line_error(cli(*base, "--marker-col", "D0", cwd=tmp_path), "no power column")
+    # units are never assumed: each named column needs its own
+    one_line_error(cli(*base, "--power-col", "P", "--marker-col", "D0", cwd=tmp_path),
+                   "no unit given for column 'P'", "--power-unit")
+    one_line_error(cli(*base[:-2], "--power-col", "P", "--power-unit", "W", "--marker-col", "D0",
+                       cwd=tmp_path), "no unit given for column 't'", "--time-unit")
     one_line_error(cli("import", str(path), "--levels", "1", cwd=tmp_path), "--order")
     one_line_error(cli("import", "nope.csv", cwd=tmp_path), "file not found: nope.csv")
 
@@ -294,6 +301,15 @@ def test_tables_import_feeds_predict(tmp_path: Path) -> None:
     # B layer 0 at its top level 8 (10/8 ms) + hand-over B->L (2 ms) + L layers 1 and 2 at
     # their top level 6 ((30 + 8)/6 ms)
     assert f"latency {10 / 8 + 2 + 38 / 6:.3f} ms" in r.stdout
+    r = cli("predict", "--single", "--layers", "rk/Toy/layers.csv", "--freq", "max", "--board",
+            "rk3399pro", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    # each at its top level: B 35/8 ms, L 53/6 ms
+    assert f"B at level 8: latency {35 / 8:.3f} ms" in r.stdout
+    assert f"L at level 6: latency {53 / 6:.3f} ms" in r.stdout
+    assert f"best single processor: B ({35 / 8:.3f} ms)" in r.stdout
+    r = cli("predict", "--order", "BLL", "--layers", "rk/Toy/layers.csv", cwd=tmp_path)
+    assert r.returncode == 2 and "--order needs --mode" in r.stderr
 
 
 @pytest.mark.parametrize("console", [False, True])

@@ -4,6 +4,8 @@
     coupprof import ../shared/armcoup/Layers.csv ../shared/armcoup/Transfers.csv -o rk3399pro/
     coupprof import ppk2.csv --time-col "Timestamp(ms)" --time-unit ms --current-col \\
         "Current(uA)" --current-unit uA --voltage-v 5 --marker-col D0 --order GGGG --levels 1-5
+    coupprof import coupprof-out/layers-long-B.trace/readings.csv --active-level 1 \\
+        --order BBBBB --frames 10 --warmup 0 --levels 8 --trailing 1 --board sim
 
 The work is in profiler/recordings/ (read, lay out, align, attribute, write).
 """
@@ -29,10 +31,16 @@ examples (ARM-CO-UP's RK3399Pro recordings, see ../shared/armcoup/README.md):
   coupprof import Layers.csv Transfers.csv -o rk3399pro/
   coupprof predict --order BBBBBBBBBBBBBB --mode switch --layers rk3399pro/MobileV1/layers.csv \\
       --freq max --board rk3399pro
-a generic CSV (a PPK2 or Joulescope export with a digital marker channel):
+a generic CSV (a PPK2 or Joulescope export with a digital marker channel; every
+column's unit is given, none is assumed):
   coupprof import export.csv --time-col t --time-unit s --power-col P --power-unit W \\
       --marker-col D0 --active-level 1 --order BBBB --frames 10 --warmup 3 --levels 1-8 \\
       --trailing 0 --board rk3399pro
+a recording coupprof made through an INA260 logger (--power ina260:PORT or sim:ina260;
+its marker drives pin 1 while a layer runs; one setting, warm-up frames unmarked, one
+closing idle segment):
+  coupprof import layers-long-B.trace/readings.csv --active-level 1 --order BBBBB \\
+      --frames 10 --warmup 0 --levels 8 --trailing 1 --board sim
 
 The expected windows: per setting (one DVFS level each, --levels), WARMUP + FRAMES frames,
 each a gap (marker idle) then a layer (marker active) per layer of --order, then
@@ -108,25 +116,27 @@ def register(subparsers: Any) -> None:
                      help="ARM-CO-UP's Layers.csv: the comparison gains their published Power")
     csvg = p.add_argument_group("generic CSV columns and units")
     csvg.add_argument("--time-col", default=None, metavar="NAME", help="time column")
-    csvg.add_argument("--time-unit", default="ms", choices=("s", "ms", "us", "ns"),
-                      help="unit of the time column (default: ms)")
+    csvg.add_argument("--time-unit", default=None, choices=("s", "ms", "us", "ns"),
+                      help="unit of the time column (required with --time-col)")
     csvg.add_argument("--power-col", default=None, metavar="NAME",
                       help="power column (or give --current-col and a voltage)")
-    csvg.add_argument("--power-unit", default="mW", choices=("W", "mW", "uW"),
-                      help="unit of the power column (default: mW)")
+    csvg.add_argument("--power-unit", default=None, choices=("W", "mW", "uW"),
+                      help="unit of the power column (required with --power-col)")
     csvg.add_argument("--current-col", default=None, metavar="NAME", help="current column")
-    csvg.add_argument("--current-unit", default="A", choices=("A", "mA", "uA"),
-                      help="unit of the current column (default: A)")
+    csvg.add_argument("--current-unit", default=None, choices=("A", "mA", "uA"),
+                      help="unit of the current column (required with --current-col)")
     csvg.add_argument("--voltage-col", default=None, metavar="NAME",
                       help="bus voltage column (power = current x voltage)")
-    csvg.add_argument("--voltage-unit", default="V", choices=("V", "mV"),
-                      help="unit of the voltage column (default: V)")
+    csvg.add_argument("--voltage-unit", default=None, choices=("V", "mV"),
+                      help="unit of the voltage column (required with --voltage-col)")
     csvg.add_argument("--voltage-v", type=float, default=None, metavar="VOLTS",
                       help="a fixed supply voltage instead of --voltage-col")
     csvg.add_argument("--marker-col", action="append", default=[], metavar="NAME",
                       help="marker column (repeat for several: a window runs while any is active)")
-    csvg.add_argument("--active-level", type=int, choices=(0, 1), default=1,
-                      help="marker value while a layer runs (default: 1; ARM-CO-UP's pin: 0)")
+    csvg.add_argument("--active-level", type=int, choices=(0, 1), default=None,
+                      help="marker value while a layer runs (default: 0 for ARM-CO-UP's "
+                      "pin,millis,mW logs, whose board drove the pin low; 1 for a CSV, and "
+                      "for a recording coupprof's marker made)")
     csvg.add_argument("--delimiter", default=",", help="field separator (default: ,)")
     p.set_defaults(func=run)
 
@@ -236,13 +246,21 @@ def _trace(args: argparse.Namespace, path: Path, fmt: str) -> int:
                             "pass --levels (e.g. 1-8), or --board to take them from its table")
     spec = None
     if fmt == "csv" and args.time_col:
+        for col, unit, flag in ((args.time_col, args.time_unit, "--time-unit"),
+                                (args.power_col, args.power_unit, "--power-unit"),
+                                (args.current_col, args.current_unit, "--current-unit"),
+                                (args.voltage_col, args.voltage_unit, "--voltage-unit")):
+            if col and unit is None:
+                raise BadInputError(f"no unit given for column {col!r}",
+                                    f"pass {flag} (units are never assumed)")
         spec = CsvSpec(time_col=args.time_col, time_unit=args.time_unit,
                        marker_cols=tuple(args.marker_col), power_col=args.power_col,
-                       power_unit=args.power_unit, current_col=args.current_col,
-                       current_unit=args.current_unit, voltage_col=args.voltage_col,
-                       voltage_unit=args.voltage_unit, voltage_v=args.voltage_v,
-                       active_level=args.active_level, delimiter=args.delimiter)
-    rec = read_trace(path, fmt, spec)
+                       power_unit=args.power_unit or "mW", current_col=args.current_col,
+                       current_unit=args.current_unit or "A", voltage_col=args.voltage_col,
+                       voltage_unit=args.voltage_unit or "V", voltage_v=args.voltage_v,
+                       active_level=1 if args.active_level is None else args.active_level,
+                       delimiter=args.delimiter)
+    rec = read_trace(path, fmt, spec, 0 if args.active_level is None else args.active_level)
     if rec.skipped:
         say(rec.skipped_summary())
     console_path = None if args.no_console else (args.console or (guess.console if guess else None))

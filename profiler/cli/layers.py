@@ -112,7 +112,7 @@ def run(args: argparse.Namespace) -> int:
         host_gov, host_level = set_host_freq(board, proc, args.host_freq, root)
         # Frequencies are restored on success, errors, Ctrl-C and SIGTERM.
         stack.enter_context(RestoreGuard([g for g in (gov, host_gov) if g is not None]))
-        session, _ = open_power(args, board, csv_path.with_suffix(".trace"))
+        session, _ = open_power(args, board, csv_path.with_suffix(".trace"), layer_runs=True)
         if session is not None:
             stack.enter_context(session)
         if gov is not None and level is not None:

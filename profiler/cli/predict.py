@@ -2,6 +2,7 @@
 
     coupprof predict --order GGBBBBNN --mode pipeline --layers G.csv,B.csv,N.csv
                      [--transfers transfers.csv] [--freq SPEC --board NAME]
+    coupprof predict --single --layers rk/MobileV1/layers.csv --freq max --board rk3399pro
 
 Switch latency = layers + hand-overs; Pipeline throughput = 1 / slowest stage
 (hand-overs included); energy per frame. The maths is in profiler/predict.py.
@@ -30,11 +31,18 @@ def register(subparsers: Any) -> None:
         "latency = sum of layer times + hand-overs (transfers where the processor "
         "changes); Pipeline throughput = 1 / the slowest stage, its hand-over included; "
         "energy per frame where the tables have energy. The order's length must equal the "
-        "tables' layer count.",
+        "tables' layer count. --single predicts every processor the tables cover with all "
+        "layers on it, and names the fastest.",
     )
-    p.add_argument("--order", required=True, metavar="LETTERS",
-                   help="processor per layer, e.g. GGBBBBNN or G2B4N2")
-    p.add_argument("--mode", choices=("switch", "pipeline"), required=True)
+    what = p.add_mutually_exclusive_group(required=True)
+    what.add_argument("--order", metavar="LETTERS",
+                      help="processor per layer, e.g. GGBBBBNN or G2B4N2")
+    what.add_argument("--single", action="store_true",
+                      help="each processor the tables cover, all layers on it (at --freq: max "
+                      "is each one's top level, for G and N with their host at its top)")
+    p.add_argument("--mode", choices=("switch", "pipeline"), default=None,
+                   help="switch or pipeline (required with --order; one processor is one "
+                   "stage, so --single needs none)")
     p.add_argument("--layers", required=True, metavar="CSV[,CSV...]",
                    help="layer tables (with their .json sidecars), one per processor (and "
                    "level, with --freq)")
@@ -60,6 +68,10 @@ def run(args: argparse.Namespace) -> int:
 
     costs = read_layer_tables([s for s in args.layers.split(",") if s.strip()])
     n_layers = int(costs.table["layer"].max()) + 1
+    if args.single:
+        return _single(args, costs, n_layers)
+    if args.mode is None:
+        raise BadInputError("--order needs --mode", "add --mode switch or --mode pipeline")
     board = None
     if args.freq:
         from profiler.cli_plumbing import choose_board
@@ -112,6 +124,60 @@ def run(args: argparse.Namespace) -> int:
             args.json.write_text(json.dumps({**pred.to_dict(), "layers": costs.sources,
                                              "transfers": str(args.transfers or "")},
                                             indent=2) + "\n")
+        except OSError as err:
+            raise BadInputError(f"cannot write {args.json}: {err.strerror}",
+                                "choose a writable --json path") from None
+        print(f"wrote {args.json}")
+    return 0
+
+
+def _single(args: argparse.Namespace, costs: Any, n_layers: int) -> int:
+    """Every processor the tables cover, all layers on it; the fastest named."""
+    from profiler.errors import BadInputError
+    from profiler.mapping import parse_freq, parse_order
+    from profiler.predict import predict
+    from profiler.transfer import read_transfer_csv
+
+    letters = sorted(set(costs.table["processor"]), key="LBGN".find)
+    board = None
+    if args.freq:
+        from profiler.cli_plumbing import choose_board
+
+        board = choose_board(args, letters)
+    transfers = read_transfer_csv(args.transfers) if args.transfers else None
+    rows = []
+    for letter in letters:
+        mapping = parse_order(letter * n_layers, n_layers, board)
+        if any(costs.table[(costs.table["processor"] == letter)
+                           & (costs.table["layer"] == k)].empty for k in range(n_layers)):
+            continue  # a table that lacks some layers on this processor
+        plan = parse_freq(args.freq, mapping, board) if board is not None else None
+        level = None if plan is None else plan.level[0]
+        rows.append((letter, level, predict(mapping, "switch", costs, transfers, plan)))
+    if not rows:
+        raise BadInputError("no processor has every layer in the tables", "check --layers")
+    best = min(rows, key=lambda r: r[2].latency_ms)
+    t = Table(title=f"{n_layers} layers on one processor (predicted)", box=box.SIMPLE_HEAD,
+              title_justify="left")
+    for col in ("proc", "level", "latency ms", "FPS", "mJ/frame", "FPS/W", ""):
+        t.add_column(col, justify="left" if col in ("proc", "") else "right")
+    for letter, level, pred in rows:
+        e = pred.energy_mj
+        t.add_row(letter, "-" if level is None else str(level), _f(pred.latency_ms),
+                  _f(pred.throughput_fps, 2), _f(e),
+                  _f(1000 / e if e else None, 2), "fastest" if letter == best[0] else "")
+    stdout_console().print(t)
+    for letter, level, pred in rows:
+        at = "" if level is None else f" at level {level}"
+        print(f"{letter}{at}: latency {pred.latency_ms:.3f} ms")
+    print(f"best single processor: {best[0]} ({best[2].latency_ms:.3f} ms)")
+    if args.json:
+        out = [{"processor": letter, "level": level, **pred.to_dict()}
+               for letter, level, pred in rows]
+        try:
+            args.json.parent.mkdir(parents=True, exist_ok=True)
+            args.json.write_text(json.dumps({"single": out, "best": best[0],
+                                             "layers": costs.sources}, indent=2) + "\n")
         except OSError as err:
             raise BadInputError(f"cannot write {args.json}: {err.strerror}",
                                 "choose a writable --json path") from None

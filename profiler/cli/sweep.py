@@ -200,7 +200,7 @@ def run(args: argparse.Namespace) -> int:
                              granularity=args.granularity, cuts=args.cuts, seed=args.seed,
                              method=args.method, fused=fused_settings(args),
                              host_freq=args.host_freq)
-    power, _ = open_power(args, board)
+    power, _ = open_power(args, board, layer_runs=True)
     sweep = Sweep(board, Path(args.model), pairs, out, settings, resume=args.resume,
                   sysfs_root=root, power=power)
     tty = sys.stderr.isatty()

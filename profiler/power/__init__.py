@@ -9,7 +9,8 @@ Where a sample enters and where it becomes a window:
 - ``host_trace``: ``HostTrace``, the capture on the host clock, and integrating it
   over windows.
 - ``sources``: one base class per kind of power hardware (``StreamSource``,
-  ``CounterSource``), picked by spec (``arduino:PORT``, ``nvml``, ...).
+  ``ReadingSource``, ``CounterSource``), picked by spec (``arduino:PORT``,
+  ``ina260:PORT``, ``nvml``, ...).
 - ``session``: ``PowerSession``, the one measuring facade: opens a source and a
   marker, takes the idle baseline, brackets windows (``StreamCapture``,
   ``MarkerHooks``) and returns their ``profiler.attribution.Attribution``.

@@ -25,6 +25,13 @@ A layer run (`coupprof layers`, `coupprof sweep`) goes:
    in a frame: on an H100 the repeat times added up to 18.3 ms per frame against
    13.4 ms inside frames, and energies came out 37 % high).
 
+A `ReadingSource` (ARM-CO-UP's INA260 logger: readings that carry the marker pin,
+milliseconds apart) goes the same way with a `ReadingCapture`: the hooks also keep
+the marker idle for the source's ``gap_ns`` after each layer (as ARM-CO-UP's board
+sleeps 8 ms), so the logger sees every window; `finish` aligns the run's windows to
+the recording and attributes them (`profiler.recordings.live`). It measures layer
+runs only.
+
 Spans of work that are not layer invokes (`coupprof run`, `transfer-matrix`, and
 the costs `predict` measures) use `capture()`, whose `StreamCapture.mark(level)`
 moves the marker around any work, and `span(work)` / `per_call(call)`, which work
@@ -58,8 +65,9 @@ from profiler.markers.base import Marker
 from profiler.power.clockmap import local_offset
 from profiler.power.host_trace import HostTrace, idle_baseline_w
 from profiler.power.repeat import measure_repeated
-from profiler.power.sources.base import CounterSource, PowerSource, StreamSource
+from profiler.power.sources.base import CounterSource, PowerSource, ReadingSource, StreamSource
 from profiler.power.trace import DeviceTrace
+from profiler.recordings.traces import Recording
 from profiler.runner import LayerHooks
 
 T = TypeVar("T")
@@ -76,39 +84,28 @@ class PowerResult:
     error: ProfilerError | None = None  # a mid-run failure; the rest is what survived
 
 
-class StreamCapture:
-    """One capture of a streaming source: the marker changes the host made around its
-    work (the host-side windows), then the trace on the host clock.
+class MarkerLog:
+    """The marker changes the host made around its work: `mark(level)` moves the marker
+    and keeps the clock reads around the change."""
 
-    `start()` starts the stream; the session's first capture also measures the idle
-    baseline (marker low, nothing running). `mark(level)` moves the marker and returns
-    the clock reads around the change. `stop()` maps the capture onto the host clock.
-    Windows are then integrated on the logger's edges (`windows_on_edges`: windows that
-    start and end at marker changes, as layers do) or between host times through the
-    fitted clock (`windows_on_host`: e.g. between frame completions)."""
-
-    def __init__(self, session: PowerSession, source: StreamSource) -> None:
+    def __init__(self, session: PowerSession) -> None:
         self.session = session
-        self.source = source
         self.clock = session.clock
         self._marker = session.marker
         self._t: list[int] = []  # middle of each marker change's bracket
         self._lv: list[int] = []
         self._level = 0
         self._baseline_window: tuple[int, int] | None = None
-        self.trace: HostTrace | None = None
-        self.error: PowerSourceError | None = None  # a mid-run failure; trace is partial
-        self.info: dict[str, Any] = {}
 
-    def start(self) -> StreamCapture:
-        self.source.start()
+    def _baseline(self) -> None:
+        """The session's first capture holds the marker low, nothing running, for the
+        idle baseline."""
         if self._marker is not None:
             self._marker.set(0)
         if self.session.baseline_w is None and self.session.baseline_s > 0:
             t0 = self.clock()
             time.sleep(self.session.baseline_s)
             self._baseline_window = self.session.baseline_window_ns = (t0, self.clock())
-        return self
 
     def mark(self, level: int) -> tuple[int, int]:
         """Drive the marker to ``level``; (clock before, clock after) the change."""
@@ -128,6 +125,48 @@ class StreamCapture:
         lv = np.asarray(self._lv, dtype=np.int64)
         order = np.argsort(t, kind="stable")
         return t[order], lv[order]
+
+
+class ReadingCapture(MarkerLog):
+    """One recording of a `ReadingSource`, with the marker changes made during it."""
+
+    def __init__(self, session: PowerSession, source: ReadingSource) -> None:
+        super().__init__(session)
+        self.source = source
+
+    def start(self) -> ReadingCapture:
+        self.source.start()
+        self._baseline()
+        return self
+
+    def stop(self) -> Recording:
+        if self._marker is not None and self._level != 0:
+            self.mark(0)
+        return self.source.stop_recording()
+
+
+class StreamCapture(MarkerLog):
+    """One capture of a streaming source: the marker changes the host made around its
+    work (the host-side windows), then the trace on the host clock.
+
+    `start()` starts the stream; the session's first capture also measures the idle
+    baseline (marker low, nothing running). `mark(level)` moves the marker and returns
+    the clock reads around the change. `stop()` maps the capture onto the host clock.
+    Windows are then integrated on the logger's edges (`windows_on_edges`: windows that
+    start and end at marker changes, as layers do) or between host times through the
+    fitted clock (`windows_on_host`: e.g. between frame completions)."""
+
+    def __init__(self, session: PowerSession, source: StreamSource) -> None:
+        super().__init__(session)
+        self.source = source
+        self.trace: HostTrace | None = None
+        self.error: PowerSourceError | None = None  # a mid-run failure; trace is partial
+        self.info: dict[str, Any] = {}
+
+    def start(self) -> StreamCapture:
+        self.source.start()
+        self._baseline()
+        return self
 
     def stop(self) -> HostTrace:
         """Stop the stream; the trace on the host clock, fitted over the marker changes.
@@ -193,12 +232,14 @@ class MarkerHooks(LayerHooks):
     without a capture; subclasses add their own per-layer work around it).
 
     ``rise``/``fall`` have shape (frames, layers, 2): clock reads just before and just
-    after each marker change, so the change happened inside that bracket."""
+    after each marker change, so the change happened inside that bracket. ``gap_s``:
+    how long the marker stays idle after each layer (a slow logger's need)."""
 
-    def __init__(self, capture: StreamCapture | None, frames: int, layers: int,
-                 on_layer: Callable[[int], None] | None = None) -> None:
+    def __init__(self, capture: MarkerLog | None, frames: int, layers: int,
+                 on_layer: Callable[[int], None] | None = None, gap_s: float = 0.0) -> None:
         self.capture = capture
         self.on_layer = on_layer
+        self.gap_s = gap_s
         self.rise = np.zeros((frames, layers, 2), dtype=np.int64)
         self.fall = np.zeros((frames, layers, 2), dtype=np.int64)
         self._frame: int | None = None
@@ -215,6 +256,8 @@ class MarkerHooks(LayerHooks):
     def after_layer(self, layer: int) -> None:
         if self._frame is not None and self.capture is not None:
             self.fall[self._frame, layer] = self.capture.mark(0)
+            if self.gap_s > 0:
+                time.sleep(self.gap_s)
 
 
 class PowerSession:
@@ -234,6 +277,7 @@ class PowerSession:
         self.baseline_w: float | None = None  # idle power, once measured
         self.baseline_window_ns: tuple[int, int] | None = None  # when it was measured
         self._capture: StreamCapture | None = None  # the layer run's (begin .. finish)
+        self._recording: ReadingCapture | None = None  # the same, for a ReadingSource
         self._hooks: MarkerHooks | None = None
 
     # -- opening -------------------------------------------------------------------------
@@ -273,6 +317,11 @@ class PowerSession:
     # -- spans of work -------------------------------------------------------------------
     def capture(self) -> StreamCapture:
         """A new capture of the streaming source (not started)."""
+        if isinstance(self.source, ReadingSource):
+            raise BadInputError(
+                f"power source {self.name} records readings milliseconds apart: it measures "
+                "layer runs (coupprof layers, sweep) only",
+                fix="use --power sim (or arduino:PORT, this project's logger) for this command")
         if not isinstance(self.source, StreamSource):
             raise BadInputError(f"power source {self.name} does not stream")
         return StreamCapture(self, self.source)
@@ -311,7 +360,12 @@ class PowerSession:
     # -- a layer run ---------------------------------------------------------------------
     def hooks(self, frames: int, layers: int,
               on_layer: Callable[[int], None] | None = None) -> MarkerHooks | None:
-        """The runner's hooks for a streaming source with a marker (call after begin())."""
+        """The runner's hooks for a streaming or reading source with a marker."""
+        if isinstance(self.source, ReadingSource) and self.marker is not None:
+            self._recording = self._recording or ReadingCapture(self, self.source)
+            self._hooks = MarkerHooks(self._recording, frames, layers, on_layer=on_layer,
+                                      gap_s=self.source.gap_ns / 1e9)
+            return self._hooks
         if not isinstance(self.source, StreamSource) or self.marker is None:
             return None
         self._capture = self._capture or self.capture()
@@ -323,7 +377,9 @@ class PowerSession:
 
         Before the run, not after it: a GPU stays clocked up for seconds after work."""
         src = self.source
-        if isinstance(src, StreamSource):
+        if isinstance(src, ReadingSource):
+            self._recording = (self._recording or ReadingCapture(self, src)).start()
+        elif isinstance(src, StreamSource):
             self._capture = (self._capture or self.capture()).start()
         elif isinstance(src, CounterSource):
             # The counter window must span many updates to resolve the idle power.
@@ -340,6 +396,8 @@ class PowerSession:
         info: dict[str, Any] = {"power_source": self.source.info().to_dict()}
         if self._capture is not None:
             return self._finish_stream(timings, self._capture, info)
+        if self._recording is not None:
+            return self._finish_readings(timings, self._recording, info)
         if isinstance(self.source, CounterSource):
             in_frame_ms = np.asarray(timings.time_ns, dtype=np.float64).mean(axis=0) / 1e6
             return self._finish_counter(self.source, layer_calls or [], progress, info,
@@ -351,6 +409,10 @@ class PowerSession:
         if self._capture is not None:
             self._capture.abort()
             self._capture = None
+        if self._recording is not None:
+            with contextlib.suppress(ProfilerError):
+                self._recording.stop()
+            self._recording = None
 
     def _finish_stream(self, timings: Any, cap: StreamCapture, info: dict[str, Any],
                        ) -> PowerResult:
@@ -384,6 +446,63 @@ class PowerSession:
         })
         return PowerResult(columns=att.columns(), totals=att.totals(), info=info,
                            attribution=att, error=error)
+
+    def _finish_readings(self, timings: Any, cap: ReadingCapture, info: dict[str, Any],
+                         ) -> PowerResult:
+        """The layer run through a reading logger (`profiler.recordings.live`)."""
+        from profiler.recordings.live import attribute_live
+
+        self._recording = None
+        try:
+            rec = cap.stop()
+        except PowerSourceError as err:
+            return PowerResult(info=info, error=err)
+        info["power_source"] = cap.source.info().to_dict()
+        info["readings_file"] = str(rec.path)
+        info["readings_sha256"] = rec.sha256
+        info["readings"] = rec.readings
+        if rec.skipped:
+            info["skipped_lines"] = [[x.line, x.reason] for x in rec.skipped]
+        ts = np.asarray(timings.ts_ns)  # (frames, layers, 4)
+        marks, levels = cap.host_events()
+        try:
+            live = attribute_live(rec, marks, levels, ts[:, :, 2], ts[:, :, 3],
+                                  cap.session.baseline_window_ns)
+        except BadInputError as err:  # the recording cannot be matched to the run
+            return PowerResult(info=info, error=PowerSourceError(
+                f"the readings of {cap.source.spec} do not match the run: {err.message}",
+                fix="check that the marker line reaches the logger's pin"))
+        info.update(live.sidecar())
+        if live.baseline_mw is not None:  # measured in this recording (the session's first)
+            self.baseline_w = live.baseline_mw / 1000.0
+        baseline_w = self.baseline_w or 0.0
+        t_ms = (ts[:, :, 3] - ts[:, :, 2]).mean(axis=0) / 1e6
+        power = live.power_mw / 1000.0
+        energy = power * t_ms
+        cols = {
+            "power_w": power,
+            "energy_mj": energy,
+            "dynamic_energy_mj": (power - baseline_w) * t_ms,
+            "fps_per_w": np.array([fps_per_w(e) if np.isfinite(e) else np.nan for e in energy]),
+            "samples": live.samples,
+            "flagged_windows": live.set_aside,
+            "armcoup_power_w": live.armcoup_power_mw / 1000.0,
+        }
+        ok = np.isfinite(energy)
+        total = float(energy[ok].sum())
+        time_ms = float(t_ms[ok].sum())
+        totals = {
+            "power_w": total / time_ms if time_ms > 0 else float("nan"),
+            "energy_mj": total,
+            "dynamic_energy_mj": float(cols["dynamic_energy_mj"][ok].sum()),
+            "fps_per_w": fps_per_w(total),
+            "samples": float(live.samples.sum()),
+            "flagged_windows": float(live.set_aside.sum()),
+            "baseline_power_w": baseline_w,
+        }
+        info["baseline_power_w"] = baseline_w
+        info["baseline_s"] = self.baseline_s
+        return PowerResult(columns=cols, totals=totals, info=info, error=cap.source.error)
 
     def _finish_counter(self, src: CounterSource, calls: list[Callable[[], object]],
                         progress: Callable[[int, int], None] | None, info: dict[str, Any],

@@ -9,7 +9,9 @@
 - `attribute`: per-layer power by ARM-CO-UP's method and by coupprof's own;
 - `armcoup_tables`: ARM-CO-UP's derived ``Layers.csv`` / ``Transfers.csv`` as
   coupprof layer and transfer tables;
-- `output`: the layer, comparison and sidecar files `coupprof import` writes.
+- `output`: the layer, comparison and sidecar files `coupprof import` writes;
+- `live`: a layer run recorded through such a logger (``--power ina260:PORT`` or
+  ``sim:ina260``), where the host knows every window's duration and time.
 
 A simulated INA260-on-an-Arduino logger like ARM-CO-UP's, with known truth, is the
 simulated board's (`profiler.sim.ina260`).

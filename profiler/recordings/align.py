@@ -353,11 +353,14 @@ def _medians(layout: RunLayout, d: np.ndarray, matches: list[WindowMatch]) -> np
 
 
 def align(rec: Recording, layout: RunLayout, console_layer_ms: np.ndarray | None = None,
-          progress: Callable[[int, int], None] | None = None) -> Alignment:
+          progress: Callable[[int, int], None] | None = None,
+          window_ms: np.ndarray | None = None) -> Alignment:
     """Match `layout`'s windows to `rec`'s marker segments.
 
     ``console_layer_ms[s, k]``: layer k's time in setting s from the console log (NaN
-    where unknown); it replaces the learnt median for layer windows.
+    where unknown); it replaces the learnt median for layer windows. ``window_ms[i]``:
+    window i's own duration where the host clocked it (a run recorded live; NaN where
+    unknown); it replaces both.
     """
     segs = segments(rec)
     d = segs.duration_ms
@@ -375,6 +378,10 @@ def align(rec: Recording, layout: RunLayout, console_layer_ms: np.ndarray | None
             if w.kind == LAYER and w.setting < console_layer_ms.shape[0] \
                     and w.layer is not None and w.layer < console_layer_ms.shape[1]:
                 console[w.index] = console_layer_ms[w.setting, w.layer]
+    if window_ms is not None:
+        if window_ms.shape != (n_e,):
+            raise BadInputError(f"{window_ms.size} window durations for {n_e} expected windows")
+        console = np.where(np.isfinite(window_ms), window_ms, console)
     used_console = bool(np.isfinite(console).any())
     # Pass 1: the console's layer times where given, else each window against itself
     # one frame away; passes 2 and 3: the medians of the previous pass's path.

@@ -18,9 +18,9 @@ included; no lag correction. Their ``in`` row averages the frames' first gap.
   warm-up that layer's window is set aside;
 - the sensor's smoothing (its averaging window and update period, the update period
   measured from how often consecutive readings repeat) still moves some energy across
-  each edge after the shift; to first order a window of T ms gains
-  spread/T x (2 P - P_before - P_after), with spread = E|X|/2 for X the smoothing
-  kernel, so that is subtracted (`edge_spread_ms`);
+  each edge after the shift; to first order a window of T ms measures
+  P + spread/T x (P_before + P_after - 2 P), with spread = E|X|/2 for X the smoothing
+  kernel (`edge_spread_ms`); each segment is solved for P with its neighbours (`deblur`);
 - power is energy over time summed across the windows (time-weighted).
 
 Windows the alignment put in a fault are set aside by both methods.
@@ -185,6 +185,39 @@ def edge_spread_ms(update_ms: float, reading_ms: float) -> float:
     return float(np.sum(np.abs(x) * dens) / 2)
 
 
+def deblur(measured_mw: np.ndarray, duration_ms: np.ndarray, spread_ms: float) -> np.ndarray:
+    """The segments' powers before the sensor's smoothing moved ``spread_ms`` of each step
+    across every edge. To first order a segment of T ms measures
+    ``m = P + c (P_prev + P_next - 2 P)`` with ``c = spread / T``; its neighbours measure
+    the same way, so they are off too (ARM-CO-UP's 8 ms gaps gain from both layers
+    beside them, and correcting a layer from its neighbours' measured powers leaves a
+    quarter of its loss). Each segment is solved with its two neighbours, taking the
+    segments two away as equal to it (gap, layer, gap, layer alternate; the error is
+    second order in c): a segment's figure depends on its neighbours only, so a fault
+    changes no figure beyond the segments next to it. ``c`` is capped at a quarter
+    (T >= 4 spread), where the first-order model stops holding."""
+    m = np.asarray(measured_mw, dtype=np.float64)
+    t = np.asarray(duration_ms, dtype=np.float64)
+    if m.size < 2 or spread_ms <= 0:
+        return m.copy()
+    with np.errstate(invalid="ignore", divide="ignore"):
+        c = np.where(t > 0, np.minimum(spread_ms / t, 0.25), 0.0)
+    # a neighbour that is missing (the ends) is the segment itself: no edge there
+    cp = np.r_[0.0, c[:-1]]  # the previous segment's coupling
+    cn = np.r_[c[1:], 0.0]
+    mp = np.r_[m[:1], m[:-1]]
+    mn = np.r_[m[1:], m[-1:]]
+    has_p = np.r_[False, np.ones(m.size - 1, bool)]
+    has_n = np.r_[np.ones(m.size - 1, bool), False]
+    # P_prev = (m_prev - 2 cp P) / (1 - 2 cp), the same for the next one; substituted:
+    kp = np.where(has_p, c, 0.0)
+    kn = np.where(has_n, c, 0.0)
+    den = 1.0 - kp - kn - 2 * kp * cp / (1 - 2 * cp) - 2 * kn * cn / (1 - 2 * cn)
+    num = m - kp * mp / (1 - 2 * cp) - kn * mn / (1 - 2 * cn)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return num / den
+
+
 def estimate_lag_ms(rec: Recording, al: Alignment) -> float:
     """The shift of the readings that best fits constant power inside each window."""
     ok = [mt.first for w, mt in zip(al.layout.windows(), al.matches, strict=True)
@@ -205,7 +238,10 @@ def estimate_lag_ms(rec: Recording, al: Alignment) -> float:
 
 
 def coupprof_method(rec: Recording, al: Alignment, console: np.ndarray | None = None,
-                    lag_ms: float | None = None, edge_correction: bool = True) -> Attribution:
+                    lag_ms: float | None = None, edge_correction: bool = True,
+                    previous_frequency: bool = True) -> Attribution:
+    """``previous_frequency``: look for a frame 0 still at the previous setting's
+    frequency (a run that set its level before any frame, as coupprof's do, has none)."""
     segs = al.segs
     lay = al.layout
     lag = estimate_lag_ms(rec, al) if lag_ms is None else float(lag_ms)
@@ -218,10 +254,7 @@ def coupprof_method(rec: Recording, al: Alignment, console: np.ndarray | None = 
     seg_t = segs.duration_ms
     with np.errstate(invalid="ignore", divide="ignore"):
         seg_p = np.where(seg_t > 0, seg_e / seg_t, np.nan)
-    prev_p = np.r_[seg_p[:1], seg_p[:-1]]
-    next_p = np.r_[seg_p[1:], seg_p[-1:]]
-    with np.errstate(invalid="ignore", divide="ignore"):
-        corr_p = seg_p + spread / seg_t * (2 * seg_p - prev_p - next_p)
+    corr_p = deblur(seg_p, seg_t, spread)
     wins = lay.windows()
     notes: list[str] = []
     # Frame 0 still at the previous frequency: its first layer's duration.
@@ -234,7 +267,7 @@ def coupprof_method(rec: Recording, al: Alignment, console: np.ndarray | None = 
             durations.setdefault(w.setting, []).append(float(segs.duration_ms[mt.first]))
     med = {s: float(np.median(v)) for s, v in durations.items()}
     prev: list[tuple[int, float, float]] = []
-    for s, mt in sorted(first.items()):
+    for s, mt in sorted(first.items()) if previous_frequency else ():
         if mt.status != OK or s not in med:
             continue
         d0 = float(segs.duration_ms[mt.first])

@@ -76,9 +76,10 @@ class TraceImport:
     warnings: list[str] = field(default_factory=list)
 
 
-def read_trace(path: Path, fmt: str, spec: CsvSpec | None) -> Recording:
+def read_trace(path: Path, fmt: str, spec: CsvSpec | None, active_level: int = 0) -> Recording:
+    """``active_level``: an ARM-CO-UP log's pin while a layer runs (their board: 0)."""
     if fmt == "armcoup":
-        return read_armcoup_log(path)
+        return read_armcoup_log(path, active_level)
     if spec is None:
         raise BadInputError(f"{path} is not an ARM-CO-UP log; name its columns",
                             "pass --time-col, --power-col (or --current-col and a voltage) "
@@ -135,7 +136,8 @@ def import_trace(rec: Recording, layout: RunLayout, ident: RunIdentity, method: 
                    "readings": rec.readings, "lines": rec.total_lines,
                    "skipped_lines": [[s.line, s.reason] for s in rec.skipped]},
         "console_log": None if console is None else str(console.path),
-        "board": ident.board, "simulated": False, "model": ident.model, "order": ident.order,
+        "board": ident.board, "simulated": bool(board is not None and board.simulated),
+        "model": ident.model, "order": ident.order,
         "method": chosen.method,
         "layout": {"settings": levels, "frames": layout.frames, "warmup": layout.warmup,
                    "layers": layout.layers, "trailing": layout.trailing,

@@ -6,7 +6,8 @@ frame's input for layer 0, the hand-over and sleep otherwise) and then the layer
 (marker active). After the last frame, ``trailing`` segments close the setting
 (ARM-CO-UP: a ~17 ms idle-level blip, then ~11 s at the active level while the
 program waits for the next setting). So a setting is ``2 * layers * (warmup + frames)
-+ trailing`` segments of alternating marker level, starting at the idle level.
++ trailing`` segments of alternating marker level, starting at the idle level. (With
+one setting, ``trailing`` may be odd: a run recorded live ends with one idle segment.)
 """
 
 from __future__ import annotations
@@ -58,7 +59,7 @@ class RunLayout:
                                 f"(got {self.frames}, {self.warmup})")
         if not self.settings:
             raise BadInputError("layout has no settings", "pass --levels")
-        if self.trailing < 0 or self.trailing % 2:
+        if self.trailing < 0 or (self.trailing % 2 and len(self.settings) > 1):
             raise BadInputError(f"--trailing {self.trailing} must be even: marker levels "
                                 "alternate and every setting starts at the idle level")
 

@@ -4,7 +4,9 @@ Two readers, one result (`Recording`):
 
 - `read_armcoup_log`: ARM-CO-UP's Arduino log, one ``pin,millis,mW`` line per INA260
   reading. Pin 0 means a layer is running (their board drives the GPIO low at a
-  layer's start and high at its end).
+  layer's start and high at its end); coupprof's markers drive it high instead
+  (``active_level=1``). `armcoup_recording` reads the same lines from text a logger
+  sent (`profiler.power.sources.ina260`).
 - `read_csv_trace`: any CSV with a header; the time, power (or current and voltage)
   and marker columns are named by a `CsvSpec`, with their units.
 
@@ -123,10 +125,29 @@ def _monotonic(path: Path, t_ms: np.ndarray, line: np.ndarray) -> None:
             "split the file where the time restarts and import each part")
 
 
-def read_armcoup_log(path: str | Path) -> Recording:
-    """ARM-CO-UP's ``pin,millis,mW`` log (no header; pin 0 = a layer runs)."""
-    p = Path(path)
-    text, sha = _read_text(p)
+def parse_armcoup_line(line: str) -> tuple[int, float, float] | str | None:
+    """One ``pin,millis,mW`` line: (pin, ms, mW), the reason it is malformed, or None
+    for a blank line."""
+    s = line.strip()
+    if not s:
+        return None
+    fields = s.split(",")
+    if len(fields) != 3:
+        return f"{len(fields)} fields, 3 expected"
+    try:
+        pin, ms, mw = int(fields[0]), float(fields[1]), float(fields[2])
+    except ValueError:
+        return "not numbers"
+    if pin not in (0, 1):
+        return f"pin {pin} is not 0 or 1"
+    if not (np.isfinite(ms) and np.isfinite(mw)):
+        return "not a finite number"
+    return pin, ms, mw
+
+
+def armcoup_recording(text: str, path: Path, sha256: str, active_level: int = 0) -> Recording:
+    """The readings of ``pin,millis,mW`` text (a file's, or what a logger sent);
+    ``active_level``: the pin while a layer runs (ARM-CO-UP's board drives it low)."""
     lines = text.splitlines()
     pins: list[int] = []
     times: list[float] = []
@@ -136,38 +157,37 @@ def read_armcoup_log(path: str | Path) -> Recording:
     parsed_last = False
     for no, raw in enumerate(lines, start=1):
         parsed_last = False
-        s = raw.strip()
-        if not s:
+        got = parse_armcoup_line(raw)
+        if got is None:
             continue
-        fields = s.split(",")
-        if len(fields) != 3:
-            skipped.append(SkippedLine(no, f"{len(fields)} fields, 3 expected"))
+        if isinstance(got, str):
+            skipped.append(SkippedLine(no, got))
             continue
-        try:
-            pin, ms, mw = int(fields[0]), float(fields[1]), float(fields[2])
-        except ValueError:
-            skipped.append(SkippedLine(no, "not numbers"))
-            continue
-        if pin not in (0, 1) or not (np.isfinite(ms) and np.isfinite(mw)):
-            skipped.append(SkippedLine(no, f"pin {pin} is not 0 or 1" if pin not in (0, 1)
-                                       else "not a finite number"))
-            continue
-        pins.append(pin)
-        times.append(ms)
-        powers.append(mw)
+        pins.append(got[0])
+        times.append(got[1])
+        powers.append(got[2])
         where.append(no)
         parsed_last = True
     if not pins:
-        raise BadInputError(f"{p} holds no pin,millis,mW readings",
+        raise BadInputError(f"{path} holds no pin,millis,mW readings",
                             "pass an ARM-CO-UP power log (lines like 1,4487,3000.00)")
-    _check_end(p, text, len(lines), parsed_last)
+    _check_end(path, text, len(lines), parsed_last)
     level = np.asarray(pins, dtype=np.int8)
-    rec = Recording(path=p, sha256=sha, fmt="armcoup", t_ms=np.asarray(times, dtype=np.float64),
+    rec = Recording(path=path, sha256=sha256, fmt="armcoup",
+                    t_ms=np.asarray(times, dtype=np.float64),
                     power_mw=np.asarray(powers, dtype=np.float64), level=level,
-                    active=level == 0, line=np.asarray(where, dtype=np.int64),
+                    active=level == active_level, line=np.asarray(where, dtype=np.int64),
                     skipped=skipped, total_lines=len(lines))
-    _monotonic(p, rec.t_ms, rec.line)
+    _monotonic(path, rec.t_ms, rec.line)
     return rec
+
+
+def read_armcoup_log(path: str | Path, active_level: int = 0) -> Recording:
+    """ARM-CO-UP's ``pin,millis,mW`` log (no header; by default pin 0 = a layer runs, as
+    their board drives it; a recording made with coupprof's marker has pin 1)."""
+    p = Path(path)
+    text, sha = _read_text(p)
+    return armcoup_recording(text, p, sha, active_level)
 
 
 def looks_like_armcoup(path: str | Path) -> bool:

@@ -12,7 +12,8 @@ One package holds everything that stands in for hardware on ``--board sim``
 - ``power``: the board's power over time (idle, static, the busy processors' dynamic
   power) as the virtual logger samples it, and the ground truth of any window;
 - ``virtual_logger``: a Python logger that speaks the firmware's protocol over a pty;
-- ``ina260``: an INA260-on-an-Arduino text logger like ARM-CO-UP's, with known truth.
+- ``ina260``: ARM-CO-UP's INA260-on-an-Arduino logger: on a pty for ``--power sim:ina260``,
+  or a whole run offline with its known truth.
 
 Nothing here is imported by this ``__init__``: the governor factory imports
 ``governor`` and the executor factory ``executor`` only when a board is simulated.

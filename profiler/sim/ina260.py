@@ -1,24 +1,42 @@
-"""A simulated INA260-on-an-Arduino logger like ARM-CO-UP's, with known truth.
+"""ARM-CO-UP's INA260-on-an-Arduino logger, simulated, with known truth.
 
-The board's true power is piecewise constant (one level per marked window). The sensor
-averages it over each conversion and updates its register every ``update_ms`` (the
-INA260's conversion averaging; ~2.7 ms in ARM-CO-UP's data), in 10 mW steps. The Arduino
-prints ``pin,millis,mW`` lines 1, 2 or 3 ms apart (56 / 42 / 2 %), reading the pin and
-the register at the same instant; millis is the integer part of its clock. So the
-readings lag the pin by about one update period, as in their recordings.
+The sensor (`Ina260Model`): the INA260 averages the power over each conversion and
+updates its register every ``update_ms`` (~2.7 ms in ARM-CO-UP's data), in 10 mW steps,
+with its own noise per conversion. The Arduino sketch prints ``pin,millis,mW`` lines
+1, 2 or 3 ms apart (56 / 42 / 2 %), reading the pin and the register at the same
+instant; millis is the integer part of its clock. So the readings lag the pin by about
+one update period, as in their recordings.
 
-`simulate_run` lays out a run as ARM-CO-UP's (settings x (warm-up + frames) x layers,
-an input gap and an ~8 ms sleep gap per layer, a blip and a long idle per setting), with
-frame 0 of each setting still at the previous setting's speed and power for its first
-layer, and returns the log's text and the true per-layer power and time.
+Two ways to use it:
+
+- `VirtualIna260`: the logger on a pseudo-terminal, for the simulated board (``--power
+  sim:ina260``). It samples a ``power_w(t_s, markers)`` callable (the board's
+  `profiler.sim.power.SimPowerModel`, as the protocol logger `profiler.sim.virtual_logger`
+  does), prints the lines as the time passes, and the host reads them with pyserial
+  (`profiler.power.sources.ina260`). A real lab points that source at its own Arduino.
+- `simulate_run`: a whole ARM-CO-UP-style run offline (settings x (warm-up + frames) x
+  layers, an input gap and an ~8 ms sleep gap per layer, a blip and a long idle per
+  setting), with frame 0 of each setting still at the previous setting's speed and
+  power for its first layer; returns the log's text and the true per-layer power and
+  time (`sample` turns any piecewise-constant true power into the log's lines).
 """
 
 from __future__ import annotations
 
+import contextlib
+import errno
+import fcntl
+import os
+import select
+import threading
+import tty
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 
+from profiler.clock import Clock, perf_clock
+from profiler.power.clockmap import ClockMap
 from profiler.recordings.layout import RunLayout
 
 POWER_STEP_MW = 10.0
@@ -118,3 +136,307 @@ def simulate_run(layout: RunLayout, layer_ms: np.ndarray, layer_mw: np.ndarray, 
     text = sample(pieces, rng)
     return SimulatedRun(text=text, layout=layout, truth_power_mw=energy / time,
                         truth_time_ms=time / layout.frames, console_ms=console)
+
+
+# ---------------------------------------------------------------------------
+# The logger on a pty
+
+#: power_w(t_s, markers) -> watts, vectorised (as `profiler.sim.virtual_logger.PowerFn`).
+PowerFn = Callable[[np.ndarray, np.ndarray], "np.ndarray | float"]
+
+
+class Ina260Model:
+    """The sensor and the sketch's timing, reading by reading, as time passes.
+
+    ``register_mw(t_ms, mean_mw)``: what a reading at each time ``t_ms`` (sorted) shows:
+    the mean power over the last conversion completed by then (``mean_mw(a, b)`` gives
+    the true mean over conversion windows [a, b]), plus that conversion's noise, in 10 mW
+    steps. A conversion read twice shows the same value, as the real register does.
+    """
+
+    def __init__(self, seed: int = 0, update_ms: float = UPDATE_MS, noise_mw: float = NOISE_MW,
+                 step_mw: float = POWER_STEP_MW) -> None:
+        self.rng = np.random.default_rng(seed)
+        self.update_ms = float(update_ms)
+        self.noise_mw = float(noise_mw)
+        self.step_mw = float(step_mw)
+        self.phase_ms = float(self.rng.uniform(0.0, update_ms))
+        self._noise = np.zeros(0)
+        self._noise_base = 0  # update number of _noise[0]
+        self._last: tuple[int, float] | None = None  # (update number, true mean) last read
+
+    def reading_gaps_ms(self, n: int) -> np.ndarray:
+        """The sketch's loop: the next ``n`` gaps between readings."""
+        return self.rng.choice(GAPS_MS, size=n, p=GAP_P) + self.rng.uniform(-0.02, 0.02, n)
+
+    def _noise_of(self, update: np.ndarray) -> np.ndarray:
+        top = int(update.max()) - self._noise_base + 1
+        if top > self._noise.size:
+            more = self.rng.normal(0.0, self.noise_mw, max(top - self._noise.size, 256))
+            self._noise = np.concatenate((self._noise, more))
+        low = int(update.min()) - self._noise_base
+        if low > 4096:  # conversions never read again
+            self._noise = self._noise[low:]
+            self._noise_base += low
+        return self._noise[update - self._noise_base]
+
+    def register_mw(self, t_ms: np.ndarray,
+                    mean_mw: Callable[[np.ndarray, np.ndarray], np.ndarray]) -> np.ndarray:
+        u = self.update_ms
+        update = np.floor((np.asarray(t_ms) - self.phase_ms) / u).astype(np.int64)
+        uniq, inv = np.unique(update, return_inverse=True)
+        true = np.empty(uniq.size)
+        fresh = np.ones(uniq.size, bool)
+        if self._last is not None and uniq[0] == self._last[0]:
+            true[0], fresh[0] = self._last[1], False  # read before, in the last batch
+        if fresh.any():
+            ends = uniq[fresh] * u + self.phase_ms
+            true[fresh] = mean_mw(ends - u, ends)
+        self._last = (int(uniq[-1]), float(true[-1]))
+        value = true[inv] + self._noise_of(update)
+        return np.round(value / self.step_mw) * self.step_mw
+
+
+@dataclass
+class Ina260Counters:
+    readings: int = 0
+    lines_sent: int = 0
+    lines_dropped: int = 0  # the host did not read: the USB-serial buffer overflowed
+    bytes_sent: int = 0
+    lines_garbled: int = 0
+    pins_flipped: int = 0
+
+
+class VirtualIna260:
+    """ARM-CO-UP's logger sketch (``digitalRead(13), millis(), ina260.readPower()``,
+    printed with no delay) on a pty. Use as a context manager or call start()/close().
+
+    The host moves the pin with ``set_markers(levels)`` (bit 0; what the ``sim`` marker
+    back end calls); the logger's clock runs at ``1 + drift_ppm * 1e-6`` times the
+    host's from ``start_us`` (``true_clock()`` is the exact device -> host map). A thread
+    prints every reading once its time has passed: the sensor's true input is
+    ``power_w`` sampled every ``grid_us`` over each conversion. Faults, as the host sees
+    them: ``flip_pin(n)`` (the next n readings show the other pin level: a glitch on
+    the line), ``garble_line()`` (the next line arrives cut), ``close_port()`` (the
+    cable is pulled), ``freeze()`` (the sketch hangs, the port stays).
+    """
+
+    def __init__(self, power_w: PowerFn | float = 3.0, *, seed: int = 0,
+                 update_ms: float = UPDATE_MS, noise_mw: float = NOISE_MW,
+                 start_us: int = 0, drift_ppm: float = 0.0, clock: Clock = perf_clock,
+                 tick_s: float = 0.005, grid_us: float = 50.0,
+                 tx_buffer_bytes: int = 1 << 16) -> None:
+        self.power_w = power_w
+        self.model = Ina260Model(seed, update_ms, noise_mw)
+        self.start_us = int(start_us)
+        self.drift_ppm = float(drift_ppm)
+        self.clock = clock
+        self.tick_s = tick_s
+        self.grid_us = float(grid_us)
+        self.tx_buffer_bytes = tx_buffer_bytes
+        self.counters = Ina260Counters()
+        self.port = ""
+        self.error: BaseException | None = None
+        self.closed = threading.Event()
+        self._lock = threading.Lock()
+        self._origin_ns = 0
+        self._master = self._slave = -1
+        self._thread: threading.Thread | None = None
+        self._stop = threading.Event()
+        self._frozen = threading.Event()
+        self._tx = bytearray()
+        self._level = 0
+        self._hist_t: list[float] = []  # device us of each pin change (and the start)
+        self._hist_lv: list[int] = []
+        self._next_ms = 0.0  # device time of the next reading
+        self._gaps = np.zeros(0)
+        self._flips: list[tuple[float, int]] = []  # (device ms, readings) still to flip
+        self._garble = 0
+
+    # -- clock -------------------------------------------------------------------------
+    def device_us(self, host_ns: int | None = None) -> float:
+        """The logger's clock (us) at host time ``host_ns`` (default: now)."""
+        h = self.clock() if host_ns is None else host_ns
+        return self.start_us + (h - self._origin_ns) * (1.0 + self.drift_ppm * 1e-6) / 1000.0
+
+    def true_clock(self) -> ClockMap:
+        """The exact device us -> host ns map (ground truth for tests)."""
+        return ClockMap(device_ref_us=self.start_us, host_ref_ns=self._origin_ns,
+                        ns_per_us=1000.0 / (1.0 + self.drift_ppm * 1e-6))
+
+    # -- lifecycle ---------------------------------------------------------------------
+    def start(self) -> VirtualIna260:
+        self._master, self._slave = os.openpty()
+        tty.setraw(self._slave)
+        fl = fcntl.fcntl(self._master, fcntl.F_GETFL)
+        fcntl.fcntl(self._master, fcntl.F_SETFL, fl | os.O_NONBLOCK)
+        self.port = os.ttyname(self._slave)
+        self._origin_ns = self.clock()
+        now = self.device_us()
+        self._hist_t, self._hist_lv = [now], [self._level]
+        self._next_ms = now / 1000.0 + self.model.update_ms  # the first conversion completes
+        self._thread = threading.Thread(target=self._run, name="virtual-ina260", daemon=True)
+        self._thread.start()
+        return self
+
+    def close(self) -> None:
+        self._stop.set()
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join(timeout=5)
+        self._close_fds()
+
+    def __enter__(self) -> VirtualIna260:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _close_fds(self) -> None:
+        for fd in (self._master, self._slave):
+            if fd >= 0:
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+        self._master = self._slave = -1
+        self.closed.set()
+
+    # -- host side ---------------------------------------------------------------------
+    def set_markers(self, levels: int) -> None:
+        """Drive the logger's pin (bit 0 of ``levels``)."""
+        level = levels & 1
+        with self._lock:
+            if level == self._level:
+                return
+            self._level = level
+            self._hist_t.append(self.device_us())
+            self._hist_lv.append(level)
+
+    @property
+    def markers(self) -> int:
+        return self._level
+
+    # -- faults ------------------------------------------------------------------------
+    def flip_pin(self, n: int = 1) -> None:
+        """The next ``n`` readings from now show the pin at the other level (a spurious
+        pulse)."""
+        with self._lock:
+            self._flips.append((self.device_us() / 1000.0, n))
+
+    def garble_line(self, n: int = 1) -> None:
+        """The next ``n`` lines arrive cut after their second field."""
+        with self._lock:
+            self._garble += n
+
+    def freeze(self) -> None:
+        """Hang: print nothing more, keep the port open."""
+        self._frozen.set()
+
+    def close_port(self) -> None:
+        """Pull the cable: the pty closes and the host sees the port vanish."""
+        self._stop.set()
+        if self._thread is None or not self._thread.is_alive():
+            self._close_fds()
+        self.closed.wait(timeout=5)
+
+    # -- the sketch's loop -------------------------------------------------------------
+    def _run(self) -> None:
+        try:
+            while not self._stop.is_set():
+                if self._frozen.is_set():
+                    self._stop.wait(self.tick_s)
+                    continue
+                if self._master < 0:
+                    break
+                try:  # the sketch reads nothing; drain what the host writes
+                    r, _, _ = select.select([self._master], [], [], self.tick_s)
+                    if r:
+                        os.read(self._master, 4096)
+                except OSError as err:
+                    if err.errno not in (errno.EAGAIN, errno.EINTR):
+                        break
+                self._produce()
+                if not self._flush():
+                    break
+        except BaseException as err:  # surfaced to tests via .error
+            self.error = err
+        finally:
+            self._close_fds()
+
+    def _take_times(self, upto_ms: float) -> np.ndarray:
+        out = []
+        t = self._next_ms
+        while t <= upto_ms:
+            if self._gaps.size == 0:
+                self._gaps = self.model.reading_gaps_ms(512)
+            out.append(t)
+            t += float(self._gaps[0])
+            self._gaps = self._gaps[1:]
+        self._next_ms = t
+        return np.asarray(out)
+
+    def _produce(self) -> None:
+        with self._lock:
+            now_ms = self.device_us() / 1000.0
+            t = self._take_times(now_ms)
+            if t.size == 0:
+                return
+            hist_t = np.asarray(self._hist_t)
+            hist_lv = np.asarray(self._hist_lv, dtype=np.int64)
+            # keep the level in force before the earliest conversion still to be read
+            keep = int(np.searchsorted(hist_t, (self._next_ms - 2 * self.model.update_ms)
+                                       * 1000.0, side="right")) - 1
+            if keep > 0:
+                del self._hist_t[:keep], self._hist_lv[:keep]
+            flips = []
+            for at, n in self._flips:
+                k = int(np.searchsorted(t, at))
+                flips.append((k, min(n, t.size - k)))
+            self._flips = [(t[-1] + 1e-9, n - m) for (_, n), (_, m) in zip(self._flips, flips,
+                                                                          strict=True) if n > m]
+            garble, self._garble = min(self._garble, t.size), max(self._garble - t.size, 0)
+
+        def level_at(us: np.ndarray) -> np.ndarray:
+            return hist_lv[np.clip(np.searchsorted(hist_t, us, side="right") - 1, 0, None)]
+
+        grid = self.grid_us / 1000.0
+        power = self.power_w
+
+        def mean_mw(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+            n = max(1, int(round(self.model.update_ms / grid)))
+            ts = a[:, None] + (np.arange(n) + 0.5) * ((b - a) / n)[:, None]
+            if callable(power):
+                w = np.asarray(power(ts.ravel() / 1000.0, level_at(ts.ravel() * 1000.0)),
+                               dtype=np.float64)
+                w = np.broadcast_to(w, (ts.size,)).reshape(ts.shape)
+            else:
+                w = np.full(ts.shape, float(power))
+            return w.mean(axis=1) * 1000.0
+
+        mw = self.model.register_mw(t, mean_mw)
+        pin = level_at(t * 1000.0)
+        for k, m in flips:
+            pin[k:k + m] ^= 1
+            self.counters.pins_flipped += m
+        millis = np.floor(t).astype(np.int64)
+        lines = [f"{p},{m},{v:.2f}\r\n" for p, m, v in zip(pin, millis, mw, strict=True)]
+        for k in range(garble):
+            lines[k] = lines[k].rsplit(",", 1)[0] + "\r\n"
+        self.counters.lines_garbled += garble
+        self.counters.readings += t.size
+        for line in lines:
+            data = line.encode()
+            if len(self._tx) + len(data) > self.tx_buffer_bytes:
+                self.counters.lines_dropped += 1
+                continue
+            self._tx += data
+            self.counters.lines_sent += 1
+
+    def _flush(self) -> bool:
+        if not self._tx:
+            return True
+        try:
+            n = os.write(self._master, self._tx)
+        except OSError as err:
+            return err.errno in (errno.EAGAIN, errno.EINTR)
+        self.counters.bytes_sent += n
+        del self._tx[:n]
+        return True

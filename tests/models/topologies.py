@@ -107,3 +107,15 @@ ALL = {
     "int8": int8_model,
     "fp16_shared_weights": fp16_shared_weights,
 }
+
+
+def long_layers(seed: int = 5) -> bytes:
+    """Five 3x3 convs of 42 to 340 MMAC at 48x48: on the simulated B at its top level
+    the model gives them 3.6 to 20 ms (longer where the host cannot keep up), long enough
+    for a logger that reads every 1-3 ms (ARM-CO-UP's INA260), most of them 10 ms or more."""
+    b = ModelBuilder(seed)
+    x = b.input([1, 48, 48, 32], "x")
+    for i, cout in enumerate((64, 96, 128, 128, 64)):
+        x = b.conv(x, cout, 3, f"conv{i}")
+    b.output(x)
+    return b.build("five 3x3 convs of growing cost")

@@ -3,8 +3,11 @@
 ===========================  ==============================================================
 ``arduino:PORT``             this project's logger over serial (streaming; registered by
                              `profiler.power` when the collector is installed)
-``sim``                      the simulated board's virtual logger (streaming; registered
-                             by the simulated board)
+``sim``                      the simulated board's virtual logger (streaming)
+``sim:ina260``               the simulated board read through a virtual INA260 logger
+                             like ARM-CO-UP's (readings)
+``ina260:PORT[:BAUD]``       an INA260 on an Arduino printing ``pin,millis,mW`` lines
+                             (ARM-CO-UP's logger sketch; readings)
 ``hwmon[:DEVICE[:CH]]``      INA2xx / INA3221 on the board's rail through Linux hwmon:
                              ``hwmon``, ``hwmon:ina226``, ``hwmon:ina3221:VDD_IN``,
                              ``hwmon:hwmon3:2``, ``hwmon:1-0040`` (counter)
@@ -218,16 +221,35 @@ def _detect_arduino(hw: SourceHardware) -> str | None:
 
 
 def _build_sim(spec: str, rest: str, hw: SourceHardware) -> PowerSource:
-    from profiler.power.sources.sim import SimSource
+    from profiler.power.sources.sim import SimIna260Source, SimSource
 
-    if rest:
-        raise BadInputError(f"power source {spec!r}: sim takes no arguments", fix=_fix())
+    if rest.lower() not in ("", "ina260"):
+        raise BadInputError(f"power source {spec!r}: expected sim or sim:ina260", fix=_fix())
     model = hw.extra.get("sim_power_model")
     if model is None:
-        raise BadInputError("--power sim needs the simulated board",
+        raise BadInputError(f"--power {spec} needs the simulated board",
                             fix="use --board sim, or another --power source")
+    if rest:
+        return SimIna260Source(spec, model, out_dir=hw.extra.get("trace_dir"), clock=hw.clock)
     return SimSource(spec, model, out_dir=hw.extra.get("trace_dir"), clock=hw.clock)
+
+
+_BAUDS = {"9600", "19200", "38400", "57600", "115200", "230400", "250000", "500000", "1000000",
+          "2000000"}
+
+
+def _build_ina260(spec: str, rest: str, hw: SourceHardware) -> PowerSource:
+    from profiler.power.sources.ina260 import BAUDRATE, Ina260Source
+
+    head, _, tail = rest.rpartition(":")
+    port, baud = (head, tail) if head and tail in _BAUDS else (rest, "")
+    if not port:
+        raise BadInputError(f"power source {spec!r}: expected ina260:PORT or ina260:PORT:BAUD",
+                            fix="e.g. --power ina260:/dev/ttyACM0 (`coupprof doctor` lists ports)")
+    return Ina260Source(spec, port, baud=int(baud) if baud else BAUDRATE,
+                        out_dir=hw.extra.get("trace_dir"), clock=hw.clock)
 
 
 register_source("arduino", _build_arduino, _detect_arduino, order=10)
 register_source("sim", _build_sim, order=90)
+register_source("ina260", _build_ina260, order=60)

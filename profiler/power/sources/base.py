@@ -7,6 +7,13 @@ Two shapes of hardware fit under it:
   ``start()`` begins a capture, ``stop_capture()`` ends it on the logger's clock,
   ``map_clock()`` puts it on the host clock over the host's marker changes, and
   `profiler.attribution.attribute` integrates the `HostTrace` per layer.
+* **Reading sources** (`ReadingSource`: an INA260 on an Arduino printing
+  ``pin,millis,mW`` lines, as ARM-CO-UP's) record readings that carry the marker pin
+  but timestamp no edge, on a millisecond clock, with a slow sensor. ``start()``
+  begins a recording and ``stop_recording()`` returns it (`profiler.recordings.traces.
+  Recording`); the windows are found in it by aligning the run's windows to the pin's
+  segments (`profiler.recordings.live`). Readings come milliseconds apart, so the marker
+  stays idle ``gap_ns`` between windows for the logger to see them apart.
 * **Counter sources** (`CounterSource`: RAPL, NVML, hwmon) are polled: they
   expose a cumulative energy counter that refreshes every ``update_interval_ns``.
   Per-layer energy comes from reading the counter before and after a window in
@@ -38,8 +45,9 @@ if TYPE_CHECKING:
     from profiler.power.clockmap import ClockFit
     from profiler.power.host_trace import HostTrace
     from profiler.power.trace import DeviceTrace
+    from profiler.recordings.traces import Recording
 
-__all__ = ["CounterSource", "PowerIntegrator", "PowerSource", "SourceInfo",
+__all__ = ["CounterSource", "PowerIntegrator", "PowerSource", "ReadingSource", "SourceInfo",
            "StreamSource", "TickTimeoutError"]
 
 
@@ -138,6 +146,32 @@ class StreamSource(PowerSource):
                   host_levels: np.ndarray | None = None) -> HostTrace:
         """The capture on the host clock, fitted over the marker changes the host made
         (their times ``host_ns`` and the level after each); sets ``fit``."""
+
+    def poll(self) -> None:
+        """Raise a failure noticed in the background (port gone, logger silent)."""
+
+
+class ReadingSource(PowerSource):
+    """A logger that prints each reading with its marker pin on its own millisecond clock
+    and timestamps no edge (ARM-CO-UP's INA260 sketch). A run's windows are found in the
+    recording afterwards; see the module docstring."""
+
+    mode = "readings"
+    #: How long the marker must stay idle between two windows for the logger to see it.
+    gap_ns: ClassVar[int] = 0
+    #: The pin's level while a window (a layer) runs.
+    active_level: int = 1
+    #: A failure noticed mid-run (port gone, logger silent); the recording is what came.
+    error: PowerSourceError | None = None
+
+    @abstractmethod
+    def start(self) -> None:
+        """Begin a recording (readings from now on)."""
+
+    @abstractmethod
+    def stop_recording(self) -> Recording:
+        """End the recording and return it; a mid-run failure leaves it partial and sets
+        ``error``. Raises `PowerSourceError` when nothing was recorded."""
 
     def poll(self) -> None:
         """Raise a failure noticed in the background (port gone, logger silent)."""

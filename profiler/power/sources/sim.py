@@ -1,19 +1,31 @@
-"""`sim`: the simulated board's logger, a virtual logger speaking the firmware protocol on a pty.
+"""`sim`: the simulated board's logger on a pty, in one of two kinds.
+
+- ``sim``: a virtual logger speaking this project's firmware protocol
+  (`profiler.sim.virtual_logger`); everything after the pty is the real `arduino`
+  path: collector, decoder, clock fit over the edges, attribution.
+- ``sim:ina260``: ARM-CO-UP's logger, an INA260 on an Arduino printing ``pin,millis,mW``
+  lines (`profiler.sim.ina260.VirtualIna260`); everything after the pty is the real
+  `ina260:PORT` path: pyserial, the recording, its alignment and attribution.
 
 Only the sensor is modelled (`profiler.sim.power.SimPowerModel` gives the board's watts
-from what each processor runs); everything after the pty is the real `arduino` path:
-collector, decoder, clock fit over the edges, attribution.
+from what each processor runs).
 """
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from profiler.clock import Clock, perf_clock
 from profiler.errors import BadInputError
 from profiler.power.sources.arduino import ArduinoSource
 from profiler.power.sources.base import SourceInfo
+from profiler.power.sources.ina260 import Ina260Source
+from profiler.sim.ina260 import VirtualIna260
 from profiler.sim.virtual_logger import VirtualLogger
+
+if TYPE_CHECKING:
+    from profiler.sim.power import SimPowerModel
 
 #: The simulated logger's rate: an A0-style front end, fast enough for sub-ms layers.
 SIM_RATE_HZ = 20_000
@@ -65,3 +77,49 @@ class SimSource(ArduinoSource):
                           sample_rate_hz=base.sample_rate_hz,
                           detail="simulated board power model (idle + each running layer's "
                                  "modelled power) sampled by a virtual logger; " + base.detail)
+
+
+class SimIna260Source(Ina260Source):
+    """``sim:ina260``: the simulated board's power read through a virtual INA260 logger."""
+
+    kind = "sim"
+
+    def __init__(self, spec: str, model: SimPowerModel, *, out_dir: str | Path | None = None,
+                 seed: int = 0, clock: Clock = perf_clock) -> None:
+        super().__init__(spec, port="", out_dir=out_dir, timeout_s=2.0, clock=clock)
+        self.model = model
+        self.seed = seed
+        self.virtual: VirtualIna260 | None = None
+
+    def _open_device(self) -> None:
+        self.virtual = VirtualIna260(self.model.power_w, seed=self.seed, clock=self.clock).start()
+        self.model.to_host_ns = self.virtual.true_clock().to_host_ns
+        self.port = self.virtual.port
+        try:
+            super()._open_device()
+        except BaseException:
+            self.virtual.close()
+            self.virtual = None
+            raise
+
+    def _close_device(self) -> None:
+        try:
+            super()._close_device()
+        finally:
+            if self.virtual is not None:
+                self.virtual.close()
+                self.virtual = None
+
+    def set_markers(self, bits: int) -> None:
+        """The `sim` marker's sink: the virtual logger's pin."""
+        assert self.virtual is not None, "open the sim source before the sim marker"
+        self.virtual.set_markers(bits)
+
+    def info(self) -> SourceInfo:
+        base = super().info()
+        return SourceInfo(spec=self.spec, kind="sim", mode=self.mode,
+                          device=f"virtual INA260 logger on {self.port}",
+                          sample_rate_hz=base.sample_rate_hz,
+                          detail="simulated board power model (idle + each running layer's "
+                                 "modelled power) read by a virtual INA260 on an Arduino; "
+                                 + base.detail)
