@@ -48,6 +48,27 @@ Why this scheme:
   exactly; its 95 % interval comes from the round-by-round paired differences (free of
   the drift both calls of a round share), by the winsorized variance (Tukey-McLaughlin).
 
+- A call's timed window is `run` and the read-back; its inputs are written just before,
+  outside the window. That write is the hand-over into a call (the layer runner and
+  `coupprof run` time it as transfer), so the fixed row does not count it a second
+  time, and the whole model's figure is the issue's "run plus reading every output".
+
+**Energy with a counter source** (NVML, RAPL, hwmon: `energy_by_prefix`). Each prefix
+is repeated back to back until the counter resolves its power P(k); its energy per
+call is E(k) = P(k) x T(P(k)), its power times its time in the rounds, and
+
+    fixed row's energy = E(-1)        layer k's energy = E(k) - E(k-1)
+
+so the fixed row and the layers add up to the whole model's energy per call exactly,
+as the times do. The alternative, a layer's power (its sliced sub-model repeated
+alone) times its fused time, does not add up: a sliced call of a small layer is mostly
+the processor's fixed cost, so its power is not the layer's power inside the model,
+and where neighbouring fused times alternate in sign (below resolution on a GPU) a
+few watts' difference between their powers swings the sum (ResNet50 on an H100: 0.55
+of the whole call's energy, half of it from comparing with the whole model repeated at
+another pace than its in-round time). The fixed row carries energy: every call pays
+it, and a stage's energy is its calls' fixed energy plus its layers'.
+
 Other schemes considered: per-op profiling inside the runtime (LiteRT's GPU
 accelerator fuses and queues kernels; it has no per-layer timing to read); suffixes
 (the same maths, but every call would upload a different boundary tensor); short
@@ -169,6 +190,14 @@ class FusedResult:
     def times_ms(self) -> np.ndarray:
         return np.array([layer.time_ms for layer in self.layers])
 
+    def prefix_ms(self) -> np.ndarray:
+        """Each prefix's time per call (trimmed mean over rounds; 0 = the empty prefix):
+        the fixed row, then fixed + the layers up to k."""
+        if self.round_ns is not None:
+            return np.asarray(trimmed_estimate(self.round_ns)[0], dtype=np.float64)
+        return np.concatenate([[self.fixed.time_ms],
+                               self.fixed.time_ms + np.cumsum(self.times_ms())])
+
     def info(self) -> dict[str, Any]:
         """What the JSON sidecar records of the method."""
         return {
@@ -243,14 +272,45 @@ def within_target(est: Estimate, settings: FusedSettings) -> bool:
     return est.ci95_ms <= max(settings.target_ms, settings.target_rel * abs(est.time_ms))
 
 
+@dataclass(frozen=True)
+class FusedEnergy:
+    """Energy per call from a counter: each prefix's repeat-window power times its time
+    in the rounds, and the differences (module docstring)."""
+
+    prefix_power_w: list[float]  # per prefix, 0 = the empty prefix
+    prefix_energy_mj: list[float]  # per call: power x the prefix's time
+    layer_energy_mj: list[float]  # E(k) - E(k - 1)
+    fixed_energy_mj: float  # E(-1)
+
+    @property
+    def whole_energy_mj(self) -> float:
+        """The whole model's energy per call (= fixed + the layers, exactly)."""
+        return self.prefix_energy_mj[-1]
+
+    def info(self) -> dict[str, Any]:
+        return {"method": "prefix energies: repeat-window power x time in the rounds, "
+                          "differenced", **asdict(self)}
+
+
+def energy_by_prefix(result: FusedResult, prefix_power_w: Sequence[float]) -> FusedEnergy:
+    """Layer and fixed-row energies per call from each prefix's power (module docstring)."""
+    t_ms = result.prefix_ms()
+    power = np.asarray(prefix_power_w, dtype=np.float64)
+    if power.shape != t_ms.shape:
+        raise ValueError(f"{power.size} prefix powers for {t_ms.size} prefixes")
+    e_mj = power * t_ms  # W x ms = mJ
+    return FusedEnergy([float(p) for p in power], [float(e) for e in e_mj],
+                       [float(d) for d in np.diff(e_mj)], float(e_mj[0]))
+
+
 # -- measuring -----------------------------------------------------------------------
 
 class FusedProfiler:
     """Loads every prefix on an open executor, then measures rounds (`measure`).
 
-    One call of a prefix, timed: set every input (the upload), run, and with
-    ``read_outputs`` read every output into host memory (a GPU's download; on a CPU the
-    outputs are already there). ``hooks(position, start)`` is called before (start=True) and after
+    One call of a prefix: set every input (untimed: the hand-over into a call), then,
+    timed, run and with ``read_outputs`` read every output into host memory (a GPU's
+    download; on a CPU the outputs are already there). ``hooks(position, start)`` is called before (start=True) and after
     each timed call of a measured round (position 0 = the empty prefix), e.g. to move a
     marker; its cost falls outside the timed window.
     """
@@ -285,9 +345,9 @@ class FusedProfiler:
         n_out = len(sub.outputs) if self.read_outputs else 0
 
         def call() -> int:
-            t0 = clock()
             for i, x in enumerate(inputs):
                 set_input(i, x)
+            t0 = clock()
             run()
             for i in range(n_out):
                 np.array(output(i), copy=True)  # the read-back an application does
@@ -299,6 +359,11 @@ class FusedProfiler:
         """The timed call of prefix ``position`` (0 = the empty prefix), e.g. to repeat it
         for a counter's energy; returns its duration in ns."""
         return self._calls[position]
+
+    @property
+    def calls(self) -> list[Callable[[], int]]:
+        """Every prefix's call, the empty prefix first."""
+        return list(self._calls)
 
     def run_round(self, backward: bool, hooks: Callable[[int, bool], None] | None = None,
                   calls: int = 3, warm: int = 1) -> np.ndarray:
@@ -378,13 +443,20 @@ def default_method(kind: str) -> str:
     return "fused" if kind in ("gpu", "npu") else "sliced"
 
 
+PrefixPowers = Callable[[Sequence[Callable[[], int]]], Sequence[float]]
+
+
 def measure_model(executor: Executor, data: bytes, sliced: Any,
                   settings: FusedSettings | None = None, *,
                   progress: Callable[[int, int], None] | None = None, seed: int = 0,
-                  clock: Clock = perf_clock, model_name: str = "model") -> FusedResult:
+                  clock: Clock = perf_clock, model_name: str = "model",
+                  prefix_powers: PrefixPowers | None = None,
+                  ) -> tuple[FusedResult, FusedEnergy | None]:
     """Build the prefixes of ``data`` cut as ``sliced`` (a `SlicedModel` of it), load them
     on the open ``executor`` and measure (see `FusedProfiler.measure`). Outputs are
     reduced and read back where the processor downloads them (`downloads`).
+    ``prefix_powers`` (a counter source: each prefix call's power from a repeat window,
+    `profiler.power.session.PowerSession.call_powers`) adds the energies per call.
 
     Memory: every prefix stays loaded, about n/2 copies of the model's weights."""
     from profiler.slicing.prefix import REDUCE_ABOVE_BYTES, prefix_models
@@ -393,4 +465,7 @@ def measure_model(executor: Executor, data: bytes, sliced: Any,
     prefixes = prefix_models(data, sliced, reduce_above_bytes=REDUCE_ABOVE_BYTES if down else None)
     prof = FusedProfiler(prefixes, executor, seed=seed, clock=clock, model_name=model_name,
                          read_outputs=down)
-    return prof.measure(settings, progress=progress)
+    result = prof.measure(settings, progress=progress)
+    if prefix_powers is None:
+        return result, None
+    return result, energy_by_prefix(result, prefix_powers(prof.calls))
