@@ -14,6 +14,12 @@ prefix is called once with the same inputs, and
     fixed per-call cost  = T(P(-1))
     layer k              = T(P(k)) - T(P(k-1))
 
+After the rounds the whole model (the last prefix) is also called alone, back to back,
+as an application calls its model frame after frame (``alone_warm`` untimed calls, then
+``alone_calls`` groups of ``visit_calls - visit_warm`` calls, each group's fastest kept,
+the statistic a visit keeps): ``whole_alone``, recorded beside T(P(n-1)) to show what
+interleaving changes, not used in the figures (see below).
+
 Why this scheme:
 
 - Every layer runs where an application runs it: after its predecessors, in one call,
@@ -21,9 +27,16 @@ Why this scheme:
   (dispatch, upload, the final sync) cancels in the difference and is reported once,
   as the fixed row, measured in the same rounds as the layers (interleaving itself
   changes what a call costs, by 0.3-0.6 ms on an H100).
-- The layers telescope: fixed + sum of layers = T(P(n-1)), the whole model (with its
-  real outputs, when they are small), so the layers add up to the whole run by
-  construction, not by luck.
+- The layers telescope: sum of layers = T(P(n-1)) - T(P(-1)), whatever a call costs
+  in the rounds beyond its layers cancelling in each difference.
+- The fixed row is T(P(-1)) in the same rounds, and fixed + layers = T(P(n-1)), the
+  whole model (with its real outputs, when they are small). Calling the whole model
+  alone instead (``whole_alone``) was tried as the fixed row's reference and dropped:
+  on an H100 a small model's call on LiteRT's GPU took 1.3 ms in the rounds, 1.5 ms
+  alone right after them in the same process, 0.9 ms alone in a fresh one and 0.9 to
+  1.35 ms in `coupprof run` from one run to the next, with the GPU's power (and so its
+  clock) differing between those states (85 W against 130 W); no one reference is
+  "the" fixed cost there. ResNet50's calls agreed within 4 % in every state.
 - On a GPU or NPU each prefix's outputs are reduced on the processor (a MEAN over H and
   W) before they are read back, so a difference does not measure how the boundary
   tensor's size changes the read-back. On a CPU nothing is downloaded: outputs stay in
@@ -59,8 +72,9 @@ call is E(k) = P(k) x T(P(k)), its power times its time in the rounds, and
 
     fixed row's energy = E(-1)        layer k's energy = E(k) - E(k-1)
 
-so the fixed row and the layers add up to the whole model's energy per call exactly,
-as the times do. The alternative, a layer's power (its sliced sub-model repeated
+and the whole call's energy is P(n-1) x T(whole, alone), the fixed row's that less the
+layers', so the fixed row and the layers add up to the whole model's energy per call
+exactly, as the times do. The alternative, a layer's power (its sliced sub-model repeated
 alone) times its fused time, does not add up: a sliced call of a small layer is mostly
 the processor's fixed cost, so its power is not the layer's power inside the model,
 and where neighbouring fused times alternate in sign (below resolution on a GPU) a
@@ -123,6 +137,8 @@ class FusedSettings:
     check_every: int = 5
     visit_calls: int = 3  # calls of a prefix back to back per round ...
     visit_warm: int = 1  # ... of which the first are not timed
+    alone_calls: int = 20  # groups of the whole model's calls alone after the rounds (0: not)
+    alone_warm: int = 5  # ... after this many untimed calls
 
     def __post_init__(self) -> None:
         if self.min_rounds < 3:
@@ -134,6 +150,8 @@ class FusedSettings:
         if not 0 <= self.visit_warm < self.visit_calls:
             raise BadInputError(f"visit of {self.visit_calls} calls with {self.visit_warm} "
                                 "untimed: at least one call must be timed", "")
+        if self.alone_calls < 0 or self.alone_warm < 0 or 0 < self.alone_calls < 3:
+            raise BadInputError(f"{self.alone_calls} calls alone: give 0 or 3 and more", "")
         if self.budget_s <= 0 or self.target_ms < 0 or self.target_rel < 0:
             raise BadInputError("--budget-s must be positive and the targets not negative",
                                 "e.g. --budget-s 60 --target-ms 0.02")
@@ -173,8 +191,8 @@ class FusedResult:
     """Per-layer fused times, the fixed per-call row, and how they were measured."""
 
     layers: list[FusedLayer]
-    fixed: Estimate
-    whole: Estimate  # T(P(n-1)): the whole model, one call
+    fixed: Estimate  # what a call costs beyond its layers (module docstring)
+    whole: Estimate  # the whole model, one call (alone, when measured so)
     rounds: int
     elapsed_s: float
     converged: bool  # every layer within its target (else the budget or max_rounds ended it)
@@ -182,6 +200,8 @@ class FusedResult:
     prefix_read_bytes: list[int] = field(default_factory=list)
     prefix_reduced: list[int] = field(default_factory=list)
     round_ns: np.ndarray | None = field(default=None, repr=False)  # (rounds, n + 1)
+    alone_ns: np.ndarray | None = field(default=None, repr=False)  # the whole model's calls alone
+    whole_alone: Estimate | None = None  # their trimmed mean (information only)
 
     @property
     def layer_sum_ms(self) -> float:
@@ -191,8 +211,7 @@ class FusedResult:
         return np.array([layer.time_ms for layer in self.layers])
 
     def prefix_ms(self) -> np.ndarray:
-        """Each prefix's time per call (trimmed mean over rounds; 0 = the empty prefix):
-        the fixed row, then fixed + the layers up to k."""
+        """Each prefix's time per call in the rounds (trimmed mean; 0 = the empty prefix)."""
         if self.round_ns is not None:
             return np.asarray(trimmed_estimate(self.round_ns)[0], dtype=np.float64)
         return np.concatenate([[self.fixed.time_ms],
@@ -211,6 +230,9 @@ class FusedResult:
             "fixed_ms_ci95": self.fixed.ci95_ms,
             "whole_ms": self.whole.time_ms,
             "whole_ms_ci95": self.whole.ci95_ms,
+            "whole_alone_ms": None if self.whole_alone is None else self.whole_alone.time_ms,
+            "whole_alone_ms_ci95": None if self.whole_alone is None
+            else self.whole_alone.ci95_ms,
             "layer_sum_ms": self.layer_sum_ms,
             "prefix_read_bytes": list(self.prefix_read_bytes),
             "prefix_reduced_outputs": list(self.prefix_reduced),
@@ -293,7 +315,8 @@ class FusedEnergy:
 
 
 def energy_by_prefix(result: FusedResult, prefix_power_w: Sequence[float]) -> FusedEnergy:
-    """Layer and fixed-row energies per call from each prefix's power (module docstring)."""
+    """Layer and fixed-row energies per call from each prefix's power (module docstring):
+    E(k) = P(k) T(k) with the rounds' times, layer k's E(k) - E(k-1), the fixed row's E(-1)."""
     t_ms = result.prefix_ms()
     power = np.asarray(prefix_power_w, dtype=np.float64)
     if power.shape != t_ms.shape:
@@ -415,11 +438,27 @@ class FusedProfiler:
                     break
             if done >= s.max_rounds or (spent >= s.budget_s and done >= s.min_rounds):
                 break
-        return self.result(np.array(rows), s, wall() - start, converged)
+        elapsed = wall() - start
+        return self.result(np.array(rows), s, elapsed, converged, self.alone(s))
+
+    def alone(self, settings: FusedSettings) -> np.ndarray | None:
+        """The whole model called alone, back to back: each group's fastest call (ns)."""
+        if settings.alone_calls == 0:
+            return None
+        call = self._calls[-1]
+        for _ in range(settings.alone_warm):
+            call()
+        timed = settings.visit_calls - settings.visit_warm
+        return np.array([min(call() for _ in range(timed)) for _ in range(settings.alone_calls)],
+                        dtype=np.int64)
 
     def result(self, round_ns: np.ndarray, settings: FusedSettings, elapsed_s: float,
-               converged: bool) -> FusedResult:
+               converged: bool, alone_ns: np.ndarray | None = None) -> FusedResult:
         fixed, layers, whole = layer_estimates(round_ns)
+        alone = None
+        if alone_ns is not None:
+            mean, half = trimmed_estimate(alone_ns)
+            alone = Estimate(float(mean), float(half))
         return FusedResult(
             layers=[FusedLayer(k, e.time_ms, e.ci95_ms, e.below_resolution,
                                within_target(e, settings)) for k, e in enumerate(layers)],
@@ -427,7 +466,7 @@ class FusedProfiler:
             converged=converged, settings=settings,
             prefix_read_bytes=[p.read_bytes for p in self.prefixes],
             prefix_reduced=[p.reduced for p in self.prefixes],
-            round_ns=round_ns,
+            round_ns=round_ns, alone_ns=alone_ns, whole_alone=alone,
         )
 
 

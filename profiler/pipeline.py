@@ -25,10 +25,10 @@ connection cut in the middle) is forwarded through the stages in between.
 * **Pipeline mode**: the source feeds frames as fast as the first queue takes them,
   so stages work on consecutive frames at once; throughput = completed frames per
   second in the steady state.
-* **Switch mode**: the same threads, but the source admits frame ``f + 1`` only after
-  frame ``f`` has left the last stage, so exactly one frame is in flight and the
-  processors take turns (ARM-CO-UP's Switch mode; hand-overs cross threads as in the
-  transfer matrix).
+* **Switch mode**: the same threads, but frame ``f + 1`` is fed only after frame ``f``
+  has left the last stage (by the thread that took it out, so no source thread wakes
+  up in between), so exactly one frame is in flight and the processors take turns
+  (ARM-CO-UP's Switch mode; hand-overs cross threads as in the transfer matrix).
 
 **Energy per frame** (with a power source):
 
@@ -60,7 +60,9 @@ queueing is never counted as transfer.
 
 A run is configured by one `MappingRunConfig`; `run_mapping` goes through four steps:
 set-up (`_Stages`: plans, queues, stage threads), per-mode execution (`_Driver`, whose
-`_Admission` is one frame in flight for Switch, free-running for Pipeline), measurement
+which feeds frames from a source thread for Pipeline and, for Switch, feeds the next
+frame from the thread that took the last one out, so one frame is in flight and a frame
+waits for no extra thread wake-up), measurement
 (`_measure`: warm-up done, frames run through the power source if any) and the result
 (`_result`: a `MappedRun` with the energy attributed).
 """
@@ -495,29 +497,6 @@ class _Stages:
 # -- per-mode execution --------------------------------------------------------------
 
 
-class _Admission:
-    """Pipeline mode: the source feeds frames as fast as the first queue takes them."""
-
-    def before_feed(self) -> None:
-        pass
-
-    def after_done(self) -> None:
-        pass
-
-
-class _OneInFlight(_Admission):
-    """Switch mode: frame f + 1 is admitted only after frame f left the last stage."""
-
-    def __init__(self) -> None:
-        self._turn = threading.Semaphore(1)
-
-    def before_feed(self) -> None:
-        self._turn.acquire()
-
-    def after_done(self) -> None:
-        self._turn.release()
-
-
 class _Driver:
     """Feeds frames into the first queue and collects them from the last."""
 
@@ -525,7 +504,7 @@ class _Driver:
                  output_ids: list[int]) -> None:
         self.q_first, self.q_last = stages.queues[0], stages.queues[-1]
         self.stages = stages
-        self.admission = _OneInFlight() if config.mode == "switch" else _Admission()
+        self.switch = config.mode == "switch"
         self.feed = feed
         self.output_ids = output_ids if config.keep_outputs else None
         self.progress, self.total = config.progress, config.warmup + config.frames
@@ -540,7 +519,6 @@ class _Driver:
     def _source(self, ids: Sequence[int]) -> None:
         try:
             for f in ids:
-                self.admission.before_feed()
                 tensors = self.feed(f)
                 self.q_first.put(_Msg(f, tensors, -1))
                 with self._lock:
@@ -552,6 +530,18 @@ class _Driver:
     def batch(self, ids: range) -> None:
         if len(ids) == 0:
             return
+        if self.switch:
+            # One frame in flight: the next is fed as soon as the last one is out, by
+            # this thread (a source thread would add a wake-up to every frame).
+            for f in ids:
+                self.q_first.put(_Msg(f, self.feed(f), -1))
+                self.max_in_flight = 1
+                msg = self.q_last.get()
+                if msg is _STOP:
+                    break
+                self._took(msg)
+            self.stages.raise_error()
+            return
         src = threading.Thread(target=self._source, args=(ids,), name="coupprof-source",
                                daemon=True)
         src.start()
@@ -559,21 +549,24 @@ class _Driver:
             msg = self.q_last.get()
             if msg is _STOP:
                 break
-            self.done[msg.frame] = msg.sent_ns
-            if self.on_done is not None:
-                self.on_done(msg.frame)
-            if self.output_ids is not None:
-                self.outputs[msg.frame] = {t: msg.tensors[t] for t in self.output_ids
-                                           if t in msg.tensors}
             with self._lock:
                 self._in_flight -= 1
-            self.admission.after_done()
-            if self.progress:
-                self.progress(len(self.done), self.total)
+            self._took(msg)
         src.join(timeout=60)
         self.stages.raise_error()
         if self.source_error is not None:
             raise self.source_error
+
+    def _took(self, msg: _Msg) -> None:
+        """A finished frame: record it (and its outputs, when kept)."""
+        self.done[msg.frame] = msg.sent_ns
+        if self.on_done is not None:
+            self.on_done(msg.frame)
+        if self.output_ids is not None:
+            self.outputs[msg.frame] = {t: msg.tensors[t] for t in self.output_ids
+                                       if t in msg.tensors}
+        if self.progress:
+            self.progress(len(self.done), self.total)
 
 
 # -- measurement ---------------------------------------------------------------------

@@ -526,15 +526,38 @@ def measure_costs(
             rows += w.call(lambda ex, letter=letter: profile(ex, letter))
     table = pd.DataFrame(rows)
     table["level"] = table["level"].astype("Int64")
-    # The boundaries a run hands over at: where its calls meet (every boundary, sliced).
-    needed = [(c.last, c.processor, mapping.order[c.last + 1])
-              for c in calls(mapping, freq, method) if c.last + 1 < n]
+    transfers = mapping_transfers(sliced, board, mapping, freq=freq, frames=frames,
+                                  warmup=warmup, make=make, power=power, activity=activity,
+                                  seed=seed, model_name=model_name, method=method,
+                                  model_bytes=model_bytes, fused=fused)
+    return (LayerCosts(table, baselines, [f"measured by coupprof run ({method})"], fixed),
+            transfers)
+
+
+def handover_points(mapping: Mapping, freq: FreqPlan | None = None,
+                    method: str = "fused") -> list[tuple[int, str, str]]:
+    """(boundary, src, dst) where `method`'s calls of `mapping` meet: where a run hands over."""
+    return [(c.last, c.processor, mapping.order[c.last + 1])
+            for c in calls(mapping, freq, method) if c.last + 1 < mapping.n_layers]
+
+
+def mapping_transfers(sliced: Any, board: Board, mapping: Mapping, *,
+                      freq: FreqPlan | None = None, frames: int = 20, warmup: int = 3,
+                      make: Callable[[Board, str], Executor] | None = None,
+                      power: PowerSession | None = None, activity: Activity | None = None,
+                      seed: int = 0, model_name: str = "model", method: str = "sliced",
+                      model_bytes: bytes | None = None, fused: Any = None) -> pd.DataFrame:
+    """The transfer table at the mapping's hand-over points (`handover_points`), measured as
+    `coupprof transfer-matrix --method METHOD` does; empty when the run hands nothing over."""
+    needed = handover_points(mapping, freq, method)
+    if not needed:
+        return pd.DataFrame(columns=["boundary", "src", "dst", "time_ms_mean"])
+    build = make or (lambda bd, letter: make_executor(bd, letter))
     matrix = measure_transfer_matrix(sliced, board, mapping.processors, reps=frames,
                                      warmup=warmup, only=needed, make=build, power=power,
                                      activity=activity, seed=seed, model_name=model_name,
                                      method=method, model_bytes=model_bytes, fused=fused)
-    return (LayerCosts(table, baselines, [f"measured by coupprof run ({method})"], fixed),
-            matrix.table())
+    return matrix.table()
 
 
 # --------------------------------------------------------------------------------

@@ -538,6 +538,9 @@ def _fused_caption(tables: RunTables) -> str:
             f" (budget {settings.get('budget_s', '?')} s, "
             f"{'every interval within target' if fused.get('converged') else 'budget or rounds spent'})"
             f"; sliced: {tables.info.get('frames', '?')} frames")
+    alone = fused.get("whole_alone_ms")
+    if alone is not None:
+        text += f"; the whole model alone after the rounds: {alone:.3f} ms/call"
     if "whole_energy_mj" in tot:
         text += ("; energy = differences of prefix energies per call (each prefix's counter "
                  "power x its time), fixed row included in the total")

@@ -44,7 +44,9 @@ fused matrix adds, per (boundary, src), ``readout_ms``: T(layers 0..b, every cro
 tensor read back in full) - T(layers 0..b, reduced), the two prefixes called in
 interleaved rounds beside the empty one (a 95 % interval in ``readout_ms_ci95``; 0 on
 CPU clusters, whose outputs stay in host memory). ``time_ms_*`` stay the hand-over
-itself (read-out copies, thread wake-up, the write into dst), as sliced measures it.
+itself (read-out copies, thread wake-up, the write into dst), as sliced measures it,
+except that each crossing tensor is written once, into the one sub-model a fused call
+starts (sliced writes it into every later layer that reads it, as a sliced run does).
 The cost of cutting at b from src to dst is then readout + hand-over + dst's fixed
 per-call cost (the fixed row of its fused table); `profiler.predict` charges the
 read-out to the producing stage, which is where it is spent.
@@ -62,7 +64,7 @@ import json
 import queue
 import threading
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -202,11 +204,15 @@ class _Loaded:
         pos, slot = self.plan.producer[tensor]
         return self.inputs[tensor] if pos < 0 else self.subs[pos].output(slot)
 
-    def deliver(self, boundary: int, arrays: Sequence[np.ndarray]) -> None:
+    def deliver(self, boundary: int, arrays: Sequence[np.ndarray], once: bool = False) -> None:
+        """Write the boundary's tensors into every consumer after it; ``once``: into the
+        first only, as a run writes each into the one sub-model of the next call (fused)."""
         for spec, arr in zip(self.plan.tensors[boundary], arrays, strict=True):
             for pos, slot in self.plan.consumers.get(int(spec.index), []):
                 if pos > boundary:
                     self.subs[pos].set_input(slot, arr)
+                    if once:
+                        break
 
 
 def model_inputs(sliced: Any, seed: int = 0) -> dict[int, np.ndarray]:
@@ -286,7 +292,7 @@ def measure_transfer_matrix(
                     if wanted is not None and (b, src, dst) not in wanted:
                         continue
                     pair = _Pair(b, src, dst, workers[src], loaded[src], workers[dst],
-                                 loaded[dst], clock, act)
+                                 loaded[dst], clock, act, once=method == "fused")
                     times, marks = pair.time(reps, warmup, cap)
                     energy = None
                     if power is not None and cap is None:
@@ -346,7 +352,7 @@ def _readout_cost(ex: Executor, sliced: Any, data: bytes, b: int, settings: Any,
                   model_name: str) -> tuple[float, float]:
     """(ms, 95 % half-width): what src's call of layers 0..b takes longer when it reads
     every crossing tensor back in full rather than reduced (0 on a CPU)."""
-    from profiler.fused import FusedProfiler, downloads
+    from profiler.fused import FusedProfiler, FusedSettings, downloads
     from profiler.slicing.prefix import REDUCE_ABOVE_BYTES, prefix_models
 
     if not downloads(ex.proc.kind):
@@ -356,8 +362,8 @@ def _readout_cost(ex: Executor, sliced: Any, data: bytes, b: int, settings: Any,
     (full,) = prefix_models(data, sliced, reduce_above_bytes=None, lasts=[b])
     prof = FusedProfiler([empty, reduced, full], ex, seed=seed, read_outputs=True,
                          model_name=f"{model_name} (read-back at boundary {b})")
-    try:
-        res = prof.measure(settings)
+    try:  # (the difference is wanted, not the whole model alone)
+        res = prof.measure(replace(settings or FusedSettings(), alone_calls=0))
     finally:
         for sub in prof.subs:
             sub.close()
@@ -373,8 +379,9 @@ class _Pair:
     stream captures, and the processors' activity reported."""
 
     def __init__(self, b: int, src: str, dst: str, wsrc: ProcessorWorker, lsrc: _Loaded,
-                 wdst: ProcessorWorker, ldst: _Loaded, clock: Clock, act: Activity) -> None:
-        self.b, self.src, self.dst = b, src, dst
+                 wdst: ProcessorWorker, ldst: _Loaded, clock: Clock, act: Activity,
+                 once: bool = False) -> None:
+        self.b, self.src, self.dst, self.once = b, src, dst, once
         self.wsrc, self.lsrc, self.wdst, self.ldst = wsrc, lsrc, wdst, ldst
         self.clock, self.act = clock, act
 
@@ -385,7 +392,7 @@ class _Pair:
         lsrc.subs[b].run()
         lo = cap.mark(1)[0] if cap is not None else 0
         t0 = clock()
-        lsrc.deliver(b, [lsrc.source(int(t.index)) for t in lsrc.plan.tensors[b]])
+        lsrc.deliver(b, [lsrc.source(int(t.index)) for t in lsrc.plan.tensors[b]], self.once)
         t1 = clock()
         act.idle(p)  # after t1: a preemption here must not count as idle in the window
         hi = cap.mark(0)[1] if cap is not None else 0
@@ -400,7 +407,7 @@ class _Pair:
             waiting.set()
             arrays = handoff.get()
             act.busy(self.dst)
-            self.ldst.deliver(b, arrays)
+            self.ldst.deliver(b, arrays, self.once)
             t1 = clock()
             act.idle(self.dst)
             hi = cap.mark(0)[1] if cap is not None else 0

@@ -222,7 +222,13 @@ def run(args: argparse.Namespace) -> int:
     from profiler.executors.logs import quiet_native_exit
     from profiler.mapping import parse_freq, parse_order
     from profiler.pipeline import MappingRunConfig, run_mapping
-    from profiler.predict import measure_costs, predict, read_layer_tables
+    from profiler.predict import (
+        handover_points,
+        mapping_transfers,
+        measure_costs,
+        predict,
+        read_layer_tables,
+    )
     from profiler.results import environment
     from profiler.tflite.model_io import sha256_bytes
     from profiler.transfer import read_transfer_csv
@@ -249,18 +255,24 @@ def run(args: argparse.Namespace) -> int:
         if plan.mode == "per-processor":
             for w in apply_setup_levels(plan, govs):
                 say(f"warning: {w}")
-        if not args.no_predict and (layer_costs is None or transfers is None):
-            measured_layers, measured_transfers = measure_costs(
+        if not args.no_predict and layer_costs is None:
+            layer_costs, measured_transfers = measure_costs(
                 sliced, board, mapping, freq=plan, governors=govs, frames=args.profile_frames,
                 warmup=min(args.warmup, 3), power=meter, activity=sim_model, seed=args.seed,
                 model_name=model.name, method=method, model_bytes=data,
                 fused=fused_settings(args))
-            if layer_costs is None:
-                layer_costs = measured_layers
-                notes.append("prediction from layer times measured just before the run")
+            notes.append(f"prediction from layer times measured just before the run ({method})")
             if transfers is None:
                 transfers = measured_transfers
                 notes.append("transfers measured just before the run")
+        elif not args.no_predict and transfers is None and handover_points(mapping, plan,
+                                                                           method):
+            transfers = mapping_transfers(
+                sliced, board, mapping, freq=plan, frames=args.profile_frames,
+                warmup=min(args.warmup, 3), power=meter, activity=sim_model, seed=args.seed,
+                model_name=model.name, method=method, model_bytes=data,
+                fused=fused_settings(args))
+            notes.append("transfers measured just before the run")
         total = args.warmup + args.frames
         result = run_mapping(sliced, board, MappingRunConfig(
             mapping, args.mode, frames=args.frames, warmup=args.warmup, freq=plan,
@@ -280,6 +292,11 @@ def run(args: argparse.Namespace) -> int:
         notes.append(f"CPU fallback in layer(s) {', '.join(fb)}")
     if args.mode == "pipeline":
         notes.append("* slowest stage; predicted latency assumes no queueing")
+        shared = _shared_cores(board, mapping)
+        if shared:
+            notes.append(f"stages {shared} share host cores, so they contend when they run "
+                         "at once; the prediction assumes they do not (give the processors "
+                         "disjoint cores in the board profile)")
     if board.simulated:
         notes.append(_host_note(result))
     if pred is not None and plan.mode == "per-layer":
@@ -336,6 +353,21 @@ def run(args: argparse.Namespace) -> int:
               file=sys.stderr)
         return result.power_error.exit_code
     return 0
+
+
+def _shared_cores(board: Any, mapping: Any) -> str:
+    """'B and G (cores 0-15)' when processors of different stages drive from the same host
+    cores (on the `host` board, G is driven from B's), else ''."""
+    from profiler.boards.host import format_cpu_list
+
+    letters = mapping.processors
+    pairs = []
+    for i, a in enumerate(letters):
+        for b in letters[i + 1:]:
+            common = set(board.processor(a).cores) & set(board.processor(b).cores)
+            if common:
+                pairs.append(f"{a} and {b} (cores {format_cpu_list(sorted(common))})")
+    return ", ".join(pairs)
 
 
 def _host_note(run: Any) -> str:
