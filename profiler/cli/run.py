@@ -292,6 +292,11 @@ def run(args: argparse.Namespace) -> int:
         notes.append(f"CPU fallback in layer(s) {', '.join(fb)}")
     if args.mode == "pipeline":
         notes.append("* slowest stage; predicted latency assumes no queueing")
+        accel = [p for p in mapping.processors if board.processor(p).accelerator]
+        if accel and len(mapping.stages) > 1 and not board.simulated:
+            notes.append(f"{', '.join(accel)}: LiteRT's accelerator call holds Python's GIL "
+                         "while it runs, so the other stages' hand-overs and read-outs wait "
+                         "for it; the prediction assumes they do not")
         shared = _shared_cores(board, mapping)
         if shared:
             notes.append(f"stages {shared} share host cores, so they contend when they run "
