@@ -32,7 +32,13 @@ from typing import Any
 
 from profiler.boards.model import Board, ProcessorSpec
 from profiler.errors import BadInputError
-from profiler.fused import FusedProfiler, FusedSettings, default_method, downloads
+from profiler.fused import (
+    FusedProfiler,
+    FusedSettings,
+    default_method,
+    downloads,
+    energy_by_prefix,
+)
 from profiler.jsonfile import write_json_atomic
 from profiler.results import LAYER_END, TRANSFER_START, LayerInfo, LayerRun, LayerTimings, RunInfo
 from profiler.runner import LayerHooks
@@ -289,7 +295,8 @@ class Sweep:
                 job.progress.pair_started(job.index, pair)
                 t0 = time.perf_counter_ns()
                 effective, warning = self._set_level(job, pair, gov)
-                timings, energy = self._measure(runner, proc, pair, job.progress)
+                timings, energy = self._measure(runner, proc, pair, job.progress,
+                                                prefix_energy=prof is not None)
                 info = self._info(pair, proc, executor, job)
                 run = LayerRun(info, job.layer_infos, timings,
                                dict(energy.columns) if energy is not None else {},
@@ -297,7 +304,11 @@ class Sweep:
                 rows, tot, fused_info = layer_table(run), totals(run), None
                 if prof is not None:
                     fused = prof.measure(self.settings.fused)
-                    tables = with_fused(RunTables(rows, None, info.to_dict(), tot), fused)
+                    # A counter's energies come from the prefixes (profiler.fused).
+                    f_energy = energy_by_prefix(fused, self.power.call_powers(prof.calls)) \
+                        if self.power is not None and not self.power.streaming else None
+                    tables = with_fused(RunTables(rows, None, info.to_dict(), tot), fused,
+                                        f_energy)
                     rows, tot, fused_info = tables.layers, tables.totals, fused.info()
                 elif any_fused:
                     rows = rows.assign(**{c: float("nan") for c in FUSED_COLUMNS})
@@ -339,8 +350,9 @@ class Sweep:
         return res.effective_khz, res.warning
 
     def _measure(self, runner: Any, proc: ProcessorSpec, pair: Pair,
-                 prog: SweepProgress) -> tuple[LayerTimings, Any]:
-        """Run the pair's frames; with a power session, also its per-layer energy.
+                 prog: SweepProgress, prefix_energy: bool = False) -> tuple[LayerTimings, Any]:
+        """Run the pair's frames; with a power session, also its per-layer energy (with a
+        counter and the fused method, ``prefix_energy``: from the prefixes, afterwards).
 
         A power failure raises before the pair's rows are written, so --resume measures
         it again; the pairs before it are on disk."""
@@ -358,7 +370,9 @@ class Sweep:
         except BaseException:
             self.power.abort()
             raise
-        energy = self.power.finish(timings, [runner.layer_call(i) for i in range(len(runner.layers))])
+        calls = [] if prefix_energy and not self.power.streaming else \
+            [runner.layer_call(i) for i in range(len(runner.layers))]
+        energy = self.power.finish(timings, calls)
         if energy.error is not None:
             prog.note(f"power failed during {pair.label()}; its rows are not written")
             raise energy.error

@@ -198,3 +198,49 @@ def test_cli_bad_input_is_one_line_exit_2(tables, tmp_path: Path, args: list[str
     assert r.returncode == 2
     err = r.stderr.strip()
     assert len(err.splitlines()) == 1 and "Traceback" not in err and needle in err
+
+
+def write_fused_table(path: Path, letter: str, costs: dict, fused_ms: list[float],
+                      fixed_ms: float) -> Path:
+    """A layer table as `coupprof layers --method fused` writes it (time_ms_fused, the
+    fixed row in the totals)."""
+    from profiler.fused import Estimate, FusedLayer, FusedResult, FusedSettings
+    from profiler.tables import with_fused
+
+    write_layer_table(path, letter, costs)
+    from profiler.tables import read_tables
+
+    t = read_tables(path)
+    res = FusedResult([FusedLayer(k, v, 0.01, False, True) for k, v in enumerate(fused_ms)],
+                      Estimate(fixed_ms, 0.01), Estimate(fixed_ms + sum(fused_ms), 0.01), 5,
+                      1.0, True, FusedSettings())
+    write_tables(with_fused(t, res), path)
+    return path
+
+
+def test_fused_tables_price_one_fixed_cost_per_call_and_the_read_back_at_a_cut(
+        tmp_path: Path) -> None:
+    """BBGG executed fused: two calls. Each pays its processor's fixed row once, its
+    layers' fused times, the hand-over into it (none inside a call), and G->B's producer
+    pays its read-back at the cut (readout_ms)."""
+    gb = write_fused_table(tmp_path / "G.csv", "G", G, [0.2, 0.3, 0.4, 0.5], fixed_ms=1.0)
+    bb = write_fused_table(tmp_path / "B.csv", "B", B, [0.9, 1.9, 2.9, 3.9], fixed_ms=0.01)
+    tr = tmp_path / "t.csv"
+    tr.write_text("boundary,src,dst,bytes,time_ms_mean,readout_ms\n"
+                  "1,B,G,1000,0.7,0.0\n1,G,B,1000,0.9,0.25\n")
+    costs = read_layer_tables([bb, gb])
+    transfers = read_transfer_csv(tr)
+    p = predict(Mapping("BBGG"), "switch", costs, transfers)
+    # B call: 0.01 + 0.9 + 1.9 + input feed 0.1; G call: 1.0 + 0.4 + 0.5 + B>G 0.7.
+    assert p.latency_ms == pytest.approx(0.01 + 2.8 + 0.1 + 1.0 + 0.9 + 0.7)
+    assert [s.calls for s in p.stages] == [1, 1]
+    assert p.handover_ms == pytest.approx([0.1, 0.0, 0.7, 0.0])
+    q = predict(Mapping("GGBB"), "pipeline", costs, transfers)
+    # G call: 1.0 + 0.2 + 0.3 + its read-back at the cut 0.25 + input 0.05 (G's table).
+    assert q.stages[0].readout_ms == pytest.approx(0.25)
+    assert q.stages[0].time_ms == pytest.approx(1.0 + 0.5 + 0.25 + 0.05)
+    assert q.stages[1].time_ms == pytest.approx(0.01 + 2.9 + 3.9 + 0.9)
+    assert q.throughput_fps == pytest.approx(1000 / (0.01 + 2.9 + 3.9 + 0.9))
+    # Sliced execution of the same tables: every layer is a call and pays a fixed row.
+    s = predict(Mapping("BBGG"), "switch", costs, transfers, method="sliced")
+    assert len(s.calls) == 4 and [st.fixed_ms for st in s.stages] == pytest.approx([0.02, 2.0])
