@@ -36,7 +36,7 @@ Why this scheme:
   alone right after them in the same process, 0.9 ms alone in a fresh one and 0.9 to
   1.35 ms in `coupprof run` from one run to the next, with the GPU's power (and so its
   clock) differing between those states (85 W against 130 W); no one reference is
-  "the" fixed cost there. ResNet50's calls agreed within 4 % in every state.
+  "the" fixed cost there. ResNet50's calls moved by about 10 % between those states.
 - On a GPU or NPU each prefix's outputs are reduced on the processor (a MEAN over H and
   W) before they are read back, so a difference does not measure how the boundary
   tensor's size changes the read-back. On a CPU nothing is downloaded: outputs stay in
