@@ -163,7 +163,7 @@ def print_fused(name: str, f: dict[str, Any], whole_ms: float, sliced_ratio: flo
           f"{f['whole_invoke_ms']:.3f} ms (same rounds) = {f['fused_sum_over_whole']:.3f} "
           f"(target within {FUSED_WHOLE_TARGET:.0%}: "
           f"{'ok' if dev <= FUSED_WHOLE_TARGET else 'OVER TARGET'}); fixed row "
-          f"{f['fixed_ms']:.4f} ± {f['fixed_ms_ci95']:.4f} ms (input upload, a dispatch); "
+          f"{f['fixed_ms']:.4f} ± {f['fixed_ms_ci95']:.4f} ms (a dispatch: the input write is untimed, it is the hand-over); "
           f"{f['rounds']} rounds in {f['elapsed_s']:.1f} s, median interval "
           f"±{f['median_ci95_ms']:.4f} ms, {len(f['below_resolution'])} layers below resolution")
     if f["layers_1ms"]:

@@ -32,9 +32,25 @@ format, so `coupprof predict --layers` reads them):
     sim-run-*.csv                                simulated board, three pipeline mappings
     validation.json                              versions, device, commands, elapsed, summary
 
-Phases can be run separately (--only layers,transfers,sync,sim,fused) to fit the
+Phases can be run separately (--only layers,transfers,sync,sim,fused,mapped) to fit the
 device machine's 10-minute command limit; `fused` is not in the default set (run it
 per model: --only fused --models resnet50).
+
+Phase `mapped` (issue 10's prediction errors and NVML energies, all through the real
+CLI, about 7 minutes for both models on an H100), per model:
+
+    coupprof layers --processor G --method fused --power nvml   -> layers-MODEL-G-fused.csv
+    coupprof layers --processor B --method fused                -> layers-MODEL-B-fused.csv
+    coupprof transfer-matrix --processors B,G --method fused --boundaries SPLIT-1
+    coupprof run --order ORDER --mode switch|pipeline --layers G,B --transfers T
+        for ORDER in all-G, all-B, B-prefix + G-suffix, G-prefix + B-suffix (split in the
+        middle) -> run-MODEL-ORDER-MODE.csv, measured beside predicted
+    coupprof run --order all-G --mode switch --power nvml   (the whole run's energy)
+
+and, through the library, the whole model on G called back to back (each call's time)
+and repeated for NVML (power, time per call, energy per call), to compare with the
+layers' energies. Results: mapped-MODEL.json and the table files; summary in
+validation-mapped.json.
 """
 
 from __future__ import annotations
@@ -57,7 +73,7 @@ if str(REPO) not in sys.path:
 
 import numpy as np  # noqa: E402
 
-PHASES = ("layers", "transfers", "sync", "sim", "fused")
+PHASES = ("layers", "transfers", "sync", "sim", "fused", "mapped")
 DEFAULT_PHASES = ("layers", "transfers", "sync", "sim")
 SIM_MODEL = dict(alpha=1.0, size=160)  # stages of ~10 ms on the simulated board
 SIM_MAPPINGS = ("B4G6N5", "L3B5G7", "G5B5N5")
@@ -339,6 +355,264 @@ def gpu_sync_check(sliced: Any, board: Any, out: Path, reps: int = 20) -> dict[s
     return result
 
 
+def run_summary(csv_p: Path) -> dict[str, Any]:
+    """measured, predicted and error of a `coupprof run` CSV's summary rows."""
+    import pandas as pd
+
+    df = pd.read_csv(csv_p)
+    s = df[df["kind"] == "summary"].set_index("metric")
+    out: dict[str, Any] = {}
+    for metric in ("latency_ms_mean", "throughput_fps", "energy_mj"):
+        if metric in s.index:
+            out[metric] = {k: (None if pd.isna(s.loc[metric, k]) else float(s.loc[metric, k]))
+                           for k in ("measured", "predicted", "error_pct")}
+    st = df[df["kind"] == "stage"]
+    out["stages"] = [{"processor": r.processor, "layers": [int(r.first_layer), int(r.last_layer)],
+                      "measured_ms": float(r.time_ms_mean), "predicted_ms": float(r.predicted_ms)}
+                     for r in st.itertuples()]
+    return out
+
+
+def whole_calls(board: Any, letter: str, data: bytes, source: Any, n_calls: int = 300,
+                min_updates: int = 10) -> dict[str, Any]:
+    """The whole model on `letter` as `coupprof run` calls it (inputs written, then run
+    and read back): each of ``n_calls`` back-to-back calls timed, and a counter repeat
+    window of the same call (power, time and energy per call)."""
+    from profiler.executors import make_executor
+    from profiler.power.repeat import measure_repeated
+    from profiler.runner import random_input
+
+    with make_executor(board, letter) as ex:
+        sub = ex.load(data, name="whole model")
+        rng = np.random.default_rng(0)
+        inputs = [random_input(io.shape, io.dtype, rng) for io in sub.inputs]
+        times: list[int] = []
+
+        def call() -> None:
+            for i, x in enumerate(inputs):
+                sub.set_input(i, x)
+            t0 = time.perf_counter_ns()
+            sub.run()
+            for i in range(len(sub.outputs)):
+                np.array(sub.output(i), copy=True)
+            times.append(time.perf_counter_ns() - t0)
+
+        for _ in range(20):
+            call()
+        times.clear()
+        for _ in range(n_calls):
+            call()
+        ms = np.array(times) / 1e6
+        out: dict[str, Any] = {"calls": n_calls, "median_ms": float(np.median(ms)),
+                               "mean_ms": float(ms.mean()), "p10_ms": float(np.percentile(ms, 10)),
+                               "p90_ms": float(np.percentile(ms, 90)),
+                               "p99_ms": float(np.percentile(ms, 99)), "max_ms": float(ms.max())}
+        if source is not None:
+            times.clear()
+            r = measure_repeated(call, source, min_updates=min_updates)
+            rm = np.array(times) / 1e6
+            out["repeat"] = {**r.to_dict(), "call_median_ms": float(np.median(rm)),
+                             "call_mean_ms": float(rm.mean()), "calls_timed": int(rm.size),
+                             "energy_mj_at_median": r.power_w * float(np.median(rm))}
+    return out
+
+
+SPLIT_PROFILE = """# This machine with the GPU's driving thread on a core of its own (L = core {g}),
+# apart from B (cores {b}): pipeline stages on B and G then do not contend for cores.
+[board]
+name = "host-split"
+description = "this machine: B on cores {b}; G (LiteRT GPU) driven from core {g} alone"
+
+[processors.L]
+kind = "cpu"
+name = "core {g} (drives G)"
+cores = [{g}]
+
+[processors.B]
+kind = "cpu"
+name = "CPU x{nb} (cores {b})"
+cores = [{b_list}]
+
+[processors.G]
+kind = "gpu"
+name = "GPU via LiteRT, driven from core {g}"
+host = "L"
+accelerator = "gpu"
+"""
+
+
+def split_profile(out: Path, cores: list[int]) -> Path:
+    """A profile of this machine with G driven from its last core and B on the others."""
+    b, g = cores[:-1], cores[-1]
+    path = out / "host-split.toml"
+    path.write_text(SPLIT_PROFILE.format(g=g, b=f"{b[0]}-{b[-1]}", nb=len(b),
+                                         b_list=", ".join(map(str, b))))
+    return path
+
+
+def gil_during_run(board: Any, data: bytes, calls: int = 20) -> dict[str, Any]:
+    """Does G's call (LiteRT's CompiledModel.run_by_index) let other Python threads run?
+    A thread counts in a loop while the calls run; its rate against its rate alone."""
+    import threading
+
+    from profiler.executors import make_executor
+
+    count = [0]
+    stop = threading.Event()
+
+    def spin() -> None:
+        while not stop.is_set():
+            count[0] += 1
+
+    def rate(seconds_or_work: Any) -> float:
+        count[0] = 0
+        stop.clear()
+        t = threading.Thread(target=spin)
+        t0 = time.perf_counter()
+        t.start()
+        seconds_or_work()
+        dt = time.perf_counter() - t0
+        stop.set()
+        t.join()
+        return count[0] / dt
+
+    with make_executor(board, "G") as ex:
+        sub = ex.load(data, name="whole")
+        sub.run()
+        alone = rate(lambda: time.sleep(0.3))
+        during = rate(lambda: [sub.run() for _ in range(calls)])
+    return {"spinner_per_s_alone": alone, "spinner_per_s_during_G_calls": during,
+            "ratio": during / alone,
+            "meaning": "near 1: the call releases the GIL; near 0: other threads wait"}
+
+
+def switch_penalty(board: Any, data: bytes, other: bytes, reps: int = 30,
+                   calls: int = 8) -> dict[str, Any]:
+    """G: the whole model's call times by position after calls of another model (what
+    switching between compiled models costs a call, and for how many calls)."""
+    from profiler.executors import make_executor
+    from profiler.runner import random_input
+
+    with make_executor(board, "G") as ex:
+        subs = [ex.load(data, name="whole"), ex.load(other, name="other")]
+        rng = np.random.default_rng(0)
+        ins = [[random_input(io.shape, io.dtype, rng) for io in s.inputs] for s in subs]
+
+        def call(k: int) -> int:
+            for i, x in enumerate(ins[k]):
+                subs[k].set_input(i, x)
+            t0 = time.perf_counter_ns()
+            subs[k].run()
+            for i in range(len(subs[k].outputs)):
+                np.array(subs[k].output(i), copy=True)
+            return time.perf_counter_ns() - t0
+
+        rows = []
+        for r in range(reps + 2):
+            for _ in range(3):
+                call(1)
+            row = [call(0) for _ in range(calls)]
+            if r >= 2:
+                rows.append(row)
+    ms = np.array(rows) / 1e6
+    return {"median_ms_by_position": [float(v) for v in np.median(ms, axis=0)],
+            "reps": reps}
+
+
+def mapped_phase(name: str, path: Path, n_layers: int, out: Path, record: dict[str, Any],
+                 letters: list[str], board: Any, source_open: Any, args: Any) -> dict[str, Any]:
+    """Issue 10: fused tables, then `coupprof run` of each mapping beside its prediction."""
+    label = name
+    res: dict[str, Any] = {"model": path.name, "layers": n_layers}
+    big = name == "resnet50"
+    tables = {}
+    for letter in letters:
+        csv_p = out / f"layers-{label}-{letter}-fused.csv"
+        budget = (args.g_budget_s if letter == "G" else args.b_budget_s) * (2 if big else 1)
+        cmd = ["layers", "--board", args.mapped_board, "--processor", letter,
+               "--model", str(path), "--method", "fused", "--budget-s", f"{budget:g}", "--frames", "20",
+               "--warmup", "3", "--csv", str(csv_p)]
+        if letter == "G" and source_open:
+            cmd += ["--power", "nvml", "--counter-updates", str(args.energy_updates),
+                    "--baseline-s", "2"]
+        if cli(cmd, record["commands"]) == 0:
+            tables[letter] = csv_p
+    split = n_layers // 2
+    tr_p = out / f"transfers-{label}-fused.csv"
+    transfers = None
+    if len(letters) > 1 and cli(
+            ["transfer-matrix", "--board", args.mapped_board, "--processors", ",".join(letters),
+             "--model", str(path), "--method", "fused", "--boundaries", str(split - 1),
+             "--frames", "30", "--budget-s", "5", "--csv", str(tr_p)], record["commands"]) == 0:
+        transfers = tr_p
+    orders = [letter * n_layers for letter in letters]
+    if len(letters) > 1:
+        a, b = ("B", "G") if "B" in letters and "G" in letters else (letters[0], letters[1])
+        orders += [a * split + b * (n_layers - split), b * split + a * (n_layers - split)]
+    runs = []
+    for order in orders:
+        if not set(order) <= set(tables):
+            continue
+        for mode in ("switch", "pipeline"):
+            compact = "".join(f"{c}{order.count(c)}" for c in dict.fromkeys(order))
+            csv_p = out / f"run-{label}-{compact}-{mode}.csv"
+            cmd = ["run", "--board", args.mapped_board, "--model", str(path), "--order", order,
+                   "--mode", mode, "--layers", ",".join(str(tables[c]) for c in dict.fromkeys(order)),
+                   "--frames", str(args.run_frames), "--warmup", "10", "--csv", str(csv_p)]
+            if transfers is not None:
+                cmd += ["--transfers", str(transfers)]
+            rc = cli(cmd, record["commands"])
+            row: dict[str, Any] = {"order": compact, "mode": mode, "rc": rc}
+            if rc == 0:
+                row.update(run_summary(csv_p))
+            runs.append(row)
+    res["runs"] = runs
+    if source_open and "G" in tables:
+        try:
+            from profiler.slicing.slicer import slice_model
+
+            first = slice_model(path).layers[0].model_bytes
+            res["switch_penalty_G"] = switch_penalty(board, path.read_bytes(), first)
+            log(f"  switch penalty (G, whole model after another): "
+                f"{res['switch_penalty_G']['median_ms_by_position']}")
+        except Exception as err:  # a diagnostic: keep going
+            res["switch_penalty_G"] = {"error": repr(err)}
+        try:
+            res["gil_G"] = gil_during_run(board, path.read_bytes())
+            log(f"  G's call and the GIL: {res['gil_G']['ratio']:.2f} of a thread's rate alone")
+        except Exception as err:  # a diagnostic: keep going
+            res["gil_G"] = {"error": repr(err)}
+        csv_p = out / f"run-{label}-G{n_layers}-switch-nvml.csv"
+        rc = cli(["run", "--board", args.mapped_board, "--model", str(path),
+                  "--order", "G" * n_layers,
+                  "--mode", "switch", "--layers", str(tables["G"]), "--power", "nvml",
+                  "--frames", str(args.run_frames), "--warmup", "10", "--csv", str(csv_p)],
+                 record["commands"])
+        if rc == 0:
+            res["nvml_run"] = run_summary(csv_p)
+        from profiler.power.sources import open_power_source
+
+        src = open_power_source("nvml").open()
+        try:
+            res["whole_calls_G"] = whole_calls(board, "G", path.read_bytes(), src,
+                                               min_updates=args.energy_updates)
+        finally:
+            src.close()
+        g_meta = json.loads(tables["G"].with_suffix(".json").read_text())
+        tot = g_meta.get("totals", {})
+        res["nvml_tables"] = {k: tot.get(k) for k in (
+            "energy_mj", "fixed_energy_mj", "whole_energy_mj", "fixed_ms", "whole_ms",
+            "fused_layer_sum_ms", "baseline_power_w")}
+    (out / f"mapped-{label}.json").write_text(json.dumps(res, indent=2) + "\n")
+    for r in runs:
+        if r["rc"] == 0:
+            lat, fps = r["latency_ms_mean"], r["throughput_fps"]
+            log(f"  {r['order']} {r['mode']}: latency {lat['measured']:.3f} vs "
+                f"{lat['predicted']:.3f} ms ({lat['error_pct']:+.1f} %), throughput "
+                f"{fps['measured']:.1f} vs {fps['predicted']:.1f} FPS ({fps['error_pct']:+.1f} %)")
+    return res
+
+
 def cli(args: list[str], record: list[dict[str, Any]], timeout: int = 590) -> int:
     cmd = [sys.executable, "-m", "profiler", *args]
     shown = "coupprof " + shlex.join(args)
@@ -379,6 +653,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--transfer-energy", default="mobilenet_v1",
                     help="models whose transfer matrix also gets energy (slow); '' for none")
     ap.add_argument("--sim-frames", type=int, default=150)
+    ap.add_argument("--g-budget-s", type=float, default=12.0,
+                    help="mapped phase: fused rounds' budget for G (doubled for ResNet50)")
+    ap.add_argument("--b-budget-s", type=float, default=8.0,
+                    help="mapped phase: fused rounds' budget for B (doubled for ResNet50)")
+    ap.add_argument("--run-frames", type=int, default=60,
+                    help="mapped phase: measured frames per `coupprof run`")
+    ap.add_argument("--mapped-board", default="host",
+                    help="mapped phase: the board; host-split: this machine with G driven from "
+                    "its last core and B on the others (no contention between B and G "
+                    "stages); sim: a dry run of the plumbing, no NVML")
     args = ap.parse_args(argv)
 
     from profiler import zoo
@@ -417,6 +701,11 @@ def main(argv: list[str] | None = None) -> int:
         record["results"]["idle_power_w"] = baseline
         log(f"NVML idle power {baseline:.2f} W")
     models = [m for m in args.models.split(",") if m]
+    nvml = not args.cpu_only and args.mapped_board in ("host", "host-split")
+    if "mapped" in phases and args.mapped_board == "host-split":
+        args.mapped_board = str(split_profile(out, sorted(allowed)))
+        board = load_board(args.mapped_board)
+        record["mapped_board"] = Path(args.mapped_board).read_text()
     try:
         for name in models:
             params = {"size": args.size} if args.size else {}
@@ -455,6 +744,10 @@ def main(argv: list[str] | None = None) -> int:
                                             args.frames, args.warmup, args.fused_budget_s,
                                             source, baseline, args.energy_updates)
                 (out / f"fused-{label}.json").write_text(json.dumps(fz, indent=2) + "\n")
+            if "mapped" in phases:
+                letters = ["B"] if args.cpu_only else ["G", "B"]
+                res["mapped"] = mapped_phase(name, path, len(sliced.layers), out, record,
+                                             letters, board, nvml, args)
             if "transfers" in phases:
                 procs = "B" if args.cpu_only else "B,G"
                 cmd = ["transfer-matrix", "--board", "host", "--processors", procs, "--model",

@@ -128,14 +128,16 @@ METHOD_HELP = (
     "layer as its own sub-model (what a stage boundary pays; gives the hand-overs).")
 
 
-def add_method_options(p: argparse.ArgumentParser) -> None:
+def add_method_options(p: argparse.ArgumentParser, *, method_help: str | None = None,
+                       group_help: str = METHOD_HELP, budget_s: float = 60.0,
+                       budget_help: str = "fused: wall seconds of measured rounds at most") -> None:
     """--method and the fused method's rounds, target and budget."""
-    m = p.add_argument_group("method", METHOD_HELP)
+    m = p.add_argument_group("method", group_help)
     m.add_argument("--method", choices=("fused", "sliced"), default=None,
-                   help="fused | sliced (default: fused for G and N, where a fixed per-call "
-                   "cost dwarfs small layers; sliced for CPU clusters)")
-    m.add_argument("--budget-s", type=positive_float, default=60.0, metavar="S",
-                   help="fused: wall seconds of measured rounds at most (default: 60)")
+                   help=method_help or "fused | sliced (default: fused for G and N, where a "
+                   "fixed per-call cost dwarfs small layers; sliced for CPU clusters)")
+    m.add_argument("--budget-s", type=positive_float, default=budget_s, metavar="S",
+                   help=f"{budget_help} (default: {budget_s:g})")
     m.add_argument("--target-ms", type=float, default=0.02, metavar="MS",
                    help="fused: stop once every 95 %% half-width is within this many ms or "
                    "--target-rel of the layer (default: 0.02)")

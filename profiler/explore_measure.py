@@ -89,7 +89,7 @@ def measure(job: MeasureJob) -> Measured:
         run = run_mapping(sliced, board, MappingRunConfig(
             mapping, job.mode, frames=job.frames, warmup=job.warmup, freq=plan,
             governors=govs, power=session, activity=activity, seed=job.seed,
-            model_name=Path(job.model).name))
+            model_name=Path(job.model).name, model_bytes=Path(job.model).read_bytes()))
     return Measured(job, float(run.latency_ns.mean()) / 1e6, float(run.throughput_fps),
                     None if run.energy_mj is None else float(run.energy_mj),
                     time.perf_counter() - t0, f"{socket.gethostname()}:{os.getpid()}")

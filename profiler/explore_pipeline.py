@@ -73,13 +73,15 @@ class _Fast:
                     same_e[u, :, i] = idle * ms if math.isnan(e) else e
         self.same, self.same_e = same, same_e
         zero = np.zeros((U, K, 1))
-        self.P = np.concatenate([zero, np.cumsum(t.time_ms + same, axis=2)], axis=2)
-        # energy per layer as the pipeline formula counts it: dynamic + hand-over above idle
+        # A stage is one call: its layers, and a hand-over into its first layer only.
+        self.P = np.concatenate([zero, np.cumsum(t.time_ms, axis=2)], axis=2)
+        # energy per layer as the pipeline formula counts it: dynamic (above idle), or the
+        # layer's board energy for the upper bound
         if self.exact_energy:
             assert t.dynamic_energy_mj is not None
-            e_lay = t.dynamic_energy_mj + same_e - idle * same
+            e_lay = t.dynamic_energy_mj
         elif t.energy_mj is not None:
-            e_lay = t.energy_mj + same_e
+            e_lay = t.energy_mj
         else:
             e_lay = np.zeros_like(same)
         self.PE = np.concatenate([zero, np.cumsum(e_lay, axis=2)], axis=2)
@@ -98,16 +100,17 @@ class _Fast:
               ) -> tuple[np.ndarray, np.ndarray]:
         """(time ms, energy mJ) of layers a..b on u, per level index."""
         assert self.t.fixed_ms is not None
-        ms = self.P[u, :, b + 1] - self.P[u, :, a] + self.t.fixed_ms[u]  # one call per stage
+        fixed = self.t.fixed_ms[u]
+        ms = self.P[u, :, b + 1] - self.P[u, :, a] + fixed  # one call per stage
         en = self.PE[u, :, b + 1] - self.PE[u, :, a]
-        if prev is not None:
-            # swap the same-unit hand-over into layer a for the real one
+        if not self.exact_energy:  # the fixed cost at idle power (0 above idle)
+            en = en + self.idle * fixed
+        if prev is not None:  # the hand-over into its first layer
             xm, xe = self.cross(a, prev, u)
-            same_e = self.same_e[u, :, a] - (self.idle * self.same[u, :, a]
-                                             if self.exact_energy else 0.0)
-            ms = ms - self.same[u, :, a] + xm
-            en = en - same_e + xe
-        return ms, en
+            return ms + xm, en + xe
+        same_e = self.same_e[u, :, a] - (self.idle * self.same[u, :, a]
+                                         if self.exact_energy else 0.0)
+        return ms + self.same[u, :, a], en + same_e
 
 
 def _structures(t: CostTables, max_stages: int) -> list[tuple[int, ...]]:

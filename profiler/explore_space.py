@@ -13,12 +13,15 @@ coupprof's own tables (`profiler.explore_tables`) or, later, imported ones.
 **Costs** follow `profiler.predict` (see its docstring), so a pick's prediction is the
 one `coupprof predict` gives for the same tables:
 
-- a stage (a maximal run of layers on one unit) pays the unit's fixed per-call cost at
-  its first layer's level once: fused tables (`time_ms_fused`) give it, sliced ones 0
-  (their layer times hold it); it adds time, not energy, as in predict.
-- hand-over into layer i > 0: the transfer table's time where it has (i - 1, src, dst);
-  else, on the same unit, the layer table's feed time of layer i; else 0 (missing, listed).
-  Its energy: the transfer table's, else the idle power x its time.
+- layers run as the calls `coupprof run` makes (`profiler.mapping.calls`, fused): a
+  stage (a maximal run of layers on one unit) is one call, cut again where a switch
+  candidate changes the level within it. Each call pays the unit's fixed per-call cost
+  at its first layer's level once (fused tables, `time_ms_fused`, give it; sliced ones
+  0, their layer times hold it), in time and, at the idle power, in energy, as predict.
+- hand-over into the first layer i > 0 of a call: the transfer table's time where it
+  has (i - 1, src, dst); else, on the same unit, the layer table's feed time of layer i;
+  else 0 (missing, listed). Inside a call: none. Its energy: the transfer table's, else
+  the idle power x its time.
 - switch: latency = sum (t_i + h_i + d_i), energy = sum (e_i + E(h_i) + P_idle d_i), where
   d_i is the DVFS transition delay of layer i's domain from the level it was last set
   to (by any earlier layer on that domain, or in the previous frame: frames repeat, so a
@@ -26,8 +29,9 @@ one `coupprof predict` gives for the same tables:
   unchanged. `coupprof run` requests a layer's level just before it, so the change
   happens while the layer runs; charging the whole delay as time at idle power is the
   model's choice.
-- pipeline: one level per domain (set once, no transition cost); stage time = sum of its
-  (t_i + h_i); throughput = 1000 / slowest stage; energy as predict's pipeline formula.
+- pipeline: one level per domain (set once, no transition cost); stage time = its fixed
+  cost + sum of its (t_i + h_i); throughput = 1000 / slowest stage; energy as predict's
+  pipeline formula.
 """
 
 from __future__ import annotations
@@ -190,6 +194,16 @@ def handover(t: CostTables, i: int, src: int | None, dst: int, k_dst: int
     return 0.0, None, True
 
 
+def call_starts(c: Candidate) -> set[int]:
+    """Layers that start a call (`profiler.mapping.calls`, fused): the first, each unit
+    change and, in switch mode, each level change within a unit."""
+    out = {0}
+    for i in range(1, len(c.units)):
+        if c.units[i] != c.units[i - 1] or (c.mode == "switch" and c.levels[i] != c.levels[i - 1]):
+            out.add(i)
+    return out
+
+
 def _layer(t: CostTables, u: int, level: int, i: int) -> tuple[int, float]:
     k = t.level_index(u, level)
     ms = float(t.time_ms[u, k, i])
@@ -211,6 +225,7 @@ def evaluate(t: CostTables, c: Candidate) -> Evaluation:
     missing: list[str] = []
     # Each domain starts the frame at the level the previous frame left it at.
     last = {t.units[u].domain: lv for u, lv in zip(c.units, c.levels, strict=True)}
+    starts = call_starts(c)
     for i in range(n):
         u, lv = c.units[i], c.levels[i]
         k, ms = _layer(t, u, lv, i)
@@ -219,6 +234,12 @@ def evaluate(t: CostTables, c: Candidate) -> Evaluation:
             e_mj.append(float(t.energy_mj[u, k, i]))
         if t.dynamic_energy_mj is not None:
             dyn.append(float(t.dynamic_energy_mj[u, k, i]))
+        if i not in starts:  # inside a call: no hand-over
+            h_ms.append(0.0)
+            he.append(0.0)
+            if c.mode == "switch":
+                last[t.units[u].domain] = lv
+            continue
         h, e, miss = handover(t, i, None if i == 0 else c.units[i - 1], u, k)
         if miss:
             missing.append(f"{i - 1}:{t.units[c.units[i - 1]].name}->{t.units[u].name}")
@@ -228,18 +249,18 @@ def evaluate(t: CostTables, c: Candidate) -> Evaluation:
             dom = t.units[u].domain
             d_total += t.delay(dom, last[dom], lv)
             last[dom] = lv
-    # fused tables: a stage runs as one call and pays its fixed per-call cost once
-    fixed = [t.fixed(u, c.levels[a]) for u, a, _ in stages_of(c.units)]
-    stage_ms = tuple(f + sum(t_ms[a:b + 1]) + sum(h_ms[a:b + 1])
-                     for f, (_, a, b) in zip(fixed, stages_of(c.units), strict=True))
-    serial = sum(t_ms) + sum(h_ms) + sum(fixed)
+    # fused tables: each call pays its fixed per-call cost once
+    fixed = {i: t.fixed(c.units[i], c.levels[i]) for i in sorted(starts)}
+    stage_ms = tuple(sum(fixed.get(i, 0.0) for i in range(a, b + 1)) + sum(t_ms[a:b + 1])
+                     + sum(h_ms[a:b + 1]) for _, a, b in stages_of(c.units))
+    serial = sum(t_ms) + sum(h_ms) + sum(fixed.values())
     energy: float | None = None
     upper = False
     if c.mode == "switch":
         latency = serial + d_total
         fps = 1000.0 / latency if latency > 0 else INF
         if e_mj:
-            energy = sum(e_mj) + sum(he) + idle * d_total
+            energy = sum(e_mj) + sum(he) + idle * (d_total + sum(fixed.values()))
     else:
         latency = serial
         slowest = max(stage_ms)
@@ -249,7 +270,7 @@ def evaluate(t: CostTables, c: Candidate) -> Evaluation:
                 energy = sum(dyn) + sum(x - idle * h for x, h in zip(he, h_ms, strict=True)) \
                     + idle * (1000.0 / fps)
             else:
-                energy, upper = sum(e_mj) + sum(he), True
+                energy, upper = sum(e_mj) + sum(he) + idle * sum(fixed.values()), True
     return Evaluation(c, latency, fps, energy, stage_ms, d_total, tuple(missing), upper)
 
 

@@ -3,8 +3,11 @@
 A state of layer i is its unit and the level each DVFS domain was last set to: the
 next transition delay depends on it (`profiler.explore_space` charges a domain's change
 from its last level, also across layers on other domains). The cost of going from a
-state of layer i - 1 to one of layer i is the hand-over, the layer and, where layer i's
-domain changes level, the transition delay at idle power.
+state of layer i - 1 to one of layer i is the layer and, where layer i's domain changes
+level, the transition delay at idle power; where layer i starts a call (another unit,
+or the same unit at another level: `profiler.explore_space.call_starts`) also the
+hand-over and the unit's fixed per-call cost (at idle power in energy); inside a call
+nothing more.
 
 Frames repeat, so each domain starts a frame at the level the last frame left it. The
 first DP lets every domain start wherever suits (first uses cost nothing): a relaxation,
@@ -80,10 +83,12 @@ class _Space:
     doms: list[str]
     dlev: list[tuple[int, ...]]  # board levels per domain axis
     udom: list[int]  # unit -> domain axis
-    lat0: np.ndarray  # [U, J]: feed + layer 0
+    lat0: np.ndarray  # [U, J]: feed + fixed + layer 0
     en0: np.ndarray
-    lat: list[np.ndarray]  # layer i >= 1: [U_prev, U, J] hand-over + layer
+    lat: list[np.ndarray]  # layer i >= 1 starting a call: [U_prev, U, J] hand-over + fixed + layer
     en: list[np.ndarray]
+    lat_in: list[np.ndarray]  # layer i >= 1 inside a call (same unit, same level): [U, J]
+    en_in: list[np.ndarray]
     delay: list[np.ndarray]  # per domain axis: [from, to] ms
     idle_w: float
 
@@ -120,7 +125,7 @@ def _space(t: CostTables) -> _Space:
         for j, lv in enumerate(dlev[udom[u]]):
             if lv in t.levels[u]:
                 fix[u, j] = t.fixed(u, lv)
-    lat, en = [], []
+    lat, en, lat_in, en_in = [], [], [], []
     for i in range(1, n):
         h = np.zeros((U, U, J))
         he = np.zeros((U, U, J))
@@ -134,13 +139,24 @@ def _space(t: CostTables) -> _Space:
                 elif a == b:  # same unit: the layer table's feed (as predict does)
                     h[a, b] = feed[b, :, i]
                     he[a, b] = idle * feed[b, :, i]
-        # a new stage (another unit) pays its fixed per-call cost
-        lat.append(h + lay[None, :, :, i] + (1 - np.eye(U))[:, :, None] * fix[None, :, :])
-        en.append(he + lay_e[None, :, :, i])
+        # a new call (another unit, or a level change) pays its fixed per-call cost
+        lat.append(h + lay[None, :, :, i] + fix[None, :, :])
+        en.append(he + lay_e[None, :, :, i] + idle * fix[None, :, :])
+        lat_in.append(lay[:, :, i])
+        en_in.append(lay_e[:, :, i])
     delay = [np.array([[t.delay(d, a, b) for b in lv] for a in lv]) for d, lv in
              zip(doms, dlev, strict=True)]
     return _Space(doms, dlev, udom, feed[:, :, 0] + lay[:, :, 0] + fix,
-                  lay_e[:, :, 0] + idle * feed[:, :, 0], lat, en, delay, idle)
+                  lay_e[:, :, 0] + idle * (feed[:, :, 0] + fix), lat, en, lat_in, en_in,
+                  delay, idle)
+
+
+def _step(sp: _Space, i: int, u1: int, u2: int, a: int, j: int) -> tuple[float, float]:
+    """(ms, mJ) from layer i - 1 on u1 (its domain last at level index a) to layer i on u2
+    at level index j: inside a call when the unit and level stay, else a new call."""
+    if u1 == u2 and a == j:
+        return float(sp.lat_in[i - 1][u2, j]), float(sp.en_in[i - 1][u2, j])
+    return float(sp.lat[i - 1][u1, u2, j]), float(sp.en[i - 1][u1, u2, j])
 
 
 def _q(ms: float, delta: float) -> int:
@@ -190,7 +206,7 @@ def _dp(sp: _Space, w_lat: float, w_en: float, bound_ms: float | None, bins: int
                 E[(*idx, k)] = c
     back: list[np.ndarray] = []
     U = shape[0]
-    for lat_i, en_i in zip(sp.lat, sp.en, strict=True):
+    for i_layer, lat_i in enumerate(sp.lat, start=1):
         newE = np.full_like(E, INF)
         bp = np.zeros(E.shape, dtype=np.int8)
         for u2, d in enumerate(sp.udom):
@@ -206,8 +222,8 @@ def _dp(sp: _Space, w_lat: float, w_en: float, bound_ms: float | None, bins: int
                         continue
                     for a in range(nd):
                         dl = float(sp.delay[d][a, j])
-                        k, c = cost(float(lat_i[u1, u2, j]) + dl,
-                                    float(en_i[u1, u2, j]) + sp.idle_w * dl)
+                        s_ms, s_mj = _step(sp, i_layer, u1, u2, a, j)
+                        k, c = cost(s_ms + dl, s_mj + sp.idle_w * dl)
                         if k >= nb:
                             continue
                         src = E[(u1, *(a if x == d else slice(None)
@@ -240,7 +256,7 @@ def _path(sp: _Space, tab: _Table, flat: int) -> Candidate:
         code = int(tab.back[i - 1][(u, *v, b)])
         u_prev, a = divmod(code, nd)
         if tab.delta:
-            b -= _q(float(sp.lat[i - 1][u_prev, u, j]) + float(sp.delay[d][a, j]), tab.delta)
+            b -= _q(_step(sp, i, u_prev, u, a, j)[0] + float(sp.delay[d][a, j]), tab.delta)
         v[d] = a
         u = u_prev
     units.append(u)

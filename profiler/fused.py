@@ -14,6 +14,12 @@ prefix is called once with the same inputs, and
     fixed per-call cost  = T(P(-1))
     layer k              = T(P(k)) - T(P(k-1))
 
+After the rounds the whole model (the last prefix) is also called alone, back to back,
+as an application calls its model frame after frame (``alone_warm`` untimed calls, then
+``alone_calls`` groups of ``visit_calls - visit_warm`` calls, each group's fastest kept,
+the statistic a visit keeps): ``whole_alone``, recorded beside T(P(n-1)) to show what
+interleaving changes, not used in the figures (see below).
+
 Why this scheme:
 
 - Every layer runs where an application runs it: after its predecessors, in one call,
@@ -21,9 +27,16 @@ Why this scheme:
   (dispatch, upload, the final sync) cancels in the difference and is reported once,
   as the fixed row, measured in the same rounds as the layers (interleaving itself
   changes what a call costs, by 0.3-0.6 ms on an H100).
-- The layers telescope: fixed + sum of layers = T(P(n-1)), the whole model (with its
-  real outputs, when they are small), so the layers add up to the whole run by
-  construction, not by luck.
+- The layers telescope: sum of layers = T(P(n-1)) - T(P(-1)), whatever a call costs
+  in the rounds beyond its layers cancelling in each difference.
+- The fixed row is T(P(-1)) in the same rounds, and fixed + layers = T(P(n-1)), the
+  whole model (with its real outputs, when they are small). Calling the whole model
+  alone instead (``whole_alone``) was tried as the fixed row's reference and dropped:
+  on an H100 a small model's call on LiteRT's GPU took 1.3 ms in the rounds, 1.5 ms
+  alone right after them in the same process, 0.9 ms alone in a fresh one and 0.9 to
+  1.35 ms in `coupprof run` from one run to the next, with the GPU's power (and so its
+  clock) differing between those states (85 W against 130 W); no one reference is
+  "the" fixed cost there. ResNet50's calls moved by about 10 % between those states.
 - On a GPU or NPU each prefix's outputs are reduced on the processor (a MEAN over H and
   W) before they are read back, so a difference does not measure how the boundary
   tensor's size changes the read-back. On a CPU nothing is downloaded: outputs stay in
@@ -47,6 +60,28 @@ Why this scheme:
   may be disturbed), and a layer's is the difference of two such, so the layers add up
   exactly; its 95 % interval comes from the round-by-round paired differences (free of
   the drift both calls of a round share), by the winsorized variance (Tukey-McLaughlin).
+
+- A call's timed window is `run` and the read-back; its inputs are written just before,
+  outside the window. That write is the hand-over into a call (the layer runner and
+  `coupprof run` time it as transfer), so the fixed row does not count it a second
+  time, and the whole model's figure is the issue's "run plus reading every output".
+
+**Energy with a counter source** (NVML, RAPL, hwmon: `energy_by_prefix`). Each prefix
+is repeated back to back until the counter resolves its power P(k); its energy per
+call is E(k) = P(k) x T(P(k)), its power times its time in the rounds, and
+
+    fixed row's energy = E(-1)        layer k's energy = E(k) - E(k-1)
+
+and the whole call's energy is P(n-1) x T(whole, alone), the fixed row's that less the
+layers', so the fixed row and the layers add up to the whole model's energy per call
+exactly, as the times do. The alternative, a layer's power (its sliced sub-model repeated
+alone) times its fused time, does not add up: a sliced call of a small layer is mostly
+the processor's fixed cost, so its power is not the layer's power inside the model,
+and where neighbouring fused times alternate in sign (below resolution on a GPU) a
+few watts' difference between their powers swings the sum (ResNet50 on an H100: 0.55
+of the whole call's energy, half of it from comparing with the whole model repeated at
+another pace than its in-round time). The fixed row carries energy: every call pays
+it, and a stage's energy is its calls' fixed energy plus its layers'.
 
 Other schemes considered: per-op profiling inside the runtime (LiteRT's GPU
 accelerator fuses and queues kernels; it has no per-layer timing to read); suffixes
@@ -102,6 +137,8 @@ class FusedSettings:
     check_every: int = 5
     visit_calls: int = 3  # calls of a prefix back to back per round ...
     visit_warm: int = 1  # ... of which the first are not timed
+    alone_calls: int = 20  # groups of the whole model's calls alone after the rounds (0: not)
+    alone_warm: int = 5  # ... after this many untimed calls
 
     def __post_init__(self) -> None:
         if self.min_rounds < 3:
@@ -113,6 +150,8 @@ class FusedSettings:
         if not 0 <= self.visit_warm < self.visit_calls:
             raise BadInputError(f"visit of {self.visit_calls} calls with {self.visit_warm} "
                                 "untimed: at least one call must be timed", "")
+        if self.alone_calls < 0 or self.alone_warm < 0 or 0 < self.alone_calls < 3:
+            raise BadInputError(f"{self.alone_calls} calls alone: give 0 or 3 and more", "")
         if self.budget_s <= 0 or self.target_ms < 0 or self.target_rel < 0:
             raise BadInputError("--budget-s must be positive and the targets not negative",
                                 "e.g. --budget-s 60 --target-ms 0.02")
@@ -152,8 +191,8 @@ class FusedResult:
     """Per-layer fused times, the fixed per-call row, and how they were measured."""
 
     layers: list[FusedLayer]
-    fixed: Estimate
-    whole: Estimate  # T(P(n-1)): the whole model, one call
+    fixed: Estimate  # what a call costs beyond its layers (module docstring)
+    whole: Estimate  # the whole model, one call (alone, when measured so)
     rounds: int
     elapsed_s: float
     converged: bool  # every layer within its target (else the budget or max_rounds ended it)
@@ -161,6 +200,8 @@ class FusedResult:
     prefix_read_bytes: list[int] = field(default_factory=list)
     prefix_reduced: list[int] = field(default_factory=list)
     round_ns: np.ndarray | None = field(default=None, repr=False)  # (rounds, n + 1)
+    alone_ns: np.ndarray | None = field(default=None, repr=False)  # the whole model's calls alone
+    whole_alone: Estimate | None = None  # their trimmed mean (information only)
 
     @property
     def layer_sum_ms(self) -> float:
@@ -168,6 +209,13 @@ class FusedResult:
 
     def times_ms(self) -> np.ndarray:
         return np.array([layer.time_ms for layer in self.layers])
+
+    def prefix_ms(self) -> np.ndarray:
+        """Each prefix's time per call in the rounds (trimmed mean; 0 = the empty prefix)."""
+        if self.round_ns is not None:
+            return np.asarray(trimmed_estimate(self.round_ns)[0], dtype=np.float64)
+        return np.concatenate([[self.fixed.time_ms],
+                               self.fixed.time_ms + np.cumsum(self.times_ms())])
 
     def info(self) -> dict[str, Any]:
         """What the JSON sidecar records of the method."""
@@ -182,6 +230,9 @@ class FusedResult:
             "fixed_ms_ci95": self.fixed.ci95_ms,
             "whole_ms": self.whole.time_ms,
             "whole_ms_ci95": self.whole.ci95_ms,
+            "whole_alone_ms": None if self.whole_alone is None else self.whole_alone.time_ms,
+            "whole_alone_ms_ci95": None if self.whole_alone is None
+            else self.whole_alone.ci95_ms,
             "layer_sum_ms": self.layer_sum_ms,
             "prefix_read_bytes": list(self.prefix_read_bytes),
             "prefix_reduced_outputs": list(self.prefix_reduced),
@@ -243,14 +294,46 @@ def within_target(est: Estimate, settings: FusedSettings) -> bool:
     return est.ci95_ms <= max(settings.target_ms, settings.target_rel * abs(est.time_ms))
 
 
+@dataclass(frozen=True)
+class FusedEnergy:
+    """Energy per call from a counter: each prefix's repeat-window power times its time
+    in the rounds, and the differences (module docstring)."""
+
+    prefix_power_w: list[float]  # per prefix, 0 = the empty prefix
+    prefix_energy_mj: list[float]  # per call: power x the prefix's time
+    layer_energy_mj: list[float]  # E(k) - E(k - 1)
+    fixed_energy_mj: float  # E(-1)
+
+    @property
+    def whole_energy_mj(self) -> float:
+        """The whole model's energy per call (= fixed + the layers, exactly)."""
+        return self.prefix_energy_mj[-1]
+
+    def info(self) -> dict[str, Any]:
+        return {"method": "prefix energies: repeat-window power x time in the rounds, "
+                          "differenced", **asdict(self)}
+
+
+def energy_by_prefix(result: FusedResult, prefix_power_w: Sequence[float]) -> FusedEnergy:
+    """Layer and fixed-row energies per call from each prefix's power (module docstring):
+    E(k) = P(k) T(k) with the rounds' times, layer k's E(k) - E(k-1), the fixed row's E(-1)."""
+    t_ms = result.prefix_ms()
+    power = np.asarray(prefix_power_w, dtype=np.float64)
+    if power.shape != t_ms.shape:
+        raise ValueError(f"{power.size} prefix powers for {t_ms.size} prefixes")
+    e_mj = power * t_ms  # W x ms = mJ
+    return FusedEnergy([float(p) for p in power], [float(e) for e in e_mj],
+                       [float(d) for d in np.diff(e_mj)], float(e_mj[0]))
+
+
 # -- measuring -----------------------------------------------------------------------
 
 class FusedProfiler:
     """Loads every prefix on an open executor, then measures rounds (`measure`).
 
-    One call of a prefix, timed: set every input (the upload), run, and with
-    ``read_outputs`` read every output into host memory (a GPU's download; on a CPU the
-    outputs are already there). ``hooks(position, start)`` is called before (start=True) and after
+    One call of a prefix: set every input (untimed: the hand-over into a call), then,
+    timed, run and with ``read_outputs`` read every output into host memory (a GPU's
+    download; on a CPU the outputs are already there). ``hooks(position, start)`` is called before (start=True) and after
     each timed call of a measured round (position 0 = the empty prefix), e.g. to move a
     marker; its cost falls outside the timed window.
     """
@@ -285,9 +368,9 @@ class FusedProfiler:
         n_out = len(sub.outputs) if self.read_outputs else 0
 
         def call() -> int:
-            t0 = clock()
             for i, x in enumerate(inputs):
                 set_input(i, x)
+            t0 = clock()
             run()
             for i in range(n_out):
                 np.array(output(i), copy=True)  # the read-back an application does
@@ -299,6 +382,11 @@ class FusedProfiler:
         """The timed call of prefix ``position`` (0 = the empty prefix), e.g. to repeat it
         for a counter's energy; returns its duration in ns."""
         return self._calls[position]
+
+    @property
+    def calls(self) -> list[Callable[[], int]]:
+        """Every prefix's call, the empty prefix first."""
+        return list(self._calls)
 
     def run_round(self, backward: bool, hooks: Callable[[int, bool], None] | None = None,
                   calls: int = 3, warm: int = 1) -> np.ndarray:
@@ -350,11 +438,27 @@ class FusedProfiler:
                     break
             if done >= s.max_rounds or (spent >= s.budget_s and done >= s.min_rounds):
                 break
-        return self.result(np.array(rows), s, wall() - start, converged)
+        elapsed = wall() - start
+        return self.result(np.array(rows), s, elapsed, converged, self.alone(s))
+
+    def alone(self, settings: FusedSettings) -> np.ndarray | None:
+        """The whole model called alone, back to back: each group's fastest call (ns)."""
+        if settings.alone_calls == 0:
+            return None
+        call = self._calls[-1]
+        for _ in range(settings.alone_warm):
+            call()
+        timed = settings.visit_calls - settings.visit_warm
+        return np.array([min(call() for _ in range(timed)) for _ in range(settings.alone_calls)],
+                        dtype=np.int64)
 
     def result(self, round_ns: np.ndarray, settings: FusedSettings, elapsed_s: float,
-               converged: bool) -> FusedResult:
+               converged: bool, alone_ns: np.ndarray | None = None) -> FusedResult:
         fixed, layers, whole = layer_estimates(round_ns)
+        alone = None
+        if alone_ns is not None:
+            mean, half = trimmed_estimate(alone_ns)
+            alone = Estimate(float(mean), float(half))
         return FusedResult(
             layers=[FusedLayer(k, e.time_ms, e.ci95_ms, e.below_resolution,
                                within_target(e, settings)) for k, e in enumerate(layers)],
@@ -362,7 +466,7 @@ class FusedProfiler:
             converged=converged, settings=settings,
             prefix_read_bytes=[p.read_bytes for p in self.prefixes],
             prefix_reduced=[p.reduced for p in self.prefixes],
-            round_ns=round_ns,
+            round_ns=round_ns, alone_ns=alone_ns, whole_alone=alone,
         )
 
 
@@ -378,13 +482,20 @@ def default_method(kind: str) -> str:
     return "fused" if kind in ("gpu", "npu") else "sliced"
 
 
+PrefixPowers = Callable[[Sequence[Callable[[], int]]], Sequence[float]]
+
+
 def measure_model(executor: Executor, data: bytes, sliced: Any,
                   settings: FusedSettings | None = None, *,
                   progress: Callable[[int, int], None] | None = None, seed: int = 0,
-                  clock: Clock = perf_clock, model_name: str = "model") -> FusedResult:
+                  clock: Clock = perf_clock, model_name: str = "model",
+                  prefix_powers: PrefixPowers | None = None,
+                  ) -> tuple[FusedResult, FusedEnergy | None]:
     """Build the prefixes of ``data`` cut as ``sliced`` (a `SlicedModel` of it), load them
     on the open ``executor`` and measure (see `FusedProfiler.measure`). Outputs are
     reduced and read back where the processor downloads them (`downloads`).
+    ``prefix_powers`` (a counter source: each prefix call's power from a repeat window,
+    `profiler.power.session.PowerSession.call_powers`) adds the energies per call.
 
     Memory: every prefix stays loaded, about n/2 copies of the model's weights."""
     from profiler.slicing.prefix import REDUCE_ABOVE_BYTES, prefix_models
@@ -393,4 +504,7 @@ def measure_model(executor: Executor, data: bytes, sliced: Any,
     prefixes = prefix_models(data, sliced, reduce_above_bytes=REDUCE_ABOVE_BYTES if down else None)
     prof = FusedProfiler(prefixes, executor, seed=seed, clock=clock, model_name=model_name,
                          read_outputs=down)
-    return prof.measure(settings, progress=progress)
+    result = prof.measure(settings, progress=progress)
+    if prefix_powers is None:
+        return result, None
+    return result, energy_by_prefix(result, prefix_powers(prof.calls))

@@ -24,6 +24,12 @@ are 1-based indices into each processor's frequency table, or ``min``/``max``. `
 
 Per-stage and per-layer SPECs are applied at run time (the governor's write only,
 non-blocking, skipped when unchanged), as ARM-CO-UP's per-layer mode does.
+
+**Calls** (`calls`): how a stage's layers are executed. Fused, as an application
+runs them: consecutive layers of a stage are one sub-model and one call, cut only where
+a per-layer SPEC asks for another level (the request must come before the layers it
+is for, so a level change needs a call boundary). Sliced: one call per layer.
+`profiler.pipeline` runs these calls and `profiler.predict` prices the same ones.
 """
 
 from __future__ import annotations
@@ -97,6 +103,51 @@ class Mapping:
     def compact(self) -> str:
         """'G2B4N2'."""
         return "".join(f"{s.processor}{len(s.layers)}" for s in self.stages)
+
+
+@dataclass(frozen=True)
+class Call:
+    """Consecutive layers of one stage run as one sub-model call."""
+
+    index: int
+    stage: int
+    processor: str
+    layers: tuple[int, ...]
+
+    @property
+    def first(self) -> int:
+        return self.layers[0]
+
+    @property
+    def last(self) -> int:
+        return self.layers[-1]
+
+
+EXECUTIONS = ("fused", "sliced")
+
+
+def calls(mapping: Mapping, freq: FreqPlan | None = None, method: str = "fused") -> list[Call]:
+    """The calls that run `mapping` (module docstring): fused, each stage cut only
+    where a per-layer level changes (a '-' level continues the call); sliced, one call
+    per layer."""
+    if method not in EXECUTIONS:
+        raise BadInputError(f"--method {method!r} is not one of {', '.join(EXECUTIONS)}")
+    out: list[Call] = []
+    for st in mapping.stages:
+        groups: list[list[int]] = []
+        level: int | None = None
+        for pos in st.layers:
+            khz = freq.khz[pos] if freq is not None and freq.mode == "per-layer" else None
+            if method == "sliced" or not groups or (khz is not None and level is not None
+                                                    and khz != level):
+                groups.append([pos])
+            else:
+                groups[-1].append(pos)
+            if khz is not None:
+                level = khz
+        out += [Call(len(out) + k, st.index, st.processor, tuple(g))
+                for k, g in enumerate(groups)]
+    return out
 
 
 def parse_order(text: str, n_layers: int, board: Board | None = None) -> Mapping:

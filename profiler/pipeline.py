@@ -5,10 +5,18 @@ thread, pinned to its processor's host cores, which creates the stage's sub-mode
 (so runtime worker threads inherit the cores) and then loops:
 
     take (frame, tensors) from its input queue
-    per layer: hand its inputs over (from the message, or straight from the producing
-               layer of this stage), apply per-layer DVFS, run
+    per call: hand its inputs over (from the message, or straight from the producing
+              call of this stage), apply per-layer DVFS, run
     read the tensors later stages need out of its buffers (host copies)
     put (frame, tensors) on its output queue
+
+**Calls** (`profiler.mapping.calls`, ``MappingRunConfig.method``): with ``fused`` (the
+default) a stage's layers are one sub-model cut from the original model
+(`profiler.slicing.spans`), run by one call as an application runs them, so a GPU
+stage pays its fixed per-call cost (dispatch, synchronisation, read-back) once; a
+per-layer DVFS SPEC that changes the level inside a stage cuts it into several calls,
+the request made before each. With ``sliced`` every layer is its own sub-model and
+call (what the per-layer tables measure), and each pays that cost.
 
 Queues are `queue.Queue(maxsize=queue_depth)`: a slow stage blocks the ones before it
 instead of letting a backlog grow. A tensor needed two stages later (a skip
@@ -17,10 +25,10 @@ connection cut in the middle) is forwarded through the stages in between.
 * **Pipeline mode**: the source feeds frames as fast as the first queue takes them,
   so stages work on consecutive frames at once; throughput = completed frames per
   second in the steady state.
-* **Switch mode**: the same threads, but the source admits frame ``f + 1`` only after
-  frame ``f`` has left the last stage, so exactly one frame is in flight and the
-  processors take turns (ARM-CO-UP's Switch mode; hand-overs cross threads as in the
-  transfer matrix).
+* **Switch mode**: the same threads, but frame ``f + 1`` is fed only after frame ``f``
+  has left the last stage (by the thread that took it out, so no source thread wakes
+  up in between), so exactly one frame is in flight and the processors take turns
+  (ARM-CO-UP's Switch mode; hand-overs cross threads as in the transfer matrix).
 
 **Energy per frame** (with a power source):
 
@@ -44,15 +52,17 @@ frequency, and ``idle(letter, stage)`` after its read-out: on the simulated boar
 the board's power is the baseline plus every busy processor's dynamic power, so
 concurrent stages add up.
 
-Per frame and layer, four timestamps are kept as in the layer runner (transfer
-start/end, layer start/end). For the first layer of a stage the transfer starts when
-the producing stage finished its last layer (or, if this stage was still busy with
-an earlier frame then, when it became free), so queueing is never counted as
-transfer.
+Per frame and call, four timestamps are kept as in the layer runner (transfer
+start/end, call start/end; with ``sliced``, a call is a layer). For the first call of
+a stage the transfer starts when the producing stage finished its last call (or, if
+this stage was still busy with an earlier frame then, when it became free), so
+queueing is never counted as transfer.
 
 A run is configured by one `MappingRunConfig`; `run_mapping` goes through four steps:
 set-up (`_Stages`: plans, queues, stage threads), per-mode execution (`_Driver`, whose
-`_Admission` is one frame in flight for Switch, free-running for Pipeline), measurement
+which feeds frames from a source thread for Pipeline and, for Switch, feeds the next
+frame from the thread that took the last one out, so one frame is in flight and a frame
+waits for no extra thread wake-up), measurement
 (`_measure`: warm-up done, frames run through the power source if any) and the result
 (`_result`: a `MappedRun` with the energy attributed).
 """
@@ -75,7 +85,16 @@ from profiler.clock import Clock, perf_clock
 from profiler.errors import BadInputError, ProfilerError
 from profiler.executors.base import Executor, MakeExecutor, SubModel
 from profiler.executors.factory import make_executor
-from profiler.mapping import FreqPlan, Mapping, Stage, boundary_tensors, pipeline_conflicts
+from profiler.mapping import (
+    EXECUTIONS,
+    Call,
+    FreqPlan,
+    Mapping,
+    Stage,
+    boundary_tensors,
+    calls,
+    pipeline_conflicts,
+)
 from profiler.power.session import PowerSession, StreamCapture
 from profiler.results import LAYER_END, LAYER_START, TRANSFER_END, TRANSFER_START
 from profiler.transfer import Activity, NoActivity, model_inputs
@@ -100,11 +119,11 @@ class MappedRun:
 
     mode: str
     mapping: Mapping
-    ts_ns: np.ndarray  # (frames, layers, 4), as profiler.results.LayerTimings
+    ts_ns: np.ndarray  # (frames, calls, 4), as profiler.results.LayerTimings per call
     stage_busy_ns: np.ndarray  # (frames, stages): first hand-over start .. read-out done
     stage_readout_ns: np.ndarray  # (frames, stages): copying tensors out for later stages
     done_ns: np.ndarray  # (frames,): the last stage finished the frame
-    fallback: list[bool | None]  # per layer
+    fallback: list[bool | None]  # per call
     executors: dict[int, dict[str, Any]]  # per stage: executor description
     seen: list[list[int]]  # per stage: frame ids in the order it processed them (all frames)
     max_in_flight: int
@@ -118,6 +137,16 @@ class MappedRun:
     energy_window_ns: tuple[int, int] | None = None  # the span energy_mj comes from
     power_info: dict[str, Any] = field(default_factory=dict)  # baseline, samples, clock fit
     power_error: ProfilerError | None = None  # the capture failed; timings are kept
+    method: str = "sliced"  # how layers were executed: "fused" or "sliced" (one call each)
+    calls: list[Call] = field(default_factory=list)  # what ran; default: one per layer
+
+    def __post_init__(self) -> None:
+        if not self.calls:
+            self.calls = calls(self.mapping, method="sliced")
+
+    def stage_first_call(self, stage: int) -> int:
+        """Index of the first call of `stage` (its column in ts_ns)."""
+        return next(c.index for c in self.calls if c.stage == stage)
 
     @property
     def frames(self) -> int:
@@ -145,11 +174,13 @@ class MappedRun:
         return float(self.stage_cpu_ns.sum()) / span
 
     @property
-    def layer_time_ns(self) -> np.ndarray:
+    def call_time_ns(self) -> np.ndarray:
+        """(frames, calls): each call's run (a layer's, when sliced)."""
         return self.ts_ns[:, :, LAYER_END] - self.ts_ns[:, :, LAYER_START]
 
     @property
     def transfer_ns(self) -> np.ndarray:
+        """(frames, calls): the hand-over of each call's inputs."""
         return self.ts_ns[:, :, TRANSFER_END] - self.ts_ns[:, :, TRANSFER_START]
 
 
@@ -170,6 +201,9 @@ class MappingRunConfig:
     inputs: FrameInputs | None = None  # frame -> {model input tensor: array}; default: seeded
     keep_outputs: bool = False  # keep every measured frame's model outputs (tests compare)
     model_name: str = "model"  # for the executors' messages
+    # How layers run (module docstring): "fused" needs the model's bytes to cut spans from.
+    method: str = "fused"
+    model_bytes: bytes | None = None
     # What the run talks to:
     make: MakeExecutor | None = None  # default: profiler.executors.factory.make_executor
     power: PowerSession | None = None  # energy per frame, when given
@@ -188,6 +222,11 @@ class MappingRunConfig:
         if self.mode not in MODES:
             raise BadInputError(f"--mode {self.mode!r} is not one of {', '.join(MODES)}",
                                 "use --mode switch or --mode pipeline")
+        if self.method not in EXECUTIONS:
+            raise BadInputError(f"--method {self.method!r} is not one of "
+                                f"{', '.join(EXECUTIONS)}", "use --method fused or sliced")
+        if self.method == "fused" and self.model_bytes is None:
+            raise ValueError("fused execution cuts stages from the model: give model_bytes")
         if self.frames < 1 or self.warmup < 0 or self.queue_depth < 1:
             raise BadInputError(f"need frames >= 1, warmup >= 0, queue depth >= 1 "
                                 f"(got {self.frames}, {self.warmup}, {self.queue_depth})")
@@ -204,14 +243,27 @@ class MappingRunConfig:
 @dataclass
 class _StagePlan:
     stage: Stage
-    layers: list[Any]
-    # per layer position in the stage, per input slot: ("msg", tensor) or ("local", pos, slot)
+    calls: list[Call]
+    units: list[Any]  # per call: what it loads (a sliced layer, or a Span of layers)
+    # per call position in the stage, per input slot: ("msg", tensor) or ("local", pos, slot)
     feeds: list[list[tuple[Any, ...]]]
     forwards: list[int]  # tensors to send on (needed later, or model outputs)
-    local_out: dict[int, tuple[int, int]]  # tensor -> (stage-local layer pos, slot)
+    local_out: dict[int, tuple[int, int]]  # tensor -> (stage-local call pos, slot)
+    requests: list[int | None]  # per call: the kHz its per-layer SPEC asks for, if any
 
 
-def _plans(sliced: Any, mapping: Mapping) -> list[_StagePlan]:
+def _units(sliced: Any, config: MappingRunConfig, run_calls: list[Call]) -> list[Any]:
+    """What each call loads: the sliced layer itself, or its layers cut as one span."""
+    if config.method == "sliced":
+        return [sliced.layers[c.first] for c in run_calls]
+    from profiler.slicing.spans import span_models
+
+    assert config.model_bytes is not None
+    return span_models(config.model_bytes, sliced, [(c.first, c.last) for c in run_calls])
+
+
+def _plans(sliced: Any, mapping: Mapping, run_calls: list[Call], units: list[Any],
+           freq: FreqPlan | None) -> list[_StagePlan]:
     layers = list(sliced.layers)
     crossing = boundary_tensors(sliced)
     outputs = [int(t.index) for t in sliced.model_outputs]
@@ -219,21 +271,29 @@ def _plans(sliced: Any, mapping: Mapping) -> list[_StagePlan]:
     for pos, layer in enumerate(layers):
         for t in layer.outputs:
             produced_at[int(t.index)] = pos
+    per_layer = freq is not None and freq.mode == "per-layer"
     plans = []
     for st in mapping.stages:
+        mine = [c for c in run_calls if c.stage == st.index]
         local_out: dict[int, tuple[int, int]] = {}
         feeds: list[list[tuple[Any, ...]]] = []
-        for k, pos in enumerate(st.layers):
+        for k, c in enumerate(mine):
             row: list[tuple[Any, ...]] = []
-            for t in layers[pos].inputs:
+            for t in units[c.index].inputs:
                 idx = int(t.index)
                 row.append(("local", *local_out[idx]) if idx in local_out else ("msg", idx))
             feeds.append(row)
-            for slot, t in enumerate(layers[pos].outputs):
+            for slot, t in enumerate(units[c.index].outputs):
                 local_out[int(t.index)] = (k, slot)
         fwd = [int(t.index) for t in crossing[st.last]] if st.last < len(layers) - 1 else []
         fwd += [t for t in outputs if produced_at.get(t, -1) <= st.last and t not in fwd]
-        plans.append(_StagePlan(st, [layers[p] for p in st.layers], feeds, fwd, local_out))
+        requests: list[int | None] = []
+        for c in mine:  # a call's layers ask for one level (calls are cut where it changes)
+            asked = [freq.khz[p] for p in c.layers if freq.khz[p] is not None] \
+                if per_layer and freq is not None else []
+            requests.append(asked[0] if asked else None)
+        plans.append(_StagePlan(st, mine, [units[c.index] for c in mine], feeds, fwd,
+                                local_out, requests))
     return plans
 
 
@@ -245,7 +305,7 @@ class _StageThread(threading.Thread):
         super().__init__(name=f"coupprof-stage{plan.stage.index}-{plan.stage.processor}",
                          daemon=True)
         self.plan, self.make, self.q_in, self.q_out = plan, make, q_in, q_out
-        self.ts: dict[int, np.ndarray] = {}  # frame -> (layers, 4) timestamps
+        self.ts: dict[int, np.ndarray] = {}  # frame -> (calls, 4) timestamps
         self.busy: dict[int, tuple[int, int, int]] = {}  # frame -> start, read-out start, end
         self.cpu: dict[int, int] = {}  # frame -> this thread's CPU time on it (ns)
         self.freq, self.governors, self.clock = config.freq, config.governors, config.clock
@@ -267,9 +327,10 @@ class _StageThread(threading.Thread):
             return
         self.executor = ex
         try:
-            for layer in self.plan.layers:
-                self.subs.append(ex.load(layer.model_bytes,
-                                         f"layer {layer.index} of {self.model_name}"))
+            for c, unit in zip(self.plan.calls, self.plan.units, strict=True):
+                what = f"layer {c.first}" if len(c.layers) == 1 else \
+                    f"layers {c.first}..{c.last}"
+                self.subs.append(ex.load(unit.model_bytes, f"{what} of {self.model_name}"))
         except BaseException as err:
             self.error = err
             self.ready.set()
@@ -288,16 +349,14 @@ class _StageThread(threading.Thread):
 
     def _requests(self) -> list[Callable[[], None] | None]:
         out: list[Callable[[], None] | None] = []
-        for pos in self.plan.stage.layers:
-            f = self.freq.khz[pos] if self.freq is not None and self.freq.mode == "per-layer" \
-                else None
-            gov = self.governors.get(self.freq.domain[pos]) if f is not None and self.freq \
+        for c, f in zip(self.plan.calls, self.plan.requests, strict=True):
+            gov = self.governors.get(self.freq.domain[c.first]) if f is not None and self.freq \
                 else None
             out.append((lambda g=gov, k=f: g.request_khz(k)) if gov is not None else None)
         return out
 
     def _feeders(self) -> list[tuple[list[Callable[[], None]], list[Callable[[Any], None]]]]:
-        """Per layer: hand-overs from this stage's own layers (bound once), and writes
+        """Per call: hand-overs from this stage's own calls (bound once), and writes
         of tensors that arrive in the message."""
         out = []
         for k, sub in enumerate(self.subs):
@@ -372,7 +431,8 @@ def run_mapping(sliced: Any, board: Board, config: MappingRunConfig) -> MappedRu
     its layers placed by `config.mapping`: set up the stages, run the warm-up, measure
     (with the power source, if any), and gather the result."""
     config.check(len(sliced.layers))
-    stages = _Stages(sliced, board, config)
+    run_calls = calls(config.mapping, config.freq, config.method)
+    stages = _Stages(sliced, board, config, run_calls)
     stages.start()
     try:
         stages.raise_error()
@@ -383,7 +443,7 @@ def run_mapping(sliced: Any, board: Board, config: MappingRunConfig) -> MappedRu
     finally:
         stages.stop()
     stages.raise_error()
-    return _result(config, stages, driver, energy)
+    return _result(config, stages, driver, energy, run_calls)
 
 
 # -- set-up ------------------------------------------------------------------------
@@ -400,9 +460,11 @@ class _Stages:
     """The stage threads and the queues that join them: queue k feeds stage k, the
     last one takes finished frames."""
 
-    def __init__(self, sliced: Any, board: Board, config: MappingRunConfig) -> None:
+    def __init__(self, sliced: Any, board: Board, config: MappingRunConfig,
+                 run_calls: list[Call]) -> None:
         build = config.make or (lambda bd, letter: make_executor(bd, letter, clock=config.clock))
-        plans = _plans(sliced, config.mapping)
+        plans = _plans(sliced, config.mapping, run_calls, _units(sliced, config, run_calls),
+                       config.freq)
         self.queues: list[queue.Queue[Any]] = [queue.Queue(maxsize=config.queue_depth)
                                                for _ in range(len(plans) + 1)]
         self.threads = [
@@ -435,29 +497,6 @@ class _Stages:
 # -- per-mode execution --------------------------------------------------------------
 
 
-class _Admission:
-    """Pipeline mode: the source feeds frames as fast as the first queue takes them."""
-
-    def before_feed(self) -> None:
-        pass
-
-    def after_done(self) -> None:
-        pass
-
-
-class _OneInFlight(_Admission):
-    """Switch mode: frame f + 1 is admitted only after frame f left the last stage."""
-
-    def __init__(self) -> None:
-        self._turn = threading.Semaphore(1)
-
-    def before_feed(self) -> None:
-        self._turn.acquire()
-
-    def after_done(self) -> None:
-        self._turn.release()
-
-
 class _Driver:
     """Feeds frames into the first queue and collects them from the last."""
 
@@ -465,7 +504,7 @@ class _Driver:
                  output_ids: list[int]) -> None:
         self.q_first, self.q_last = stages.queues[0], stages.queues[-1]
         self.stages = stages
-        self.admission = _OneInFlight() if config.mode == "switch" else _Admission()
+        self.switch = config.mode == "switch"
         self.feed = feed
         self.output_ids = output_ids if config.keep_outputs else None
         self.progress, self.total = config.progress, config.warmup + config.frames
@@ -480,7 +519,6 @@ class _Driver:
     def _source(self, ids: Sequence[int]) -> None:
         try:
             for f in ids:
-                self.admission.before_feed()
                 tensors = self.feed(f)
                 self.q_first.put(_Msg(f, tensors, -1))
                 with self._lock:
@@ -492,6 +530,18 @@ class _Driver:
     def batch(self, ids: range) -> None:
         if len(ids) == 0:
             return
+        if self.switch:
+            # One frame in flight: the next is fed as soon as the last one is out, by
+            # this thread (a source thread would add a wake-up to every frame).
+            for f in ids:
+                self.q_first.put(_Msg(f, self.feed(f), -1))
+                self.max_in_flight = 1
+                msg = self.q_last.get()
+                if msg is _STOP:
+                    break
+                self._took(msg)
+            self.stages.raise_error()
+            return
         src = threading.Thread(target=self._source, args=(ids,), name="coupprof-source",
                                daemon=True)
         src.start()
@@ -499,21 +549,24 @@ class _Driver:
             msg = self.q_last.get()
             if msg is _STOP:
                 break
-            self.done[msg.frame] = msg.sent_ns
-            if self.on_done is not None:
-                self.on_done(msg.frame)
-            if self.output_ids is not None:
-                self.outputs[msg.frame] = {t: msg.tensors[t] for t in self.output_ids
-                                           if t in msg.tensors}
             with self._lock:
                 self._in_flight -= 1
-            self.admission.after_done()
-            if self.progress:
-                self.progress(len(self.done), self.total)
+            self._took(msg)
         src.join(timeout=60)
         self.stages.raise_error()
         if self.source_error is not None:
             raise self.source_error
+
+    def _took(self, msg: _Msg) -> None:
+        """A finished frame: record it (and its outputs, when kept)."""
+        self.done[msg.frame] = msg.sent_ns
+        if self.on_done is not None:
+            self.on_done(msg.frame)
+        if self.output_ids is not None:
+            self.outputs[msg.frame] = {t: msg.tensors[t] for t in self.output_ids
+                                       if t in msg.tensors}
+        if self.progress:
+            self.progress(len(self.done), self.total)
 
 
 # -- measurement ---------------------------------------------------------------------
@@ -603,17 +656,17 @@ def _measure_counter(driver: _Driver, config: MappingRunConfig, power: PowerSess
 
 
 def _result(config: MappingRunConfig, stages: _Stages, driver: _Driver,
-            energy: _Energy) -> MappedRun:
+            energy: _Energy, run_calls: list[Call]) -> MappedRun:
     """The measured frames' timings from every stage, and their energy."""
     measured = config.measured
     n_st = len(stages.threads)
-    all_ts = np.empty((config.frames, config.mapping.n_layers, 4), dtype=np.int64)
+    all_ts = np.empty((config.frames, len(run_calls), 4), dtype=np.int64)
     stage_busy = np.empty((config.frames, n_st), dtype=np.int64)
     stage_read = np.empty((config.frames, n_st), dtype=np.int64)
     stage_cpu = np.empty((config.frames, n_st), dtype=np.int64)
     for k, t in enumerate(stages.threads):
         for row, f in enumerate(measured):
-            all_ts[row, list(t.plan.stage.layers)] = t.ts[f]
+            all_ts[row, [c.index for c in t.plan.calls]] = t.ts[f]
             s, r0, r1 = t.busy[f]
             stage_busy[row, k] = r1 - s
             stage_read[row, k] = r1 - r0
@@ -631,6 +684,7 @@ def _result(config: MappingRunConfig, stages: _Stages, driver: _Driver,
         seen=[list(t.seen) for t in stages.threads], max_in_flight=driver.max_in_flight,
         queue_depth=config.queue_depth, energy_mj=energy.per_frame_mj,
         outputs={f: driver.outputs[f] for f in measured if f in driver.outputs},
+        method=config.method, calls=run_calls,
     )
     if energy.capture is not None:
         run.power_error = energy.capture_error
@@ -664,7 +718,7 @@ def _stream_energy(run: MappedRun, cap: StreamCapture, stage_busy: np.ndarray) -
         # are several), so the stages' energies add up to at most a frame's (plus the
         # read-out, during which the next stage may already have started).
         rows = slice(1, None) if run.frames >= 2 else slice(None)
-        starts = np.stack([run.ts_ns[rows, st.first, TRANSFER_START]
+        starts = np.stack([run.ts_ns[rows, run.stage_first_call(st.index), TRANSFER_START]
                            for st in run.mapping.stages], axis=1)
         st_att = cap.windows_on_host(starts, starts + stage_busy[rows])
         run.stage_energy_mj = np.array([le.energy_mj for le in st_att.layers])

@@ -9,21 +9,33 @@ Costs (all per frame, ms unless named otherwise), for layer ``i`` on processor `
           P_{i-1} == P_i:     transfer(i - 1, P_i, P_i) if the transfer table has it,
                               else the layer table's transfer_ms_mean for layer i
 
-With layer tables measured by the fused method (`coupprof layers --method fused`,
-columns time_ms_fused), t_i is the layer's fused time (inside one uninterrupted run)
-and a stage runs as one call: it pays its processor's fixed per-call cost F_P (the
-table's fixed row) once, so stage k's compute is F_{P_k} + sum of its t_i. With sliced
-tables F = 0: each t_i already holds its sub-model's own per-call cost.
+**Calls.** A mapping runs as calls (`profiler.mapping.calls`, the same ones `coupprof
+run` executes): with ``method="fused"`` (the default) each stage is one call, cut only
+where a per-layer DVFS SPEC changes the level; with ``"sliced"`` every layer is a call.
+A call c on processor P costs
 
-**Switch mode** (one frame at a time): latency = sum_k F_k + sum_i (t_i + h_i);
+    C_c = F_P + sum of t_i over its layers + R_c + h_{first layer of c}
+
+where F_P is P's fixed per-call cost (the fixed row of a fused table, `coupprof layers
+--method fused`; 0 for sliced tables, whose t_i already hold a call's cost each), t_i
+the fused time (time_ms_fused) or the sliced one (time_ms_mean), and R_c the extra
+read-back of the call's outputs at a cut: the fused transfer table's ``readout_ms``
+for its last boundary (`coupprof transfer-matrix --method fused`: an accelerator
+downloads the whole boundary tensor, which the fused layer times, measured with
+outputs reduced, leave out; 0 on CPUs and where unknown). Layers inside a call have no
+hand-over.
+
+**Switch mode** (one frame at a time): latency = sum over calls of C_c;
 throughput = 1000 / latency.
 
-**Pipeline mode** (AutoDiCE's model): stage k's time S_k = sum over its layers of
-(t_i + h_i), so the hand-over into a stage is charged to the stage that receives it;
-throughput = 1000 / max_k S_k (the slowest stage sets the pace); latency without
-queueing = sum_k S_k.
+**Pipeline mode** (AutoDiCE's model): stage k's time S_k = sum of its calls' C_c, so
+the hand-over into a stage is charged to the stage that receives it; throughput =
+1000 / max_k S_k (the slowest stage sets the pace); latency without queueing =
+sum_k S_k.
 
-**Energy per frame**: Switch: sum_i e_i + sum_i E(h_i), where e_i is the layer table's
+**Energy per frame**: Switch: sum_i e_i + sum_c E(F_c) + sum_i E(h_i), where E(F_c) is the
+fixed row's energy (its power x F, when the table has it; else the idle baseline
+times F) and e_i is the layer table's
 energy_mj (board energy during the layer) and E(h_i) the board energy of the hand-over
 into layer i: the transfer table's energy_mj where it has the row (every boundary a
 `coupprof transfer-matrix` or `coupprof run` measured, same-processor ones included),
@@ -52,7 +64,7 @@ from profiler.errors import BadInputError
 from profiler.executors.base import Executor
 from profiler.executors.factory import make_executor
 from profiler.executors.worker import ProcessorWorker
-from profiler.mapping import FreqPlan, Mapping
+from profiler.mapping import Call, FreqPlan, Mapping, calls
 from profiler.power.session import MarkerHooks, PowerSession, StreamCapture
 from profiler.transfer import Activity, NoActivity, measure_transfer_matrix
 
@@ -69,13 +81,19 @@ class LayerCosts:
     sources: list[str] = field(default_factory=list)
     # (processor, level) -> the fixed per-call cost of a fused table (ms); absent: sliced
     fixed_ms: dict[tuple[str, int | None], float] = field(default_factory=dict)
+    # (processor, level) -> the fixed row's energy per call (mJ), where measured
+    fixed_energy_mj: dict[tuple[str, int | None], float] = field(default_factory=dict)
 
     def fixed_for(self, letter: str, level: int | None) -> float:
-        """The fixed per-call cost a stage on `letter` pays once (0 for sliced tables)."""
-        if (letter, level) in self.fixed_ms:
-            return self.fixed_ms[(letter, level)]
-        same = [v for (p, _), v in self.fixed_ms.items() if p == letter]
-        return same[0] if same else 0.0
+        """The fixed per-call cost a call on `letter` pays once (0 for sliced tables)."""
+        return _by_level(self.fixed_ms, letter, level) or 0.0
+
+    def fixed_energy_for(self, letter: str, level: int | None) -> float | None:
+        return _by_level(self.fixed_energy_mj, letter, level)
+
+    def fused(self, letter: str) -> bool:
+        """Whether `letter`'s table is fused (has a fixed row)."""
+        return any(p == letter for p, _ in self.fixed_ms)
 
     def lookup(self, letter: str, level: int | None, layer: int) -> pd.Series:
         t = self.table
@@ -95,14 +113,24 @@ class LayerCosts:
         return "energy_mj" in self.table.columns and self.table["energy_mj"].notna().any()
 
 
+def _by_level(table: dict[tuple[str, int | None], float], letter: str,
+              level: int | None) -> float | None:
+    if (letter, level) in table:
+        return table[(letter, level)]
+    same = [v for (p, _), v in table.items() if p == letter]
+    return same[0] if same else None
+
+
 @dataclass
 class StagePrediction:
     index: int
     processor: str
     layers: tuple[int, ...]
-    compute_ms: float  # the fixed per-call cost (fused tables) plus the layers' times
+    compute_ms: float  # its calls' fixed costs and read-backs plus the layers' times
     transfer_ms: float
-    fixed_ms: float = 0.0
+    fixed_ms: float = 0.0  # sum over its calls
+    calls: int = 1
+    readout_ms: float = 0.0  # sum over its calls (included in compute_ms)
 
     @property
     def time_ms(self) -> float:
@@ -121,18 +149,26 @@ class Prediction:
     energy_mj: float | None = None
     energy_note: str = ""
     missing: list[str] = field(default_factory=list)
+    method: str = "fused"
+    calls: list[Call] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    call_ms: list[float] = field(default_factory=list)  # per call: fixed + layers + read-back
 
     @property
     def bottleneck(self) -> StagePrediction:
         return max(self.stages, key=lambda s: s.time_ms)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"mode": self.mode, "order": self.order, "latency_ms": self.latency_ms,
+        return {"mode": self.mode, "order": self.order, "method": self.method,
+                "latency_ms": self.latency_ms,
                 "throughput_fps": self.throughput_fps, "energy_mj": self.energy_mj,
                 "energy_note": self.energy_note, "missing_transfers": self.missing,
+                "notes": self.notes,
+                "calls": [[c.first, c.last] for c in self.calls],
                 "stages": [{"stage": s.index, "processor": s.processor,
                             "layers": [s.layers[0], s.layers[-1]], "compute_ms": s.compute_ms,
-                            "fixed_ms": s.fixed_ms,
+                            "fixed_ms": s.fixed_ms, "readout_ms": s.readout_ms,
+                            "calls": s.calls,
                             "transfer_ms": s.transfer_ms, "time_ms": s.time_ms}
                            for s in self.stages]}
 
@@ -146,10 +182,14 @@ def _transfer(transfers: pd.DataFrame | None, b: int, src: str, dst: str) -> pd.
 
 
 def predict(mapping: Mapping, mode: str, layers: LayerCosts,
-            transfers: pd.DataFrame | None = None, freq: FreqPlan | None = None) -> Prediction:
-    """Latency, throughput and energy of `mapping` in `mode` (see the module docstring)."""
+            transfers: pd.DataFrame | None = None, freq: FreqPlan | None = None,
+            method: str = "fused") -> Prediction:
+    """Latency, throughput and energy of `mapping` in `mode`, executed by `method`'s
+    calls (see the module docstring)."""
     if mode not in ("switch", "pipeline"):
         raise BadInputError(f"--mode {mode!r} is not switch or pipeline")
+    run_calls = calls(mapping, freq, method)
+    starts = {c.first for c in run_calls}
     order = mapping.order
     t_ms: list[float] = []
     h_ms: list[float] = []
@@ -167,6 +207,10 @@ def predict(mapping: Mapping, mode: str, layers: LayerCosts,
             h_ms.append(float(row["transfer_ms"]))
             te_mj.append(None)
             continue
+        if i not in starts:  # inside a fused call: no hand-over
+            h_ms.append(0.0)
+            te_mj.append(None)
+            continue
         tr = _transfer(transfers, i - 1, order[i - 1], p)
         if tr is not None:
             h_ms.append(float(tr["time_ms_mean"]))
@@ -178,20 +222,46 @@ def predict(mapping: Mapping, mode: str, layers: LayerCosts,
             missing.append(f"{i - 1}:{order[i - 1]}->{p}")
             h_ms.append(0.0)
             te_mj.append(None)
+    fixed_c, readout_c, fixed_e = [], [], []
+    for c in run_calls:
+        level = freq.level[c.first] if freq is not None else None
+        fixed_c.append(layers.fixed_for(c.processor, level))
+        fixed_e.append(layers.fixed_energy_for(c.processor, level))
+        nxt = order[c.last + 1] if c.last + 1 < len(order) else None
+        tr = _transfer(transfers, c.last, c.processor, nxt) if nxt is not None else None
+        # Sliced layer times already hold their sub-model's full read-back.
+        fused_table = layers.fused(c.processor)
+        readout_c.append(_num(tr.get("readout_ms")) or 0.0
+                         if tr is not None and fused_table else 0.0)
     stages = []
     for st in mapping.stages:
-        fixed = layers.fixed_for(st.processor, freq.level[st.layers[0]] if freq else None)
+        mine = [c.index for c in run_calls if c.stage == st.index]
+        fixed = sum(fixed_c[k] for k in mine)
+        readout = sum(readout_c[k] for k in mine)
         stages.append(StagePrediction(st.index, st.processor, st.layers,
-                                      fixed + sum(t_ms[i] for i in st.layers),
-                                      sum(h_ms[i] for i in st.layers), fixed))
-    serial_ms = sum(t_ms) + sum(h_ms) + sum(s.fixed_ms for s in stages)
+                                      fixed + readout + sum(t_ms[i] for i in st.layers),
+                                      sum(h_ms[i] for i in st.layers), fixed, len(mine),
+                                      readout))
+    serial_ms = sum(t_ms) + sum(h_ms) + sum(fixed_c) + sum(readout_c)
     if mode == "switch":
         latency, fps = serial_ms, 1000.0 / serial_ms if serial_ms > 0 else math.inf
     else:
         slowest = max(s.time_ms for s in stages)
         latency, fps = serial_ms, 1000.0 / slowest if slowest > 0 else math.inf
-    energy, note = _energy(mode, order, e_mj, dyn_mj, te_mj, t_ms, h_ms, fps, layers)
-    return Prediction(mode, order, latency, fps, stages, t_ms, h_ms, energy, note, missing)
+    extra_ms = [f + r for f, r in zip(fixed_c, readout_c, strict=True)]
+    extra_mj = [None if e is None else e + 0.0 for e in fixed_e]
+    energy, note = _energy(mode, order, e_mj, dyn_mj, te_mj, t_ms, h_ms, fps, layers,
+                           extra_ms, extra_mj, readout_c)
+    notes = []
+    if method == "fused":
+        sliced_only = [p for p in mapping.processors if not layers.fused(p)]
+        if sliced_only and len(mapping.order) > len(run_calls):
+            notes.append(f"{', '.join(sliced_only)}: sliced tables, so each fused call is "
+                         "priced at a per-call cost per layer (measure --method fused)")
+    call_ms = [x + sum(t_ms[i] for i in c.layers)
+               for c, x in zip(run_calls, extra_ms, strict=True)]
+    return Prediction(mode, order, latency, fps, stages, t_ms, h_ms, energy, note, missing,
+                      method, run_calls, notes, call_ms)
 
 
 def _num(v: Any) -> float | None:
@@ -204,7 +274,8 @@ def _num(v: Any) -> float | None:
 
 def _energy(mode: str, order: str, e: list[float | None], dyn: list[float | None],
             te: list[float | None], t_ms: list[float], h_ms: list[float], fps: float,
-            layers: LayerCosts) -> tuple[float | None, str]:
+            layers: LayerCosts, extra_ms: list[float], extra_mj: list[float | None],
+            readout_ms: list[float]) -> tuple[float | None, str]:
     if any(v is None for v in e):
         return None, "no energy in the layer tables"
     changes = [i for i in range(1, len(order)) if order[i] != order[i - 1]]
@@ -216,14 +287,21 @@ def _energy(mode: str, order: str, e: list[float | None], dyn: list[float | None
     # Board energy of each hand-over: measured, else the idle baseline over its time.
     handover_e = [v if v is not None else (p_idle * h if p_idle is not None else 0.0)
                   for v, h in zip(te, h_ms, strict=True)]
-    total = sum(v for v in e if v is not None) + sum(handover_e)
+    # Each call's fixed cost (its measured energy, else the baseline over its time) and
+    # read-back at a cut (the baseline over its time).
+    call_e = [(fe if fe is not None else (p_idle * (x - r) if p_idle is not None else 0.0))
+              + (p_idle * r if p_idle is not None else 0.0)
+              for fe, x, r in zip(extra_mj, extra_ms, readout_ms, strict=True)]
+    total = sum(v for v in e if v is not None) + sum(handover_e) + sum(call_e)
     if mode == "switch":
         return total, note
     if any(v is None for v in dyn) or p_idle is None:
         return total, "upper bound: sum of layer energies (no idle baseline to overlap stages)"
     dyn_transfer = sum(v - p_idle * h for v, h in zip(handover_e, h_ms, strict=True))
+    dyn_calls = sum(v - p_idle * x for v, x in zip(call_e, extra_ms, strict=True))
     period_ms = 1000.0 / fps
-    return sum(v for v in dyn if v is not None) + dyn_transfer + p_idle * period_ms, note
+    return (sum(v for v in dyn if v is not None) + dyn_transfer + dyn_calls
+            + p_idle * period_ms), note
 
 
 # --------------------------------------------------------------------------------
@@ -239,6 +317,7 @@ def read_layer_tables(paths: Sequence[str | Path]) -> LayerCosts:
     base: dict[str, float] = {}
     shas: dict[str, str] = {}
     fixed: dict[tuple[str, int | None], float] = {}
+    fixed_e: dict[tuple[str, int | None], float] = {}
     for raw in paths:
         p = Path(raw)
         if not p.is_file():
@@ -256,8 +335,10 @@ def read_layer_tables(paths: Sequence[str | Path]) -> LayerCosts:
                                  "transfer_ms": df.get("transfer_ms_mean", 0.0)})
             if fused:
                 level = rt.info.get("freq_level")
-                fixed[(letter, None if level is None else int(level))] = float(
-                    rt.totals["fixed_ms"])
+                key = (letter, None if level is None else int(level))
+                fixed[key] = float(rt.totals["fixed_ms"])
+                if "fixed_energy_mj" in rt.totals:
+                    fixed_e[key] = float(rt.totals["fixed_energy_mj"])
             for col in ("energy_mj", "dynamic_energy_mj"):
                 if col in df.columns:
                     part[col] = df[col].to_numpy()
@@ -294,7 +375,7 @@ def read_layer_tables(paths: Sequence[str | Path]) -> LayerCosts:
                             "measure every processor on the same model")
     table = pd.concat(frames, ignore_index=True)
     table["level"] = table["level"].astype("Int64")
-    return LayerCosts(table, base, [str(p) for p in paths], fixed)
+    return LayerCosts(table, base, [str(p) for p in paths], fixed, fixed_e)
 
 
 def _multi_row_sidecar(json_path: Path) -> bool:
@@ -323,12 +404,22 @@ def measure_costs(
     activity: Activity | None = None,
     seed: int = 0,
     model_name: str = "model",
+    method: str = "sliced",
+    model_bytes: bytes | None = None,
+    fused: Any = None,
 ) -> tuple[LayerCosts, pd.DataFrame]:
     """Layer and transfer tables for what `mapping` needs, measured as `coupprof layers`
     and `coupprof transfer-matrix` would: the whole model chained on each processor the
     mapping uses (layer by layer, so caches are as cold as in the real run), with the
     mapping's per-layer levels requested before its layers; then the hand-over at every
-    boundary of the mapping.
+    boundary where the mapping's calls meet (`profiler.mapping.calls`).
+
+    With ``method="fused"`` (``model_bytes`` given; ``fused``: `FusedSettings`) each
+    processor's layers are then measured by the fused method as well (`coupprof layers
+    --method fused`), the table holds their fused times and each processor's fixed
+    per-call cost, and the hand-overs are measured as `coupprof transfer-matrix --method
+    fused` does (with the producer's extra read-back at a cut). Fused rounds run at the
+    levels set before (per-processor SPECs); per-layer levels apply to the sliced frames.
 
     Energy: with a streaming source, the marker is high around each layer's invoke and
     each layer's energy is attributed over those windows (as `coupprof layers`), with
@@ -367,6 +458,20 @@ def measure_costs(
 
     streaming = power is not None and power.streaming
     baselines: dict[str, float] = {}
+    fixed: dict[tuple[str, int | None], float] = {}
+    if method == "fused" and model_bytes is None:
+        raise ValueError("the fused method needs the model's bytes")
+
+    def fused_times(ex: Executor, letter: str) -> np.ndarray | None:
+        if method != "fused":
+            return None
+        from profiler.fused import measure_model
+
+        res, _ = measure_model(ex, model_bytes or b"", sliced, fused, seed=seed,
+                               model_name=model_name)
+        pos = mapping.order.index(letter)
+        fixed[(letter, freq.level[pos] if freq is not None else None)] = res.fixed.time_ms
+        return res.times_ms()
 
     def profile(ex: Executor, letter: str) -> list[dict[str, Any]]:
         cap = power.capture().start() if power is not None and streaming else None
@@ -383,28 +488,35 @@ def measure_costs(
             att = cap.windows_on_edges(ts[:, :, 2], ts[:, :, 3], hooks.rise[:, :, 0],
                                        hooks.fall[:, :, 1])
             baselines[letter] = float(att.baseline_power_w)
+        fz = fused_times(ex, letter)
         rows = []
         for pos in (i for i, p in enumerate(mapping.order) if p == letter):
             interp = runner.interpreters[pos]
             sub = getattr(interp, "sub", None)
+            sliced_ms = float(timings.time_ns[:, pos].mean()) / 1e6
+            t_ms = sliced_ms if fz is None else float(fz[pos])
             row: dict[str, Any] = {
                 "processor": letter, "level": freq.level[pos] if freq is not None else None,
-                "layer": pos, "time_ms": float(timings.time_ns[:, pos].mean()) / 1e6,
+                "layer": pos, "time_ms": t_ms, "time_ms_sliced": sliced_ms,
                 "transfer_ms": float(timings.transfer_ns[:, pos].mean()) / 1e6,
                 "fallback": sub.fallback if sub is not None else None}
             if att is not None:
-                row["energy_mj"] = att.layers[pos].energy_mj
                 # mean power over the marked window, which is a little longer than the
-                # invoke (time_ms) and, on a busy host, may hold a preemption
-                row["power_w"] = att.layers[pos].power_w
-                row["dynamic_energy_mj"] = att.layers[pos].dynamic_energy_mj
+                # invoke (time_ms) and, on a busy host, may hold a preemption; with fused
+                # times, energy = that power x the fused time (as `coupprof layers`)
+                lw = att.layers[pos]
+                row["power_w"] = lw.power_w
+                row["energy_mj"] = lw.energy_mj if fz is None else lw.power_w * t_ms
+                row["dynamic_energy_mj"] = lw.dynamic_energy_mj if fz is None else \
+                    (lw.power_w - float(att.baseline_power_w)) * t_ms
             elif power is not None:
                 def call(interp: Any = interp, letter: str = letter) -> None:
                     act.busy(letter)
                     interp.invoke()
                     act.idle(letter)
 
-                row["energy_mj"] = power.per_call(call)
+                e_call = power.per_call(call)
+                row["energy_mj"] = e_call if fz is None else e_call * t_ms / max(sliced_ms, 1e-9)
             rows.append(row)
         return rows
 
@@ -414,11 +526,38 @@ def measure_costs(
             rows += w.call(lambda ex, letter=letter: profile(ex, letter))
     table = pd.DataFrame(rows)
     table["level"] = table["level"].astype("Int64")
-    needed = [(b, mapping.order[b], mapping.order[b + 1]) for b in range(n - 1)]
+    transfers = mapping_transfers(sliced, board, mapping, freq=freq, frames=frames,
+                                  warmup=warmup, make=make, power=power, activity=activity,
+                                  seed=seed, model_name=model_name, method=method,
+                                  model_bytes=model_bytes, fused=fused)
+    return (LayerCosts(table, baselines, [f"measured by coupprof run ({method})"], fixed),
+            transfers)
+
+
+def handover_points(mapping: Mapping, freq: FreqPlan | None = None,
+                    method: str = "fused") -> list[tuple[int, str, str]]:
+    """(boundary, src, dst) where `method`'s calls of `mapping` meet: where a run hands over."""
+    return [(c.last, c.processor, mapping.order[c.last + 1])
+            for c in calls(mapping, freq, method) if c.last + 1 < mapping.n_layers]
+
+
+def mapping_transfers(sliced: Any, board: Board, mapping: Mapping, *,
+                      freq: FreqPlan | None = None, frames: int = 20, warmup: int = 3,
+                      make: Callable[[Board, str], Executor] | None = None,
+                      power: PowerSession | None = None, activity: Activity | None = None,
+                      seed: int = 0, model_name: str = "model", method: str = "sliced",
+                      model_bytes: bytes | None = None, fused: Any = None) -> pd.DataFrame:
+    """The transfer table at the mapping's hand-over points (`handover_points`), measured as
+    `coupprof transfer-matrix --method METHOD` does; empty when the run hands nothing over."""
+    needed = handover_points(mapping, freq, method)
+    if not needed:
+        return pd.DataFrame(columns=["boundary", "src", "dst", "time_ms_mean"])
+    build = make or (lambda bd, letter: make_executor(bd, letter))
     matrix = measure_transfer_matrix(sliced, board, mapping.processors, reps=frames,
                                      warmup=warmup, only=needed, make=build, power=power,
-                                     activity=activity, seed=seed, model_name=model_name)
-    return LayerCosts(table, baselines, ["measured by coupprof run"]), matrix.table()
+                                     activity=activity, seed=seed, model_name=model_name,
+                                     method=method, model_bytes=model_bytes, fused=fused)
+    return matrix.table()
 
 
 # --------------------------------------------------------------------------------

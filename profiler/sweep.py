@@ -32,7 +32,13 @@ from typing import Any
 
 from profiler.boards.model import Board, ProcessorSpec
 from profiler.errors import BadInputError
-from profiler.fused import FusedProfiler, FusedSettings, default_method, downloads
+from profiler.fused import (
+    FusedProfiler,
+    FusedSettings,
+    default_method,
+    downloads,
+    energy_by_prefix,
+)
 from profiler.jsonfile import write_json_atomic
 from profiler.results import LAYER_END, TRANSFER_START, LayerInfo, LayerRun, LayerTimings, RunInfo
 from profiler.runner import LayerHooks
@@ -315,7 +321,8 @@ class Sweep:
                 host = read_host_level(self.board, letter, self.sysfs_root,
                                        requested=self.settings.host_freq is not None)
                 late_before = late_runs(runner.interpreters)
-                timings, energy = self._measure(runner, proc, pair, job.progress)
+                timings, energy = self._measure(runner, proc, pair, job.progress,
+                                                prefix_energy=prof is not None)
                 info = self._info(pair, proc, executor, job)
                 columns = dict(energy.columns) if energy is not None else {}
                 if host is not None:
@@ -332,7 +339,11 @@ class Sweep:
                 rows, tot, fused_info = layer_table(run), totals(run), None
                 if prof is not None:
                     fused = prof.measure(self.settings.fused)
-                    tables = with_fused(RunTables(rows, None, info.to_dict(), tot), fused)
+                    # A counter's energies come from the prefixes (profiler.fused).
+                    f_energy = energy_by_prefix(fused, self.power.call_powers(prof.calls)) \
+                        if self.power is not None and not self.power.streaming else None
+                    tables = with_fused(RunTables(rows, None, info.to_dict(), tot), fused,
+                                        f_energy)
                     rows, tot, fused_info = tables.layers, tables.totals, fused.info()
                 elif any_fused:
                     rows = rows.assign(**{c: float("nan") for c in FUSED_COLUMNS})
@@ -374,8 +385,9 @@ class Sweep:
         return res.effective_khz, res.warning
 
     def _measure(self, runner: Any, proc: ProcessorSpec, pair: Pair,
-                 prog: SweepProgress) -> tuple[LayerTimings, Any]:
-        """Run the pair's frames; with a power session, also its per-layer energy.
+                 prog: SweepProgress, prefix_energy: bool = False) -> tuple[LayerTimings, Any]:
+        """Run the pair's frames; with a power session, also its per-layer energy (with a
+        counter and the fused method, ``prefix_energy``: from the prefixes, afterwards).
 
         A power failure raises before the pair's rows are written, so --resume measures
         it again; the pairs before it are on disk."""
@@ -391,7 +403,9 @@ class Sweep:
         except BaseException:
             self.power.abort()
             raise
-        energy = self.power.finish(timings, [runner.layer_call(i) for i in range(len(runner.layers))])
+        calls = [] if prefix_energy and not self.power.streaming else \
+            [runner.layer_call(i) for i in range(len(runner.layers))]
+        energy = self.power.finish(timings, calls)
         if energy.error is not None:
             prog.note(f"power failed during {pair.label()}; its rows are not written")
             raise energy.error

@@ -23,7 +23,10 @@ A run measured with the fused method (`profiler.fused`, `with_fused`) adds to ea
 row time_ms_fused, time_ms_fused_ci95 and below_resolution, and one row ``kind =
 "fixed"``: the fixed per-call cost (time_ms_fused and its interval, layer blank). Its
 energy columns are then the layer's power times its fused time (energy_mj_sliced keeps
-the sliced window's); the time_ms_* columns stay the sliced sub-model's.
+the sliced window's), or, from a counter source's prefix energies
+(`profiler.fused.energy_by_prefix`), the difference of two prefixes' energies per call,
+with the fixed row's energy on the fixed row (totals ``fixed_energy_mj``,
+``whole_energy_mj``); the time_ms_* columns stay the sliced sub-model's.
 """
 
 from __future__ import annotations
@@ -45,7 +48,7 @@ from profiler.errors import BadInputError
 from profiler.results import LayerRun
 
 if TYPE_CHECKING:
-    from profiler.fused import FusedResult
+    from profiler.fused import FusedEnergy, FusedResult
 
 SIDE_CAR_FORMAT = "coupprof-layers/1"
 
@@ -215,9 +218,11 @@ def run_tables(run: LayerRun, raw: bool = True) -> RunTables:
     )
 
 
-def with_fused(tables: RunTables, fused: FusedResult) -> RunTables:
+def with_fused(tables: RunTables, fused: FusedResult,
+               energy: FusedEnergy | None = None) -> RunTables:
     """`tables` of a sliced run plus the fused figures (see the module docstring). A
-    layer's energy becomes its power (from its own windows) times its fused time."""
+    layer's energy becomes its power (from its own windows) times its fused time, or,
+    given the prefix ``energy`` of a counter source, the difference of prefix energies."""
     df = tables.layers.copy()
     n = len(df)
     if len(fused.layers) != n:
@@ -227,9 +232,25 @@ def with_fused(tables: RunTables, fused: FusedResult) -> RunTables:
     df["time_ms_fused_ci95"] = [layer.ci95_ms for layer in fused.layers]
     df["below_resolution"] = [layer.below_resolution for layer in fused.layers]
     tot = dict(tables.totals)
-    if "power_w" in df.columns:
-        baseline = float(tot.get("baseline_power_w", tables.info.get("extra", {}).get(
-            "baseline_power_w", 0.0)) or 0.0)
+    baseline = float(tot.get("baseline_power_w", tables.info.get("extra", {}).get(
+        "baseline_power_w", 0.0)) or 0.0)
+    if energy is not None:
+        e_mj = np.asarray(energy.layer_energy_mj, dtype=float)
+        if "energy_mj" in df.columns:
+            df["energy_mj_sliced"] = df["energy_mj"]
+            tot["energy_mj_sliced"] = float(df["energy_mj_sliced"].sum())
+        with np.errstate(divide="ignore", invalid="ignore"):
+            df["power_w"] = np.where(t_ms > 0, e_mj / t_ms, np.nan)
+        df["energy_mj"] = e_mj
+        df["dynamic_energy_mj"] = e_mj - baseline * t_ms
+        df["fps_per_w"] = [1000.0 / e if e > 0 else float("inf") for e in e_mj]
+        tot["energy_mj"] = float(e_mj.sum())
+        tot["dynamic_energy_mj"] = float(df["dynamic_energy_mj"].sum())
+        tot["fixed_energy_mj"] = energy.fixed_energy_mj
+        tot["whole_energy_mj"] = energy.whole_energy_mj
+        tot["fps_per_w"] = 1000.0 / energy.whole_energy_mj if energy.whole_energy_mj > 0 \
+            else float("inf")
+    elif "power_w" in df.columns:
         df["energy_mj_sliced"] = df["energy_mj"]
         power = df["power_w"].to_numpy(dtype=float)
         df["energy_mj"] = power * t_ms
@@ -250,6 +271,8 @@ def with_fused(tables: RunTables, fused: FusedResult) -> RunTables:
     info = dict(tables.info)
     info["method"] = "fused"
     info["fused"] = fused.info()
+    if energy is not None:
+        info["fused"]["energy"] = energy.info()
     return RunTables(layers=df, frames=tables.frames, info=info, totals=tot)
 
 
@@ -258,9 +281,12 @@ def fixed_row(tables: RunTables) -> pd.DataFrame | None:
     tot = tables.totals
     if "fixed_ms" not in tot:
         return None
-    return pd.DataFrame({"kind": ["fixed"], **id_columns(tables.info, 1),
-                         "time_ms_fused": [tot["fixed_ms"]],
-                         "time_ms_fused_ci95": [tot["fixed_ms_ci95"]]})
+    row = pd.DataFrame({"kind": ["fixed"], **id_columns(tables.info, 1),
+                        "time_ms_fused": [tot["fixed_ms"]],
+                        "time_ms_fused_ci95": [tot["fixed_ms_ci95"]]})
+    if "fixed_energy_mj" in tot:
+        row["energy_mj"] = [tot["fixed_energy_mj"]]
+    return row
 
 
 # -- files -------------------------------------------------------------------------
@@ -494,14 +520,17 @@ def render_fused(tables: RunTables) -> Table:
         cells.append("below resolution" if low else "")
         table.add_row(*cells)
     table.add_section()
+    fixed_e = {"energy_mj": tot.get("fixed_energy_mj")}
     table.add_row("fixed", "per call", _f(tot.get("fixed_ms")), _f(tot.get("fixed_ms_ci95")),
-                  "", "", "", "", "", *["" for _ in power], "")
+                  "", "", "", "", "",
+                  *[_f(fixed_e[c]) if fixed_e.get(c) is not None else "" for c in power], "")
     lows = int(df["below_resolution"].astype(bool).sum())
     table.add_row("total", f"{len(df)} layers + fixed",
                   _f(tot.get("fused_layer_sum_ms", 0.0) + tot.get("fixed_ms", 0.0)), "",
                   _f(tot.get("time_ms_median")), _f(tot.get("transfer_ms_mean")), "", "",
                   _f(tot.get("macs", 0) / 1e6, 2),
-                  *[_f(tot.get(c)) for c in power],
+                  *[_f(tot.get("whole_energy_mj")) if c == "energy_mj" and "whole_energy_mj"
+                    in tot else _f(tot.get(c)) for c in power],
                   f"{lows} below resolution" if lows else "", style="bold")
     return table
 
@@ -516,7 +545,13 @@ def _fused_caption(tables: RunTables) -> str:
             f" (budget {settings.get('budget_s', '?')} s, "
             f"{'every interval within target' if fused.get('converged') else 'budget or rounds spent'})"
             f"; sliced: {tables.info.get('frames', '?')} frames")
-    if "energy_mj" in tot:
+    alone = fused.get("whole_alone_ms")
+    if alone is not None:
+        text += f"; the whole model alone after the rounds: {alone:.3f} ms/call"
+    if "whole_energy_mj" in tot:
+        text += ("; energy = differences of prefix energies per call (each prefix's counter "
+                 "power x its time), fixed row included in the total")
+    elif "energy_mj" in tot:
         text += "; energy = each layer's power x its fused time (fixed row: not included)"
     return text
 

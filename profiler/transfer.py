@@ -35,6 +35,22 @@ Energy (only with a power source; the board's energy during one hand-over):
 
 Without a power source the ``energy_mj`` column is absent.
 
+**Fused view** (``method="fused"``, `coupprof transfer-matrix --method fused`). Layer
+times measured by the fused method (`profiler.fused`) come from prefixes whose outputs
+are reduced on the processor before they are read back, so they leave out what an
+accelerator pays to download a boundary tensor in full, which is exactly what cutting
+the model there costs the producer: its call must hand the whole tensor back. So the
+fused matrix adds, per (boundary, src), ``readout_ms``: T(layers 0..b, every crossing
+tensor read back in full) - T(layers 0..b, reduced), the two prefixes called in
+interleaved rounds beside the empty one (a 95 % interval in ``readout_ms_ci95``; 0 on
+CPU clusters, whose outputs stay in host memory). ``time_ms_*`` stay the hand-over
+itself (read-out copies, thread wake-up, the write into dst), as sliced measures it,
+except that each crossing tensor is written once, into the one sub-model a fused call
+starts (sliced writes it into every later layer that reads it, as a sliced run does).
+The cost of cutting at b from src to dst is then readout + hand-over + dst's fixed
+per-call cost (the fixed row of its fused table); `profiler.predict` charges the
+read-out to the producing stage, which is where it is spent.
+
 `activity` (the simulated board's power model, `profiler.sim.power.SimPowerModel`)
 is told which processor works when: src from the producer's run through the read-out,
 dst while it writes the tensors into its input buffers.
@@ -48,7 +64,7 @@ import json
 import queue
 import threading
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -106,6 +122,8 @@ class TransferSample:
     tensors: int
     time_ns: np.ndarray  # (reps,)
     energy_mj: float | None = None
+    readout_ms: float | None = None  # fused: src's extra read-back of the tensors in full
+    readout_ms_ci95: float | None = None
 
 
 @dataclass
@@ -126,10 +144,14 @@ class TransferMatrix:
             }
             if s.energy_mj is not None:
                 row["energy_mj"] = s.energy_mj
+            if s.readout_ms is not None:
+                row["readout_ms"] = s.readout_ms
+                row["readout_ms_ci95"] = s.readout_ms_ci95
             rows.append(row)
-        df = pd.DataFrame(rows, columns=[*CSV_COLUMNS, *(["energy_mj"] if any(
-            s.energy_mj is not None for s in self.samples) else [])])
-        return df
+        extra = ["energy_mj"] if any(s.energy_mj is not None for s in self.samples) else []
+        if any(s.readout_ms is not None for s in self.samples):
+            extra += ["readout_ms", "readout_ms_ci95"]
+        return pd.DataFrame(rows, columns=[*CSV_COLUMNS, *extra])
 
 
 def summary(df: pd.DataFrame, value: str = "time_ms_mean") -> pd.DataFrame:
@@ -182,11 +204,15 @@ class _Loaded:
         pos, slot = self.plan.producer[tensor]
         return self.inputs[tensor] if pos < 0 else self.subs[pos].output(slot)
 
-    def deliver(self, boundary: int, arrays: Sequence[np.ndarray]) -> None:
+    def deliver(self, boundary: int, arrays: Sequence[np.ndarray], once: bool = False) -> None:
+        """Write the boundary's tensors into every consumer after it; ``once``: into the
+        first only, as a run writes each into the one sub-model of the next call (fused)."""
         for spec, arr in zip(self.plan.tensors[boundary], arrays, strict=True):
             for pos, slot in self.plan.consumers.get(int(spec.index), []):
                 if pos > boundary:
                     self.subs[pos].set_input(slot, arr)
+                    if once:
+                        break
 
 
 def model_inputs(sliced: Any, seed: int = 0) -> dict[int, np.ndarray]:
@@ -211,11 +237,20 @@ def measure_transfer_matrix(
     seed: int = 0,
     model_name: str = "model",
     progress: Progress | None = None,
+    method: str = "sliced",
+    model_bytes: bytes | None = None,
+    fused: Any = None,
 ) -> TransferMatrix:
     """Time (and energy) of every (boundary, src, dst) hand-over; see the module docstring.
 
     only: measure just these (boundary, src, dst) triples (what a mapping needs).
+    method "fused" (``model_bytes`` given; ``fused``: the `FusedSettings` of each
+    read-back measurement) adds each (boundary, src)'s read-back at a cut.
     """
+    if method not in ("fused", "sliced"):
+        raise BadInputError(f"--method {method!r} is not fused or sliced")
+    if method == "fused" and model_bytes is None:
+        raise ValueError("the fused method needs the model's bytes")
     if reps < 1 or warmup < 0:
         raise BadInputError(f"need at least 1 repetition and warmup >= 0, got {reps}, {warmup}")
     letters = list(dict.fromkeys(p.upper() for p in processors))
@@ -257,7 +292,7 @@ def measure_transfer_matrix(
                     if wanted is not None and (b, src, dst) not in wanted:
                         continue
                     pair = _Pair(b, src, dst, workers[src], loaded[src], workers[dst],
-                                 loaded[dst], clock, act)
+                                 loaded[dst], clock, act, once=method == "fused")
                     times, marks = pair.time(reps, warmup, cap)
                     energy = None
                     if power is not None and cap is None:
@@ -267,6 +302,14 @@ def measure_transfer_matrix(
                     done += 1
                     if progress:
                         progress(done, total)
+        if method == "fused":
+            readouts = {}
+            for b, src in dict.fromkeys((s.boundary, s.src) for s in samples):
+                readouts[(b, src)] = workers[src].call(
+                    lambda ex, b=b: _readout_cost(ex, sliced, model_bytes or b"", b, fused,
+                                                  seed, model_name))
+            for s in samples:
+                s.readout_ms, s.readout_ms_ci95 = readouts[(s.boundary, s.src)]
         if cap is not None:
             cap.stop()
             _energy_from_windows(cap, samples, windows)
@@ -278,6 +321,7 @@ def measure_transfer_matrix(
         for w in workers.values():
             w.stop()
     info = {"processors": letters, "boundaries": todo, "reps": reps, "warmup": warmup,
+            "method": method,
             "power_source": power.name if power is not None else "none", **info,
             "executors": {p: w.executor.describe() for p, w in workers.items()
                           if w.executor is not None}}
@@ -304,6 +348,28 @@ def _energy_from_windows(cap: StreamCapture, samples: list[TransferSample],
             else float(le.energy_mj)
 
 
+def _readout_cost(ex: Executor, sliced: Any, data: bytes, b: int, settings: Any, seed: int,
+                  model_name: str) -> tuple[float, float]:
+    """(ms, 95 % half-width): what src's call of layers 0..b takes longer when it reads
+    every crossing tensor back in full rather than reduced (0 on a CPU)."""
+    from profiler.fused import FusedProfiler, FusedSettings, downloads
+    from profiler.slicing.prefix import REDUCE_ABOVE_BYTES, prefix_models
+
+    if not downloads(ex.proc.kind):
+        return 0.0, 0.0
+    empty, reduced = prefix_models(data, sliced, reduce_above_bytes=REDUCE_ABOVE_BYTES,
+                                   lasts=[-1, b])
+    (full,) = prefix_models(data, sliced, reduce_above_bytes=None, lasts=[b])
+    prof = FusedProfiler([empty, reduced, full], ex, seed=seed, read_outputs=True,
+                         model_name=f"{model_name} (read-back at boundary {b})")
+    try:  # (the difference is wanted, not the whole model alone)
+        res = prof.measure(replace(settings or FusedSettings(), alone_calls=0))
+    finally:
+        for sub in prof.subs:
+            sub.close()
+    return res.layers[1].time_ms, res.layers[1].ci95_ms
+
+
 def _readout(loaded: _Loaded, b: int) -> list[np.ndarray]:
     return [np.array(loaded.source(int(t.index)), copy=True) for t in loaded.plan.tensors[b]]
 
@@ -313,8 +379,9 @@ class _Pair:
     stream captures, and the processors' activity reported."""
 
     def __init__(self, b: int, src: str, dst: str, wsrc: ProcessorWorker, lsrc: _Loaded,
-                 wdst: ProcessorWorker, ldst: _Loaded, clock: Clock, act: Activity) -> None:
-        self.b, self.src, self.dst = b, src, dst
+                 wdst: ProcessorWorker, ldst: _Loaded, clock: Clock, act: Activity,
+                 once: bool = False) -> None:
+        self.b, self.src, self.dst, self.once = b, src, dst, once
         self.wsrc, self.lsrc, self.wdst, self.ldst = wsrc, lsrc, wdst, ldst
         self.clock, self.act = clock, act
 
@@ -325,7 +392,7 @@ class _Pair:
         lsrc.subs[b].run()
         lo = cap.mark(1)[0] if cap is not None else 0
         t0 = clock()
-        lsrc.deliver(b, [lsrc.source(int(t.index)) for t in lsrc.plan.tensors[b]])
+        lsrc.deliver(b, [lsrc.source(int(t.index)) for t in lsrc.plan.tensors[b]], self.once)
         t1 = clock()
         act.idle(p)  # after t1: a preemption here must not count as idle in the window
         hi = cap.mark(0)[1] if cap is not None else 0
@@ -340,7 +407,7 @@ class _Pair:
             waiting.set()
             arrays = handoff.get()
             act.busy(self.dst)
-            self.ldst.deliver(b, arrays)
+            self.ldst.deliver(b, arrays, self.once)
             t1 = clock()
             act.idle(self.dst)
             hi = cap.mark(0)[1] if cap is not None else 0

@@ -89,3 +89,95 @@ def test_layer_energy_is_repeat_power_times_in_frame_time() -> None:
     # Per frame: the layers' energies add up to the frame's, over the in-frame time.
     assert res.totals["energy_mj"] == pytest.approx(float((np.array(POWER_W) * t_ms).sum()))
     assert res.totals["power_w"] == pytest.approx(res.totals["energy_mj"] / t_ms.sum())
+
+
+# -- the fused method: prefix energies (profiler.fused.energy_by_prefix) ---------------
+
+# Four prefixes (the empty one first): their times in the rounds, their board power, and
+# their time per call when repeated back to back (another pace, as on a GPU). Prefix 2 is
+# faster than prefix 1, as neighbouring GPU prefixes below resolution can be: its layer's
+# time is negative, and only differences of energies, not powers x times, still add up.
+PREFIX_MS = [1.0, 1.5, 1.2, 2.3]
+PREFIX_W = [70.0, 75.0, 90.0, 80.0]
+PREFIX_REPEAT_NS = [2_000_000, 2_600_000, 2_100_000, 4_000_000]
+
+
+def fused_result():  # noqa: ANN201
+    from profiler.fused import FusedLayer, FusedResult, FusedSettings, layer_estimates
+
+    rng = np.random.default_rng(3)
+    jitter = rng.integers(-20_000, 20_000, size=(12, 4))
+    round_ns = np.round(np.array(PREFIX_MS) * 1e6).astype(np.int64) + jitter
+    fixed, layers, whole = layer_estimates(round_ns)
+    return FusedResult([FusedLayer(k, e.time_ms, e.ci95_ms, e.below_resolution, True)
+                        for k, e in enumerate(layers)], fixed, whole, 12, 1.0, True,
+                       FusedSettings(), round_ns=round_ns)
+
+
+def test_fused_layer_energies_are_prefix_energy_differences_and_add_up_exactly() -> None:
+    from profiler.fused import energy_by_prefix, trimmed_estimate
+
+    clock = StepClock(0, 1_000)
+    src = SyntheticCounter(clock)
+
+    def prefix_call(p: int):  # noqa: ANN202
+        def call() -> None:
+            src._advance()
+            src.power_w = PREFIX_W[p]
+            src.steps.advance(PREFIX_REPEAT_NS[p])
+            src._advance()
+        return call
+
+    res = fused_result()
+    with PowerSession(src, baseline_s=0.0, counter_updates=50, clock=clock) as session:
+        powers = session.call_powers([prefix_call(p) for p in range(4)])
+    assert powers == pytest.approx(PREFIX_W, rel=1e-9)  # each repeat window at its power
+    energy = energy_by_prefix(res, powers)
+    t_ms = trimmed_estimate(res.round_ns)[0]
+    e_mj = np.array(PREFIX_W) * t_ms  # per call: power x the prefix's time in the rounds
+    assert energy.prefix_energy_mj == pytest.approx(e_mj, rel=1e-12)
+    assert energy.fixed_energy_mj == pytest.approx(e_mj[0], rel=1e-12)
+    assert energy.layer_energy_mj == pytest.approx(np.diff(e_mj), rel=1e-12)
+    # Fixed row + layers = the whole call's energy (the last prefix's), exactly.
+    total = energy.fixed_energy_mj + sum(energy.layer_energy_mj)
+    assert total == pytest.approx(energy.whole_energy_mj, rel=1e-12)
+    assert energy.whole_energy_mj == pytest.approx(PREFIX_W[-1] * res.whole.time_ms, rel=1e-12)
+    # What "a layer's power x its fused time" would give here instead: off, because layer
+    # 1's time is negative and the powers differ (the ResNet50 G figure of 0.55).
+    naive = PREFIX_W[0] * res.fixed.time_ms + sum(
+        w * layer.time_ms for w, layer in zip(PREFIX_W[1:], res.layers, strict=True))
+    assert abs(naive / total - 1) > 0.05
+    # Repeated back to back, the whole call takes another time per call, so its energy per
+    # call there is not its energy in the rounds (the comparison must use its power).
+    repeated = PREFIX_W[-1] * PREFIX_REPEAT_NS[-1] / 1e6
+    assert abs(repeated / energy.whole_energy_mj - 1) > 0.5
+
+
+def test_with_fused_puts_prefix_energies_on_layers_and_the_fixed_row() -> None:
+    from profiler.fused import energy_by_prefix
+    from profiler.results import LayerInfo, LayerRun, RunInfo
+    from profiler.tables import fixed_row, run_tables, with_fused
+
+    res = fused_result()
+    energy = energy_by_prefix(res, PREFIX_W)
+    ts = np.zeros((2, 3, 4), dtype=np.int64)
+    ts[:, :, 3] = 1_000_000
+    info = RunInfo(board="b", simulated=False, model_path="m.tflite", model_sha256="ab" * 32,
+                   processor="G", processor_name="G", cores=(0,), threads=1, frames=2, warmup=0)
+    run = LayerRun(info, [LayerInfo(i, ("CONV_2D",), 1, 1, 1, 1) for i in range(3)],
+                   LayerTimings(ts), total_extras={"baseline_power_w": IDLE_W})
+    tables = with_fused(run_tables(run, raw=False), res, energy)
+    df = tables.layers
+    assert list(df["energy_mj"]) == pytest.approx(energy.layer_energy_mj)
+    t = res.times_ms()
+    # A layer's power is its energy over its time; none where its time is not positive.
+    assert (t <= 0).sum() == 1
+    assert np.isnan(df["power_w"][t <= 0]).all()
+    assert list(df["power_w"][t > 0]) == pytest.approx(list(np.array(energy.layer_energy_mj)[t > 0]
+                                                            / t[t > 0]))
+    assert list(df["dynamic_energy_mj"]) == pytest.approx(
+        np.array(energy.layer_energy_mj) - IDLE_W * t)
+    tot = tables.totals
+    assert tot["fixed_energy_mj"] == pytest.approx(energy.fixed_energy_mj)
+    assert tot["energy_mj"] + tot["fixed_energy_mj"] == pytest.approx(tot["whole_energy_mj"])
+    assert float(fixed_row(tables)["energy_mj"].iloc[0]) == pytest.approx(energy.fixed_energy_mj)

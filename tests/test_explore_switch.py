@@ -138,15 +138,22 @@ def test_bad_inputs_are_one_line_errors() -> None:
 
 
 def test_a_stage_pays_its_fixed_cost_once() -> None:
-    """Fused G: G3 pays G's fixed per-call cost once, G1B1G1 twice."""
+    """Fused G: G3 is one call (its fixed per-call cost once, no hand-over inside), G1B1G1
+    pays it twice, and G3 with a level change after layer 1 is two calls (as `coupprof
+    run` cuts it: a fixed cost each and the same-unit hand-over at the cut)."""
     t = small(0, n=3, procs="BG")
     g, b = t.unit_index("G"), t.unit_index("B")
     f = t.fixed(g, 5)
     assert f > 0 and t.fixed(b, 5) == 0.0
+    k = t.level_index(g, 5)
     one = evaluate(t, Candidate("switch", (g, g, g), (5, 5, 5)))
-    assert one.latency_ms == pytest.approx(sum(t.time_ms[g, t.level_index(g, 5)]) + f
-                                           + t.feed_ms[g, t.level_index(g, 5), 0]
-                                           + t.transfer_ms[0, g, g] + t.transfer_ms[1, g, g])
+    assert one.latency_ms == pytest.approx(sum(t.time_ms[g, k]) + f + t.feed_ms[g, k, 0])
+    lo = min(lv for lv in t.levels[g] if lv != 5)
+    cut = evaluate(t, Candidate("switch", (g, g, g), (5, 5, lo)))
+    kl = t.level_index(g, lo)
+    assert cut.latency_ms == pytest.approx(
+        t.time_ms[g, k, 0] + t.time_ms[g, k, 1] + t.time_ms[g, kl, 2] + f + t.fixed(g, lo)
+        + t.feed_ms[g, k, 0] + t.transfer_ms[1, g, g] + cut.dvfs_delay_ms)
     two = evaluate(t, Candidate("switch", (g, b, g), (5, 5, 5)))
     assert two.stage_ms[0] == pytest.approx(f + t.time_ms[g, t.level_index(g, 5), 0]
                                             + t.feed_ms[g, t.level_index(g, 5), 0])

@@ -157,3 +157,21 @@ def test_pipeline_stages_sharing_a_domain_must_agree() -> None:
     assert clash is not None and "stages 0 and 1" in clash and "B" in clash
     assert pipeline_conflicts(parse_freq("4", m, SIM), m) is None
     assert L_KHZ  # the little cluster has its own table
+
+
+def test_calls_fused_is_a_stage_each_cut_where_a_per_layer_level_changes() -> None:
+    from profiler.mapping import Mapping, calls
+
+    sim = load_board("sim")
+    m = Mapping("BBBBGGGG")
+    assert [c.layers for c in calls(m)] == [(0, 1, 2, 3), (4, 5, 6, 7)]
+    assert [c.layers for c in calls(m, method="sliced")] == [(i,) for i in range(8)]
+    assert [(c.index, c.stage, c.processor) for c in calls(m)] == [(0, 0, "B"), (1, 1, "G")]
+    # Per layer: B 8 8 | 3, G - 2 2 | 4: a '-' joins the call around it; a change cuts.
+    plan = parse_freq("8,8,8,3,-,2,2,4", m, sim)
+    assert [c.layers for c in calls(m, plan)] == [(0, 1, 2), (3,), (4, 5, 6), (7,)]
+    # Per stage and per processor SPECs never cut a stage.
+    for spec in ("8/4", "B=8,G=4", "4"):
+        assert len(calls(m, parse_freq(spec, m, sim))) == 2
+    with pytest.raises(BadInputError, match="--method"):
+        calls(m, method="whole")

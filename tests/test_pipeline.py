@@ -52,8 +52,9 @@ def order_cutting_skips(n: int) -> str:
     return "L" * a + "G" * 3 + "B" * (b - a - 3 + 4) + "G" * 2 + "L" * (n - b - 6)
 
 
-@pytest.mark.parametrize("mode", ["pipeline", "switch"])
-def test_every_frame_once_in_order_with_its_own_outputs(resnet, mode: str) -> None:
+@pytest.mark.parametrize("mode, method", [("pipeline", "fused"), ("switch", "fused"),
+                                          ("pipeline", "sliced"), ("switch", "sliced")])
+def test_every_frame_once_in_order_with_its_own_outputs(resnet, mode: str, method: str) -> None:
     data, sliced = resnet
     board = board3()
     n = len(sliced.layers)
@@ -62,7 +63,15 @@ def test_every_frame_once_in_order_with_its_own_outputs(resnet, mode: str) -> No
     frames, warmup, depth = 7, 2, 1
     run = run_mapping(sliced, board, MappingRunConfig(
         mapping, mode, frames=frames, warmup=warmup, queue_depth=depth, make=make,
-        inputs=feed, keep_outputs=True))
+        inputs=feed, keep_outputs=True, method=method, model_bytes=data))
+    # Fused: one call per stage (a stage's layers cut from the model as one sub-model);
+    # sliced: one per layer.
+    assert run.method == method
+    want_calls = len(mapping.stages) if method == "fused" else n
+    assert len(run.calls) == want_calls and run.ts_ns.shape[1] == want_calls
+    assert [c.layers for c in run.calls if c.stage == 1] == (
+        [mapping.stages[1].layers] if method == "fused"
+        else [(p,) for p in mapping.stages[1].layers])
     total = frames + warmup
     # Each stage saw every frame exactly once, in order.
     assert run.seen == [list(range(total))] * len(mapping.stages)
@@ -81,22 +90,25 @@ def test_every_frame_once_in_order_with_its_own_outputs(resnet, mode: str) -> No
         for det in interp.get_output_details():
             want = interp.get_tensor(det["index"])
             np.testing.assert_allclose(outs[det["index"]], want, rtol=1e-4, atol=1e-5)
-    assert run.fallback.count(False) == mapping.order.count("G")  # G layers: CompiledModel
+    g_calls = sum(c.processor == "G" for c in run.calls)  # G calls: CompiledModel
+    assert run.fallback.count(False) == g_calls
 
 
-def test_timestamps_follow_the_data(resnet) -> None:
-    _, sliced = resnet
+@pytest.mark.parametrize("method", ["fused", "sliced"])
+def test_timestamps_follow_the_data(resnet, method: str) -> None:
+    data, sliced = resnet
     board = board3()
     n = len(sliced.layers)
     mapping = parse_order(order_cutting_skips(n), n, board)
     for mode in ("switch", "pipeline"):
         run = run_mapping(sliced, board, MappingRunConfig(mapping, mode, frames=5, warmup=1,
-                                                          make=make))
+                                                          make=make, method=method,
+                                                          model_bytes=data))
         ts = run.ts_ns
         assert (ts[:, :, TRANSFER_START] <= ts[:, :, TRANSFER_END]).all()
         assert (ts[:, :, TRANSFER_END] <= ts[:, :, LAYER_START]).all()
         assert (ts[:, :, LAYER_START] < ts[:, :, LAYER_END]).all()
-        # A layer starts its hand-over after its predecessor ended (same frame).
+        # A call starts its hand-over after its predecessor ended (same frame).
         assert (ts[:, 1:, TRANSFER_START] >= ts[:, :-1, LAYER_END]).all()
         assert (run.done_ns >= ts[:, -1, LAYER_END]).all()
         assert (run.stage_busy_ns > 0).all() and run.throughput_fps > 0
@@ -105,21 +117,26 @@ def test_timestamps_follow_the_data(resnet) -> None:
 
 
 def test_per_layer_dvfs_requests_reach_the_governor(resnet) -> None:
-    """On the simulated board the governors write a real cpufreq/devfreq tree."""
-    _, sliced = resnet
+    """On the simulated board the governors write a real cpufreq/devfreq tree. Fused, a
+    level change inside a stage cuts it into calls, each requesting its level first."""
+    data, sliced = resnet
     sim = load_board("sim")
     n = len(sliced.layers)
     k = n // 2
     mapping = parse_order("B" * k + "G" * (n - k), n, sim)
-    levels = ["7"] * (k - 1) + ["3"] + ["2"] * (n - k - 1) + ["4"]
+    levels = ["7"] * (k - 1) + ["3"] + ["2"] * (n - k - 2) + ["-", "4"]
     plan = parse_freq(",".join(levels), mapping, sim)
     govs = {d: make_governor(sim, sim.processor(d)) for d in ("B", "G")}
     with RestoreGuard(list(govs.values())):
-        run_mapping(sliced, sim, MappingRunConfig(mapping, "switch", frames=2, warmup=0,
-                                                  freq=plan, governors=govs))
+        run = run_mapping(sliced, sim, MappingRunConfig(mapping, "switch", frames=2, warmup=0,
+                                                        freq=plan, governors=govs,
+                                                        model_bytes=data))
         # Each domain was last asked for its last layer's level.
         assert govs["B"].read_khz() == sim.processor("B").freqs_khz[3 - 1]
         assert govs["G"].read_khz() == sim.processor("G").freqs_khz[4 - 1]
+    # B: 7...7 | 3; G: 2...2 - (the '-' layer stays in the call around it) | 4.
+    assert [(c.processor, c.first, c.last) for c in run.calls] == [
+        ("B", 0, k - 2), ("B", k - 1, k - 1), ("G", k, n - 2), ("G", n - 1, n - 1)]
 
 
 def test_a_stage_that_cannot_start_raises_instead_of_hanging(resnet) -> None:
@@ -133,7 +150,7 @@ def test_a_stage_that_cannot_start_raises_instead_of_hanging(resnet) -> None:
         t0 = time.monotonic()
         with pytest.raises(HardwareError, match="4095"):
             run_mapping(sliced, bad, MappingRunConfig(mapping, "pipeline", frames=3, warmup=0,
-                                                      make=make))
+                                                      make=make, method="sliced"))
         assert time.monotonic() - t0 < 30  # no stage left waiting for a frame (join timeout)
 
 
@@ -144,7 +161,8 @@ def test_pipeline_refuses_clashing_levels_on_a_shared_domain(resnet) -> None:
     mapping = parse_order("B" * (n - 2) + "NN", n, sim)
     plan = parse_freq("8/3", mapping, sim)  # N runs at B's level: 8 vs 3 at the same time
     with pytest.raises(BadInputError, match="same time"):
-        run_mapping(sliced, sim, MappingRunConfig(mapping, "pipeline", frames=1, freq=plan))
+        run_mapping(sliced, sim, MappingRunConfig(mapping, "pipeline", frames=1, freq=plan,
+                                                  method="sliced"))
 
 
 def cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
@@ -165,9 +183,14 @@ def test_cli_runs_a_mapping_on_the_simulated_board(tmp_path: Path) -> None:
     assert np.isfinite(summ.loc["throughput_fps", "error_pct"])
     stages = df[df["kind"] == "stage"]
     assert list(stages["processor"]) == ["L", "B", "G", "N"]
-    assert (df[df["kind"] == "layer"]["time_ms_mean"] > 0).all()
+    # Fused (the default): one call per stage, each a row.
+    calls = df[df["kind"] == "call"]
+    assert len(calls) == 4 and (calls["time_ms_mean"] > 0).all()
+    assert list(calls["first_layer"]) == [0, 3, 7, 11] and list(calls["last_layer"]) == [2, 6, 10, 14]
     meta = json.loads((tmp_path / "r.json").read_text())
     assert meta["order"] == "LLLBBBBGGGGNNNN" and meta["simulated"] is True
+    assert meta["method"] == "fused" and meta["calls"] == [[0, 2], [3, 6], [7, 10], [11, 14]]
+    assert "fused: each stage's layers in one call, 4 calls a frame" in " ".join(r.stdout.split())
     assert meta["prediction"]["mode"] == "pipeline"
     assert "predicted" in r.stdout and "simulated" in r.stdout
     # sim is the default power source on the simulated board: energy measured and
@@ -210,14 +233,14 @@ def test_energy_per_frame_from_a_counter_source_is_power_over_throughput(resnet)
         def read_energy_mj(self) -> float:
             return 3.0 * ((self.clock() - self.t0) // 1_000_000 * 1_000_000) / 1e6
 
-    _, sliced = resnet
+    data, sliced = resnet
     board = board3()
     n = len(sliced.layers)
     mapping = parse_order("B" * (n // 2) + "L" * (n - n // 2), n, board)
     with Ramp("ramp", perf_clock) as src:
         run = run_mapping(sliced, board, MappingRunConfig(
             mapping, "pipeline", frames=3, warmup=1, make=make,
-            power=PowerSession(src, counter_updates=300)))
+            power=PowerSession(src, counter_updates=300), model_bytes=data))
     assert run.energy_mj is not None and run.energy_mj > 0
     # 3 W over the counter's window, shared by the frames run inside it. The window's
     # ends are read just after a counter update (start) and up to one 1 ms update after

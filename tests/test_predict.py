@@ -71,7 +71,7 @@ def tables(tmp_path: Path) -> tuple[list[Path], Path]:
 
 def test_switch_latency_is_layers_plus_hand_overs(tables) -> None:
     paths, tr = tables
-    p = predict(Mapping("BBGG"), "switch", read_layer_tables(paths), read_transfer_csv(tr))
+    p = predict(Mapping("BBGG"), "switch", read_layer_tables(paths), read_transfer_csv(tr), method="sliced")
     # layers 1 + 2 (B) + 0.7 + 0.8 (G); hand-overs: input 0.1, B>B 0.15, B>G 0.7, G>G 0.06
     assert p.latency_ms == pytest.approx(5.51)
     assert p.throughput_fps == pytest.approx(1000 / 5.51)
@@ -84,7 +84,7 @@ def test_switch_latency_is_layers_plus_hand_overs(tables) -> None:
 
 def test_pipeline_throughput_is_set_by_the_slowest_stage(tables) -> None:
     paths, tr = tables
-    p = predict(Mapping("BBGG"), "pipeline", read_layer_tables(paths), read_transfer_csv(tr))
+    p = predict(Mapping("BBGG"), "pipeline", read_layer_tables(paths), read_transfer_csv(tr), method="sliced")
     assert [s.time_ms for s in p.stages] == pytest.approx([3.25, 2.26])  # B: 1+2+0.1+0.15
     assert p.stages[1].transfer_ms == pytest.approx(0.76)  # the B>G hand-over is G's
     assert p.bottleneck.index == 0
@@ -101,19 +101,19 @@ def test_pipeline_energy_without_a_baseline_is_a_flagged_upper_bound(tmp_path: P
              write_layer_table(tmp_path / "G.csv", "G", G, baseline=None)]
     tr = tmp_path / "t.csv"
     tr.write_text(TRANSFERS)
-    p = predict(Mapping("BBGG"), "pipeline", read_layer_tables(paths), read_transfer_csv(tr))
+    p = predict(Mapping("BBGG"), "pipeline", read_layer_tables(paths), read_transfer_csv(tr), method="sliced")
     # Layers 39 + measured hand-overs 0.5 + 5.0 + 0.1 (the input's is unknown: 0).
     assert p.energy_mj == pytest.approx(44.6) and "upper bound" in p.energy_note
 
 
 def test_missing_transfers_count_zero_and_are_listed(tables) -> None:
     paths, tr = tables
-    p = predict(Mapping("BGBG"), "switch", read_layer_tables(paths), read_transfer_csv(tr))
+    p = predict(Mapping("BGBG"), "switch", read_layer_tables(paths), read_transfer_csv(tr), method="sliced")
     # 0:B>G and 2:B>G are absent; 1:G>B is 0.9.
     assert p.missing == ["0:B->G", "2:B->G"]
     assert p.latency_ms == pytest.approx(1 + 0.6 + 3 + 0.8 + 0.1 + 0 + 0.9 + 0)
     # Without a transfer table, same-processor hand-overs come from the layer tables.
-    q = predict(Mapping("BBBB"), "switch", read_layer_tables(paths))
+    q = predict(Mapping("BBBB"), "switch", read_layer_tables(paths), method="sliced")
     assert q.latency_ms == pytest.approx(10 + 1.0)
 
 
@@ -124,9 +124,9 @@ def test_tables_at_several_levels_are_picked_by_the_freq_spec(tmp_path: Path) ->
     costs = read_layer_tables(paths)
     sim = load_board("sim")
     m = Mapping("BBBB")
-    fast = predict(m, "switch", costs, freq=parse_freq("B=8", m, sim))
+    fast = predict(m, "switch", costs, freq=parse_freq("B=8", m, sim), method="sliced")
     assert fast.latency_ms == pytest.approx(10 + 1.0)
-    assert predict(m, "switch", costs, freq=parse_freq("B=4", m, sim)).latency_ms == \
+    assert predict(m, "switch", costs, freq=parse_freq("B=4", m, sim), method="sliced").latency_ms == \
         pytest.approx(20 + 1.0)
 
 
@@ -134,7 +134,7 @@ def test_layer_tables_must_cover_the_mapping_and_come_from_one_model(tables,
                                                                      tmp_path: Path) -> None:
     paths, _ = tables
     with pytest.raises(BadInputError, match="no layer table has layer 0 on processor N"):
-        predict(Mapping("NBGG"), "switch", read_layer_tables(paths))
+        predict(Mapping("NBGG"), "switch", read_layer_tables(paths), method="sliced")
     other = write_layer_table(tmp_path / "other.csv", "L", B)
     meta = other.with_suffix(".json")
     meta.write_text(meta.read_text().replace("ab" * 32, "cd" * 32))
@@ -154,7 +154,7 @@ def _run(latency_ms: list[float], busy_ms: list[list[float]], done_ms: list[floa
 
 def test_compare_reports_the_relative_error(tables) -> None:
     paths, tr = tables
-    p = predict(Mapping("BBGG"), "pipeline", read_layer_tables(paths), read_transfer_csv(tr))
+    p = predict(Mapping("BBGG"), "pipeline", read_layer_tables(paths), read_transfer_csv(tr), method="sliced")
     run = _run([6.0, 8.0], [[3.0, 2.0], [3.5, 2.5]], [10.0, 13.5])
     df = compare(p, run).set_index("metric")
     assert df.loc["throughput_fps", "measured"] == pytest.approx(1000 / 3.5)
@@ -166,7 +166,8 @@ def test_compare_reports_the_relative_error(tables) -> None:
 
 
 def cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([COUPPROF, "predict", *args], cwd=cwd, capture_output=True,
+    # These tables are sliced: price one call per layer, as they were measured.
+    return subprocess.run([COUPPROF, "predict", *args, "--method", "sliced"], cwd=cwd, capture_output=True,
                           text=True, timeout=120, env={**os.environ, "COLUMNS": "120"})
 
 
@@ -197,3 +198,49 @@ def test_cli_bad_input_is_one_line_exit_2(tables, tmp_path: Path, args: list[str
     assert r.returncode == 2
     err = r.stderr.strip()
     assert len(err.splitlines()) == 1 and "Traceback" not in err and needle in err
+
+
+def write_fused_table(path: Path, letter: str, costs: dict, fused_ms: list[float],
+                      fixed_ms: float) -> Path:
+    """A layer table as `coupprof layers --method fused` writes it (time_ms_fused, the
+    fixed row in the totals)."""
+    from profiler.fused import Estimate, FusedLayer, FusedResult, FusedSettings
+    from profiler.tables import with_fused
+
+    write_layer_table(path, letter, costs)
+    from profiler.tables import read_tables
+
+    t = read_tables(path)
+    res = FusedResult([FusedLayer(k, v, 0.01, False, True) for k, v in enumerate(fused_ms)],
+                      Estimate(fixed_ms, 0.01), Estimate(fixed_ms + sum(fused_ms), 0.01), 5,
+                      1.0, True, FusedSettings())
+    write_tables(with_fused(t, res), path)
+    return path
+
+
+def test_fused_tables_price_one_fixed_cost_per_call_and_the_read_back_at_a_cut(
+        tmp_path: Path) -> None:
+    """BBGG executed fused: two calls. Each pays its processor's fixed row once, its
+    layers' fused times, the hand-over into it (none inside a call), and G->B's producer
+    pays its read-back at the cut (readout_ms)."""
+    gb = write_fused_table(tmp_path / "G.csv", "G", G, [0.2, 0.3, 0.4, 0.5], fixed_ms=1.0)
+    bb = write_fused_table(tmp_path / "B.csv", "B", B, [0.9, 1.9, 2.9, 3.9], fixed_ms=0.01)
+    tr = tmp_path / "t.csv"
+    tr.write_text("boundary,src,dst,bytes,time_ms_mean,readout_ms\n"
+                  "1,B,G,1000,0.7,0.0\n1,G,B,1000,0.9,0.25\n")
+    costs = read_layer_tables([bb, gb])
+    transfers = read_transfer_csv(tr)
+    p = predict(Mapping("BBGG"), "switch", costs, transfers)
+    # B call: 0.01 + 0.9 + 1.9 + input feed 0.1; G call: 1.0 + 0.4 + 0.5 + B>G 0.7.
+    assert p.latency_ms == pytest.approx(0.01 + 2.8 + 0.1 + 1.0 + 0.9 + 0.7)
+    assert [s.calls for s in p.stages] == [1, 1]
+    assert p.handover_ms == pytest.approx([0.1, 0.0, 0.7, 0.0])
+    q = predict(Mapping("GGBB"), "pipeline", costs, transfers)
+    # G call: 1.0 + 0.2 + 0.3 + its read-back at the cut 0.25 + input 0.05 (G's table).
+    assert q.stages[0].readout_ms == pytest.approx(0.25)
+    assert q.stages[0].time_ms == pytest.approx(1.0 + 0.5 + 0.25 + 0.05)
+    assert q.stages[1].time_ms == pytest.approx(0.01 + 2.9 + 3.9 + 0.9)
+    assert q.throughput_fps == pytest.approx(1000 / (0.01 + 2.9 + 3.9 + 0.9))
+    # Sliced execution of the same tables: every layer is a call and pays a fixed row.
+    s = predict(Mapping("BBGG"), "switch", costs, transfers, method="sliced")
+    assert len(s.calls) == 4 and [st.fixed_ms for st in s.stages] == pytest.approx([0.02, 2.0])

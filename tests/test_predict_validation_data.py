@@ -9,6 +9,7 @@ COUPPROF_VALIDATION_DIR points the test at another directory (e.g. a fresh run).
 from __future__ import annotations
 
 import io
+import json
 import os
 from pathlib import Path
 
@@ -43,7 +44,16 @@ def test_layer_tables_re_render(csv: Path) -> None:
     assert len(t.layers) >= 2 and (t.layers["time_ms_mean"] > 0).all()
     assert str(t.layers["layer"].iloc[-1]) in shown
     if str(t.info.get("power_source", "none")).startswith("nvml"):
-        if t.info.get("method") == "fused":
+        if "whole_energy_mj" in t.totals:
+            # Prefix energies (profiler.fused.energy_by_prefix): the layers and the fixed row
+            # add up to the whole call's energy; a layer's power is its energy over its time.
+            lay, tot = t.layers, t.totals
+            assert tot["energy_mj"] + tot["fixed_energy_mj"] == pytest.approx(tot["whole_energy_mj"])
+            assert lay["energy_mj"].sum() == pytest.approx(tot["energy_mj"])
+            pos = lay["time_ms_fused"] > 0
+            np.testing.assert_allclose(lay["power_w"][pos],
+                                       lay["energy_mj"][pos] / lay["time_ms_fused"][pos])
+        elif t.info.get("method") == "fused":
             # Energy = the layer's repeat-window power x its fused (in-frame) time, and a
             # fused time is a difference of prefix times, which may be below zero within
             # its interval: the sign follows the time, the power is positive.
@@ -65,8 +75,12 @@ def test_transfer_tables_are_complete_and_re_render(csv: Path) -> None:
     df = read_transfer_csv(csv)
     letters = sorted(set(df["src"]))
     bounds = sorted(set(df["boundary"]))
-    assert bounds == list(range(len(bounds)))
+    meta = json.loads(csv.with_suffix(".json").read_text())
+    assert bounds == meta["boundaries"]  # every boundary, or those asked for
     assert len(df) == len(bounds) * len(letters) ** 2
+    if meta.get("method") == "fused":  # the producer's read-back at a cut: 0 on a CPU
+        assert (df.loc[df["src"] == "B", "readout_ms"] == 0).all()
+        assert df["readout_ms"].notna().all()
     assert (df["time_ms_mean"] > 0).all()
     shown = "".join(text(t) for t in render_matrix(df, csv.name))
     assert all(f"{s}" in shown for s in letters)

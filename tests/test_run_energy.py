@@ -143,8 +143,10 @@ def test_switch_energy_per_frame_matches_the_model_and_the_layer_tables(rig) -> 
     mapping = parse_order(ORDER, len(sliced.layers), SIM)
     costs, transfers = measure_costs(sliced, SIM, mapping, frames=8, warmup=1, power=meter,
                                      activity=model)
+    # Sliced: each layer its own call, so the run's layer times meet the tables' layers.
     run = run_mapping(sliced, SIM, MappingRunConfig(mapping, "switch", frames=20, warmup=2,
-                                                    power=meter, activity=model))
+                                                    power=meter, activity=model,
+                                                    method="sliced"))
     assert meter.baseline_w == pytest.approx(model.baseline_w, rel=0.01)
     assert run.power_error is None and run.energy_window_ns is not None
     d0, d1 = run.energy_window_ns
@@ -176,7 +178,7 @@ def test_switch_energy_per_frame_matches_the_model_and_the_layer_tables(rig) -> 
     # least the baseline and at most the baseline + the largest dynamic power.
     tab = costs.table.set_index("layer")
     # (the run's times over the frames inside the energy span: all but the first)
-    t_run_ms = run.layer_time_ns[1:].mean(axis=0) / 1e6
+    t_run_ms = run.call_time_ns[1:].mean(axis=0) / 1e6
     e_layers = float((tab["power_w"] * t_run_ms).sum())
     tr = transfers.set_index(["boundary", "src", "dst"])
     x_run_ms = run.transfer_ns[1:].mean(axis=0) / 1e6
@@ -194,7 +196,7 @@ def test_switch_energy_per_frame_matches_the_model_and_the_layer_tables(rig) -> 
     # The prediction `coupprof run` prints is that sum at the table's times (its mean
     # power moves with the mix of layer times, which the shared host shifts by up to
     # ~20 % per layer between the profile and the run: not compared here).
-    pred = predict(mapping, "switch", costs, transfers)
+    pred = predict(mapping, "switch", costs, transfers, method="sliced")
     assert pred.energy_mj is not None and pred.energy_note == ""
 
 
@@ -213,8 +215,10 @@ def balanced_rig():
 def test_pipeline_energy_per_frame_counts_every_concurrent_stage(balanced_rig) -> None:
     board, sliced, model, meter = balanced_rig
     mapping = parse_order(ORDER, len(sliced.layers), board)
+    # Fused: one call per stage.
     run = run_mapping(sliced, board, MappingRunConfig(mapping, "pipeline", frames=40, warmup=2,
-                                                      power=meter, activity=model))
+                                                      power=meter, activity=model,
+                                                      model_bytes=default_model_path().read_bytes()))
     assert run.power_error is None and run.energy_window_ns is not None
     d0, d1 = run.energy_window_ns
     frames = run.frames - 1

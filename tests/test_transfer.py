@@ -225,3 +225,28 @@ def test_cli_gpu_on_a_machine_without_one_exits_3(tmp_path: Path) -> None:
     else:
         assert "accelerator for processor G is unavailable" in last
     assert len(r.stderr.strip().splitlines()) == 1  # LiteRT's own log lines kept out
+
+
+def test_fused_matrix_adds_the_producers_read_back_at_a_cut() -> None:
+    """--method fused: per (boundary, src) the extra time of reading the crossing tensors
+    back in full rather than reduced, on the accelerator code path (LiteRT's
+    CompiledModel on its CPU accelerator here); 0 on a CPU processor, whose outputs stay
+    in host memory. The hand-over itself is measured as sliced does."""
+    from profiler.fused import FusedSettings
+
+    data = zoo.build("resnet50", size=32, classes=10)
+    sliced = slice_model(data, "layer", cache_dir=False)
+    m = measure_transfer_matrix(sliced, board3(), ["B", "G"], reps=3, warmup=1,
+                                boundaries=[3], make=make, method="fused", model_bytes=data,
+                                fused=FusedSettings(min_rounds=4, max_rounds=4,
+                                                    warmup_rounds=1))
+    df = m.table().set_index(["src", "dst"])
+    assert m.info["method"] == "fused"
+    assert (df.loc["B", "readout_ms"] == 0).all() and (df.loc["B", "readout_ms_ci95"] == 0).all()
+    g = df.loc["G"]
+    assert np.isfinite(g["readout_ms"]).all() and (g["readout_ms_ci95"] > 0).all()
+    assert g["readout_ms"].nunique() == 1  # one figure per (boundary, src), whatever dst
+    assert (df["time_ms_mean"] > 0).all()
+    sliced_m = measure_transfer_matrix(sliced, board3(), ["B"], reps=2, warmup=0,
+                                       boundaries=[3], make=make)
+    assert "readout_ms" not in sliced_m.table().columns

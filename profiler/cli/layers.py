@@ -99,7 +99,7 @@ def run(args: argparse.Namespace) -> int:
     level = resolve_freq(board, proc, args.freq)
     method = method_for(args, proc)
     settings = fused_settings(args) if method == "fused" else None
-    fused = None
+    fused = fused_energy = None
 
     power_error: ProfilerError | None = None
     power = None
@@ -141,16 +141,24 @@ def run(args: argparse.Namespace) -> int:
             if session is not None:
                 session.abort()
             raise
+        # With a counter, the fused method's energies come from its prefixes (each
+        # repeated until the counter resolves it), not from the sliced layers.
+        prefix_energy = session is not None and not session.streaming and settings is not None
         if session is not None:
             power = session.finish(
-                timings, [runner.layer_call(i) for i in range(len(sliced.layers))],
+                timings, [] if prefix_energy else
+                [runner.layer_call(i) for i in range(len(sliced.layers))],
                 progress=step(bar, "energy per layer"))
             power_error = power.error
         fallback = fallback_columns(runner)
         fallback.update(late_columns(runner))
         if settings is not None:
-            fused = measure_model(executor, data, sliced, settings, seed=args.seed,
-                                  progress=step(bar, "fused rounds"), model_name=model.name)
+            powers = (lambda calls: session.call_powers(calls, step(bar, "energy per prefix"))) \
+                if prefix_energy and session is not None else None
+            fused, fused_energy = measure_model(
+                executor, data, sliced, settings, seed=args.seed,
+                progress=step(bar, "fused rounds"), model_name=model.name,
+                prefix_powers=powers)
 
     extra: dict[str, Any] = {"board_description": board.description, "seed": args.seed,
                              "cores_text": format_cpu_list(executor.cores),
@@ -193,7 +201,7 @@ def run(args: argparse.Namespace) -> int:
                       total_extras=dict(power.totals) if power is not None else {})
     tables = run_tables(result, raw=args.raw)
     if fused is not None:
-        tables = with_fused(tables, fused)
+        tables = with_fused(tables, fused, fused_energy)
     stdout_console().print(render(tables))
     csv_p, json_p = write_tables(tables, csv_path, args.json)
     print(f"wrote {csv_p} ({len(tables.layers)} layer rows"

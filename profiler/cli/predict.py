@@ -2,10 +2,13 @@
 
     coupprof predict --order GGBBBBNN --mode pipeline --layers G.csv,B.csv,N.csv
                      [--transfers transfers.csv] [--freq SPEC --board NAME]
+                     [--method fused|sliced]
     coupprof predict --single --layers rk/MobileV1/layers.csv --freq max --board rk3399pro
 
-Switch latency = layers + hand-overs; Pipeline throughput = 1 / slowest stage
-(hand-overs included); energy per frame. The maths is in profiler/predict.py.
+Switch latency = calls (a fixed per-call cost each, with fused tables) + layers +
+hand-overs; Pipeline throughput = 1 / slowest stage (hand-overs included); energy per
+frame. `--method` says how `coupprof run` executes the mapping (fused, the default: a
+stage is one call). The maths is in profiler/predict.py.
 """
 
 from __future__ import annotations
@@ -52,6 +55,9 @@ def register(subparsers: Any) -> None:
                    help="pick the tables measured at these levels (SPEC as in `coupprof run`; "
                    "needs the board)")
     add_board_args(p)
+    p.add_argument("--method", choices=("fused", "sliced"), default="fused",
+                   help="how the mapping is executed (as `coupprof run --method`): fused, each "
+                   "stage one call (default); sliced, one call per layer")
     p.add_argument("--json", type=Path, default=None, help="also write the prediction as JSON")
     p.set_defaults(func=run)
 
@@ -87,20 +93,22 @@ def run(args: argparse.Namespace) -> int:
             f"add `coupprof layers --processor {missing[0]} --csv ...` to --layers")
     plan = parse_freq(args.freq, mapping, board) if board is not None else None
     transfers = read_transfer_csv(args.transfers) if args.transfers else None
-    pred = predict(mapping, args.mode, costs, transfers, plan)
+    pred = predict(mapping, args.mode, costs, transfers, plan, args.method)
 
     t = Table(title=f"{mapping.compact} in {args.mode} mode (predicted)", box=box.SIMPLE_HEAD,
               title_justify="left")
     fused = any(st.fixed_ms for st in pred.stages)  # fused tables: one fixed cost per stage
-    cols = ("stage", "proc", "layers", *(("fixed ms",) if fused else ()), "compute ms",
-            "hand-over ms", "stage ms")
+    readout = any(st.readout_ms for st in pred.stages)
+    cols = ("stage", "proc", "layers", "calls", *(("fixed ms",) if fused else ()),
+            *(("read-back ms",) if readout else ()), "compute ms", "hand-over ms", "stage ms")
     for col in cols:
         t.add_column(col, justify="left" if col in ("proc", "layers") else "right")
     slow = pred.bottleneck.index
     for st in pred.stages:
         mark = " *" if args.mode == "pipeline" and st.index == slow else ""
         t.add_row(str(st.index), st.processor, f"{st.layers[0]}-{st.layers[-1]}",
-                  *((_f(st.fixed_ms),) if fused else ()),
+                  str(st.calls), *((_f(st.fixed_ms),) if fused else ()),
+                  *((_f(st.readout_ms),) if readout else ()),
                   _f(st.compute_ms), _f(st.transfer_ms), _f(st.time_ms) + mark)
     console = stdout_console()
     console.print(t)
@@ -116,6 +124,7 @@ def run(args: argparse.Namespace) -> int:
         lines.append(f"energy: {pred.energy_note}")
     if pred.missing:
         lines.append(f"no transfer for boundaries {', '.join(pred.missing)} (counted as 0)")
+    lines += pred.notes
     for line in lines:
         print(line)
     if args.json:

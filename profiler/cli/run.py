@@ -8,6 +8,11 @@ DVFS. Pipeline: each run of same-letter layers is a stage with its own pinned th
 and bounded queues in between. Prints per-stage time, throughput, end-to-end
 latency (and energy per frame with a power source) beside the prediction from layer
 and transfer tables (`profiler.predict`), measured here when none are given.
+
+`--method fused` (the default) runs each stage as an application would: its layers
+as one sub-model, one call (cut only where a per-layer --freq changes the level);
+`--method sliced` runs every layer as its own sub-model, as the per-layer tables'
+sliced frames do. The output says which ran, and the prediction prices the same calls.
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ from rich.table import Table
 
 from profiler.cli import command_help
 from profiler.cli_options import (
+    add_method_options,
     add_multi_processor_options,
     nonneg_int,
     positive_int,
@@ -36,6 +42,7 @@ from profiler.cli_options import (
 from profiler.cli_plumbing import (
     apply_setup_levels,
     choose_board,
+    fused_settings,
     governors_for,
     load_model,
     open_power,
@@ -90,11 +97,26 @@ def register(subparsers: Any) -> None:
                    help="only measure the mapping; skip the prediction")
     p.add_argument("--profile-frames", type=positive_int, default=20,
                    help="frames per layer when measuring tables for the prediction (default: 20)")
+    add_method_options(
+        p, group_help=RUN_METHOD_HELP, budget_s=20.0,
+        budget_help="fused: wall seconds of interleaved rounds per processor when measuring "
+        "tables for the prediction",
+        method_help="fused (default): each stage's layers as one sub-model and one call, as "
+        "an application runs them; sliced: one sub-model and call per layer")
     p.add_argument("--csv", type=Path, default=None,
                    help="CSV to write (default: ./coupprof-out/run-MODEL-ORDER-MODE.csv)")
     p.add_argument("--json", type=Path, default=None,
                    help="JSON sidecar (default: the CSV path with .json)")
     p.set_defaults(func=run)
+
+
+RUN_METHOD_HELP = (
+    "How the mapped layers are executed, and priced. fused: a stage's consecutive layers "
+    "are cut from the model as one sub-model and run by one call (one compiled model, one "
+    "invoke, one read-back), so an accelerator stage pays its fixed per-call cost once; a "
+    "per-layer --freq that changes the level inside a stage cuts it there. Tables measured "
+    "here for the prediction then use the fused method too. sliced: every layer is its "
+    "own sub-model and call (each pays that cost), as the sliced per-layer frames.")
 
 
 def _stats(ns: np.ndarray) -> tuple[float, float]:
@@ -117,19 +139,27 @@ def _f(v: float | None, digits: int = 3) -> str:
 def tables(run: Any, pred: Any, sliced: Any) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
     """(layer rows, stage rows, summary rows) of a measured run and its prediction."""
     mapping = run.mapping
-    lt, tt = run.layer_time_ns, run.transfer_ns
+    lt, tt = run.call_time_ns, run.transfer_ns
     layer_rows = []
-    for i, p in enumerate(mapping.order):
-        t_mean, t_p95 = _stats(lt[:, i])
-        x_mean, x_p95 = _stats(tt[:, i])
-        layer_rows.append({
-            "kind": "layer", "layer": int(sliced.layers[i].index), "processor": p,
-            "stage": mapping.stage_of(i), "time_ms_mean": t_mean, "time_ms_p95": t_p95,
-            "transfer_ms_mean": x_mean, "transfer_ms_p95": x_p95,
-            "fallback": "" if run.fallback[i] is None else bool(run.fallback[i]),
-            "predicted_time_ms": pred.layer_ms[i] if pred else math.nan,
-            "predicted_transfer_ms": pred.handover_ms[i] if pred else math.nan,
+    pred_calls = {(c.first, c.last): c.index for c in pred.calls} if pred else {}
+    for c in run.calls:
+        t_mean, t_p95 = _stats(lt[:, c.index])
+        x_mean, x_p95 = _stats(tt[:, c.index])
+        k = pred_calls.get((c.first, c.last))
+        p_time = pred.call_ms[k] if pred and k is not None else math.nan
+        row: dict[str, Any] = {"kind": "layer" if run.method == "sliced" else "call"}
+        if run.method == "sliced":
+            row["layer"] = int(sliced.layers[c.first].index)
+        else:
+            row.update({"call": c.index, "first_layer": c.first, "last_layer": c.last})
+        row.update({
+            "processor": c.processor, "stage": c.stage, "time_ms_mean": t_mean,
+            "time_ms_p95": t_p95, "transfer_ms_mean": x_mean, "transfer_ms_p95": x_p95,
+            "fallback": "" if run.fallback[c.index] is None else bool(run.fallback[c.index]),
+            "predicted_time_ms": p_time,
+            "predicted_transfer_ms": pred.handover_ms[c.first] if pred else math.nan,
         })
+        layer_rows.append(row)
     stage_rows = []
     for st in mapping.stages:
         b_mean, b_p95 = _stats(run.stage_busy_ns[:, st.index])
@@ -175,7 +205,10 @@ def render(run: Any, pred: Any, stages: pd.DataFrame, summ: pd.DataFrame, title:
                    _f(r["time_ms_mean"]) + mark, _f(r["time_ms_p95"]), _f(r["readout_ms_mean"]),
                    _f(r["predicted_ms"]), _f(r["error_pct"], 1),
                    *([_f(r["energy_mj"])] if has_e else []))
-    t2 = Table(title=f"{run.mode} mode, {run.frames} frames", box=box.SIMPLE_HEAD,
+    calls = f"{len(run.calls)} call{'s' if len(run.calls) != 1 else ''} a frame"
+    how = (f"fused: each stage's layers in one call, {calls}" if run.method == "fused"
+           else f"sliced: one call per layer, {calls}")
+    t2 = Table(title=f"{run.mode} mode, {run.frames} frames; {how}", box=box.SIMPLE_HEAD,
                title_justify="left", caption="\n".join(notes) or None, caption_justify="left")
     for col in ("metric", "measured", "predicted", "err %"):
         t2.add_column(col, justify="left" if col == "metric" else "right")
@@ -189,12 +222,19 @@ def run(args: argparse.Namespace) -> int:
     from profiler.executors.logs import quiet_native_exit
     from profiler.mapping import parse_freq, parse_order
     from profiler.pipeline import MappingRunConfig, run_mapping
-    from profiler.predict import measure_costs, predict, read_layer_tables
+    from profiler.predict import (
+        handover_points,
+        mapping_transfers,
+        measure_costs,
+        predict,
+        read_layer_tables,
+    )
     from profiler.results import environment
     from profiler.tflite.model_io import sha256_bytes
     from profiler.transfer import read_transfer_csv
 
     quiet_native_exit()
+    method = args.method or "fused"
     letters = [c for c in args.order.upper() if c.isalpha()]
     board = choose_board(args, letters)
     notes: list[str] = []
@@ -215,25 +255,34 @@ def run(args: argparse.Namespace) -> int:
         if plan.mode == "per-processor":
             for w in apply_setup_levels(plan, govs):
                 say(f"warning: {w}")
-        if not args.no_predict and (layer_costs is None or transfers is None):
-            measured_layers, measured_transfers = measure_costs(
+        if not args.no_predict and layer_costs is None:
+            layer_costs, measured_transfers = measure_costs(
                 sliced, board, mapping, freq=plan, governors=govs, frames=args.profile_frames,
                 warmup=min(args.warmup, 3), power=meter, activity=sim_model, seed=args.seed,
-                model_name=model.name)
-            if layer_costs is None:
-                layer_costs = measured_layers
-                notes.append("prediction from layer times measured just before the run")
+                model_name=model.name, method=method, model_bytes=data,
+                fused=fused_settings(args))
+            notes.append(f"prediction from layer times measured just before the run ({method})")
             if transfers is None:
                 transfers = measured_transfers
                 notes.append("transfers measured just before the run")
+        elif not args.no_predict and transfers is None and handover_points(mapping, plan,
+                                                                           method):
+            transfers = mapping_transfers(
+                sliced, board, mapping, freq=plan, frames=args.profile_frames,
+                warmup=min(args.warmup, 3), power=meter, activity=sim_model, seed=args.seed,
+                model_name=model.name, method=method, model_bytes=data,
+                fused=fused_settings(args))
+            notes.append("transfers measured just before the run")
         total = args.warmup + args.frames
         result = run_mapping(sliced, board, MappingRunConfig(
             mapping, args.mode, frames=args.frames, warmup=args.warmup, freq=plan,
             governors=govs, queue_depth=args.queue_depth, power=meter, activity=sim_model,
-            seed=args.seed, model_name=model.name,
+            seed=args.seed, model_name=model.name, method=method, model_bytes=data,
             progress=(lambda d, n: bar("frames", d, total)) if bar else None))
     pred = None if args.no_predict or layer_costs is None else \
-        predict(mapping, args.mode, layer_costs, transfers, plan)
+        predict(mapping, args.mode, layer_costs, transfers, plan, method)
+    if pred is not None:
+        notes += pred.notes
     if pred is not None and pred.missing:
         notes.append(f"no transfer measured at {', '.join(pred.missing)} (counted as 0)")
     if pred is not None and pred.energy_note:
@@ -243,6 +292,16 @@ def run(args: argparse.Namespace) -> int:
         notes.append(f"CPU fallback in layer(s) {', '.join(fb)}")
     if args.mode == "pipeline":
         notes.append("* slowest stage; predicted latency assumes no queueing")
+        accel = [p for p in mapping.processors if board.processor(p).accelerator]
+        if accel and len(mapping.stages) > 1 and not board.simulated:
+            notes.append(f"{', '.join(accel)}: LiteRT's accelerator call holds Python's GIL "
+                         "while it runs, so the other stages' hand-overs and read-outs wait "
+                         "for it; the prediction assumes they do not")
+        shared = _shared_cores(board, mapping)
+        if shared:
+            notes.append(f"stages {shared} share host cores, so they contend when they run "
+                         "at once; the prediction assumes they do not (give the processors "
+                         "disjoint cores in the board profile)")
     if board.simulated:
         notes.append(_host_note(result))
     if pred is not None and plan.mode == "per-layer":
@@ -268,7 +327,9 @@ def run(args: argparse.Namespace) -> int:
         "format": SIDECAR_FORMAT, "csv": Path(csv_path).name, "board": board.name,
         "simulated": board.simulated, "model_path": str(model.resolve()),
         "model_sha256": sha256_bytes(data), "order": mapping.order, "compact": mapping.compact,
-        "mode": args.mode, "freq": plan.text, "freq_plan": plan.describe(),
+        "mode": args.mode, "method": method,
+        "calls": [[c.first, c.last] for c in result.calls],
+        "freq": plan.text, "freq_plan": plan.describe(),
         "freq_khz": [k for k in plan.khz], "frames": args.frames, "warmup": args.warmup,
         "queue_depth": args.queue_depth, "max_in_flight": result.max_in_flight,
         "host_cores_used": result.host_cores_used, "host_cores": len(os.sched_getaffinity(0)),
@@ -297,6 +358,21 @@ def run(args: argparse.Namespace) -> int:
               file=sys.stderr)
         return result.power_error.exit_code
     return 0
+
+
+def _shared_cores(board: Any, mapping: Any) -> str:
+    """'B and G (cores 0-15)' when processors of different stages drive from the same host
+    cores (on the `host` board, G is driven from B's), else ''."""
+    from profiler.boards.host import format_cpu_list
+
+    letters = mapping.processors
+    pairs = []
+    for i, a in enumerate(letters):
+        for b in letters[i + 1:]:
+            common = set(board.processor(a).cores) & set(board.processor(b).cores)
+            if common:
+                pairs.append(f"{a} and {b} (cores {format_cpu_list(sorted(common))})")
+    return ", ".join(pairs)
 
 
 def _host_note(run: Any) -> str:

@@ -1,7 +1,7 @@
 """`coupprof transfer-matrix`: the cost of handing each layer boundary between processors.
 
     coupprof transfer-matrix [--model M] [--board B] [--processors L,B,G,N] [--freq 4]
-                             [--frames N] [--power SPEC] [--csv PATH]
+                             [--frames N] [--power SPEC] [--method fused|sliced] [--csv PATH]
 
 For every layer boundary and ordered processor pair (src = dst included, the
 baseline), the time from the producing sub-model finishing on src to the consuming
@@ -9,6 +9,11 @@ sub-model's inputs being written on dst, each processor driven by its own thread
 its own cores (ARM-CO-UP Fig. 18). Long CSV: boundary, src, dst, bytes, tensors,
 time_ms_{mean,median,p95,std}, reps, and energy_mj when --power gives a source.
 See profiler/transfer.py for exactly what is timed.
+
+`--method fused` adds, per boundary and src, ``readout_ms``: what cutting the model
+there costs the producer beyond the fused layer times, i.e. its call reading every
+crossing tensor back in full rather than reduced (an accelerator's download; 0 on a
+CPU). `coupprof predict` charges it to the producing stage.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ from rich.table import Table
 
 from profiler.cli import command_help
 from profiler.cli_options import (
+    add_method_options,
     add_multi_processor_options,
     nonneg_int,
     positive_int,
@@ -32,6 +38,7 @@ from profiler.cli_options import (
 from profiler.cli_plumbing import (
     apply_setup_levels,
     choose_board,
+    fused_settings,
     governors_for,
     load_model,
     open_power,
@@ -73,11 +80,27 @@ def register(subparsers: Any) -> None:
                    "window spans at least N counter updates (default: 20)")
     p.add_argument("--boundaries", default=None, metavar="B,B,...",
                    help="only these boundaries (b: between layer b and b+1; default: all)")
+    add_method_options(
+        p, group_help=MATRIX_METHOD_HELP, budget_s=10.0,
+        budget_help="fused: wall seconds of interleaved rounds per (boundary, src) read-back",
+        method_help="sliced (default): the hand-over between two per-layer sub-models; "
+        "fused: the same, plus readout_ms, the producer's extra read-back of the boundary's "
+        "tensors in full, which fused layer tables leave out")
     p.add_argument("--csv", type=Path, default=None,
                    help="CSV to write (default: ./coupprof-out/transfers-MODEL.csv)")
     p.add_argument("--json", type=Path, default=None,
                    help="JSON sidecar (default: the CSV path with .json)")
     p.set_defaults(func=run)
+
+
+MATRIX_METHOD_HELP = (
+    "A hand-over is the same whichever method measured the layers: the producer's outputs "
+    "are read out on the host, handed to dst's thread and written into dst's inputs. What "
+    "differs is what the producer pays to be cut there. Sliced layer times already hold it "
+    "(each sub-model reads its outputs back). Fused layer times do not: they come from "
+    "prefixes whose outputs are reduced before read-back, so --method fused measures it: "
+    "readout_ms = T(layers 0..b, crossing tensors read back in full) - T(same, reduced), in "
+    "interleaved rounds (0 on CPU clusters).")
 
 
 def _boundaries(text: str | None) -> list[int] | None:
@@ -124,6 +147,14 @@ def render_matrix(df: Any, title: str) -> list[Table]:
                        end_section=k == len(letters) - 1)
     has_e = "energy_mj" in df.columns
     tables = [t1, t2]
+    if "readout_ms" in df.columns:
+        t4 = Table(title="fused: producer's extra read-back at a cut (ms, readout_ms), "
+                   "mean over boundaries", box=box.SIMPLE_HEAD, title_justify="left")
+        t4.add_column("src")
+        t4.add_column("read-back ms", justify="right")
+        for s, grp in df.groupby("src", sort=False):
+            t4.add_row(str(s), f"{float(grp['readout_ms'].mean()):.4f}")
+        tables.append(t4)
     if has_e:
         t3 = Table(title="energy per hand-over (mJ), mean over boundaries", box=box.SIMPLE_HEAD)
         es = summary(df, "energy_mj")
@@ -171,13 +202,15 @@ def run(args: argparse.Namespace) -> int:
         stack.enter_context(RestoreGuard(list(govs.values())))
         for w in apply_setup_levels(plan, govs) if plan is not None else []:
             say(f"warning: {w}")
+        method = args.method or "sliced"
         matrix = measure_transfer_matrix(
             sliced, board, letters, reps=args.frames, warmup=args.warmup, boundaries=bounds,
             power=meter, activity=sim_model, seed=args.seed, model_name=model.name,
-            progress=step(bar, "hand-overs"))
+            progress=step(bar, "hand-overs"), method=method, model_bytes=data,
+            fused=fused_settings(args) if method == "fused" else None)
     df = matrix.table()
     sim = " (simulated board)" if board.simulated else ""
-    title = (f"{model.name} on {board.name}{sim}: transfer matrix, "
+    title = (f"{model.name} on {board.name}{sim}: transfer matrix ({matrix.info['method']}), "
              f"{len(matrix.info['boundaries'])} boundaries")
     console = stdout_console()
     for t in render_matrix(df, title):

@@ -52,7 +52,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -357,6 +357,21 @@ class PowerSession:
         _, energy, _, _ = self.span(many)
         return energy / min_calls
 
+    def call_powers(self, calls: Sequence[Callable[[], object]],
+                    progress: Callable[[int, int], None] | None = None) -> list[float]:
+        """Counter sources: each call's mean power (W) from a window of it repeated back
+        to back (`measure_repeated`); the fused method's prefix energies."""
+        src = self.source
+        if not isinstance(src, CounterSource):
+            raise BadInputError(f"power source {self.name} is not a counter")
+        out = []
+        for i, call in enumerate(calls):
+            out.append(float(measure_repeated(call, src, baseline_power_w=self.baseline_w or 0.0,
+                                              min_updates=self.counter_updates).power_w))
+            if progress:
+                progress(i + 1, len(calls))
+        return out
+
     # -- a layer run ---------------------------------------------------------------------
     def hooks(self, frames: int, layers: int,
               on_layer: Callable[[int], None] | None = None) -> MarkerHooks | None:
@@ -507,8 +522,13 @@ class PowerSession:
     def _finish_counter(self, src: CounterSource, calls: list[Callable[[], object]],
                         progress: Callable[[int, int], None] | None, info: dict[str, Any],
                         in_frame_ms: np.ndarray) -> PowerResult:
-        """Per layer: power from its repeat window, energy = power x ``in_frame_ms``."""
+        """Per layer: power from its repeat window, energy = power x ``in_frame_ms``.
+        No calls (the fused method measures prefix energies instead): the baseline only."""
         baseline = self.baseline_w or 0.0
+        if not calls:
+            info.update({"baseline_power_w": baseline,
+                         "counter_update_interval_ns": int(src.update_interval_ns)})
+            return PowerResult(totals={"baseline_power_w": baseline}, info=info)
         try:
             reps = []
             for i, call in enumerate(calls):

@@ -48,34 +48,39 @@ class PrefixModel:
 
 
 def prefix_models(data: bytes, sliced: SlicedModel, *,
-                  reduce_above_bytes: int | None = REDUCE_ABOVE_BYTES) -> list[PrefixModel]:
-    """The empty prefix, then layers 0..k for k = 0 .. n-1 (see the module docstring)."""
+                  reduce_above_bytes: int | None = REDUCE_ABOVE_BYTES,
+                  lasts: list[int] | None = None) -> list[PrefixModel]:
+    """The empty prefix, then layers 0..k for k = 0 .. n-1 (see the module docstring);
+    ``lasts``: only the prefixes ending at these layers (-1: the empty one)."""
     g = ModelView.of(parse_model(data, "model"))
     groups = [list(layer.op_indices) for layer in sliced.layers]
-    inputs = list(g.inputs)
+    wanted = list(range(-1, len(groups))) if lasts is None else lasts
     out: list[PrefixModel] = []
-    held: set[int] = set()
-    for last in range(-1, len(groups)):
-        if last >= 0:
-            held |= set(groups[last])
-        ops = sorted(held)
-        if ops:
-            rest = sorted(set(range(g.num_ops)) - held)
-            outputs = boundaries(g, [ops, rest] if rest else [ops])[0][1]
-        else:
-            outputs = list(inputs)
-        sub = build_submodel(g, ops, inputs, outputs,
-                             description=f"coupprof prefix 0..{last} of {sliced.source_sha256[:12]}")
-        if not ops:
-            _slice_corners(sub)
-            reduced = len(outputs)
-        elif reduce_above_bytes is not None:
-            reduced = _reduce_outputs(sub, reduce_above_bytes)
-        else:
-            reduced = 0
-        read = sum(_nbytes(sub.subgraphs[0].tensors[t]) for t in sub.subgraphs[0].outputs)
-        out.append(PrefixModel(last, serialize_model(sub), len(outputs), reduced, read))
+    for last in wanted:
+        ops = sorted({i for grp in groups[:last + 1] for i in grp})
+        out.append(_prefix(g, ops, last, sliced.source_sha256, reduce_above_bytes))
     return out
+
+
+def _prefix(g: ModelView, ops: list[int], last: int, sha: str,
+            reduce_above_bytes: int | None) -> PrefixModel:
+    inputs = list(g.inputs)
+    if ops:
+        rest = sorted(set(range(g.num_ops)) - set(ops))
+        outputs = boundaries(g, [ops, rest] if rest else [ops])[0][1]
+    else:
+        outputs = list(inputs)
+    sub = build_submodel(g, ops, inputs, outputs,
+                         description=f"coupprof prefix 0..{last} of {sha[:12]}")
+    if not ops:
+        _slice_corners(sub)
+        reduced = len(outputs)
+    elif reduce_above_bytes is not None:
+        reduced = _reduce_outputs(sub, reduce_above_bytes)
+    else:
+        reduced = 0
+    read = sum(_nbytes(sub.subgraphs[0].tensors[t]) for t in sub.subgraphs[0].outputs)
+    return PrefixModel(last, serialize_model(sub), len(outputs), reduced, read)
 
 
 def _nbytes(tensor: schema.TensorT) -> int:

@@ -1,0 +1,106 @@
+"""`coupprof run` executing stages as one call each (fused), checked on the simulated board
+against its modelled truth: the sim G's work model prices a sub-model call at a fixed
+cost per call (governors.sim_model call_ns) plus its operators' work, computed here from
+the layers' operators, never from a measurement.
+
+- A fused G stage is one call: one fixed cost plus its layers' work. A sliced one pays
+  the fixed cost once per layer.
+- The run's latency and throughput agree with `predict` from fused tables (measured by
+  the fused method just before, as `coupprof run` does without --layers).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from governors import sim_model
+from governors.factory import make_governor
+from profiler import zoo
+from profiler.boards.profiles import load_board
+from profiler.fused import FusedSettings
+from profiler.mapping import parse_order
+from profiler.pipeline import MappingRunConfig, run_mapping
+from profiler.predict import measure_costs, predict
+from profiler.slicing.costs import model_work, op_macs, op_traffic_bytes
+from profiler.slicing.graph import ModelView
+from profiler.slicing.slicer import slice_model
+from profiler.slicing.spans import span_models
+from profiler.tflite.model_io import parse_model
+
+SIM = load_board("sim")
+
+
+@pytest.fixture(scope="module")
+def model() -> tuple[bytes, object]:
+    """The default model cut into 5 layers of 6-14 ms each on the sim G (3 of the default
+    grouping each), so a frame takes tens of ms and host noise stays small beside it."""
+    data = zoo.default_model_path().read_bytes()
+    default = slice_model(data, cache_dir=False)
+    return data, slice_model(data, cuts=default.cuts[2::3], cache_dir=False)
+
+
+def work_ms(data: bytes, sliced, layers: range) -> float:  # noqa: ANN001
+    """The work model's time of these layers' operators at G's level now (no overhead)."""
+    proc = SIM.processor("G")
+    khz = make_governor(SIM, proc).effective_khz()
+    g = ModelView.of(parse_model(data))
+    ops = sorted({i for k in layers for i in sliced.layers[k].op_indices})
+    macs = sum(op_macs(g, i) for i in ops)
+    nbytes = sum(op_traffic_bytes(g, i) for i in ops)
+    return sim_model.work_ns(proc, khz, macs, nbytes) / 1e6
+
+
+def test_a_span_holds_exactly_its_layers_work(model) -> None:
+    """The span cut for a stage prices as its layers together (the truth used below)."""
+    data, sliced = model
+    (span,) = span_models(data, sliced, [(1, 3)])
+    g = ModelView.of(parse_model(data))
+    ops = sorted({i for k in (1, 2, 3) for i in sliced.layers[k].op_indices})
+    want = (sum(op_macs(g, i) for i in ops), sum(op_traffic_bytes(g, i) for i in ops))
+    assert model_work(ModelView.of(parse_model(span.model_bytes))) == want
+    assert [t.index for t in span.inputs] == [t.index for t in sliced.layers[1].inputs]
+    assert [t.index for t in span.outputs] == [t.index for t in sliced.layers[3].outputs]
+
+
+@pytest.mark.parametrize("method", ["fused", "sliced"])
+def test_a_g_stage_costs_one_fixed_cost_fused_and_one_per_layer_sliced(model,
+                                                                        method: str) -> None:
+    data, sliced = model
+    mapping = parse_order("BGGGG", 5, SIM)
+    run = run_mapping(sliced, SIM, MappingRunConfig(mapping, "switch", frames=6, warmup=1,
+                                                    method=method, model_bytes=data))
+    fixed_ms = sim_model.constants(SIM.processor("G")).call_overhead_us / 1000
+    g_calls = [c.index for c in run.calls if c.processor == "G"]
+    assert len(g_calls) == (1 if method == "fused" else 4)
+    # Each call's fastest frame (what disturbs a call only adds time): the modelled call.
+    got_ms = run.call_time_ns[:, g_calls].min(axis=0).sum() / 1e6
+    truth_ms = len(g_calls) * fixed_ms + work_ms(data, sliced, range(1, 5))
+    assert got_ms == pytest.approx(truth_ms, rel=0.02), (got_ms, truth_ms)
+
+
+def test_run_agrees_with_the_prediction_from_fused_tables(model) -> None:
+    """G carries the frame (tens of ms); B's two layers run on this host, stretched, so
+    their share is small and a busy host moves the total by a few per cent at most."""
+    data, sliced = model
+    mapping = parse_order("GGGBB", 5, SIM)
+    costs, transfers = measure_costs(
+        sliced, SIM, mapping, frames=5, warmup=1, method="fused", model_bytes=data,
+        fused=FusedSettings(min_rounds=6, max_rounds=6, warmup_rounds=1, alone_calls=0))
+    assert costs.fixed_for("G", None) == pytest.approx(1.0, rel=0.15)  # the modelled 1 ms
+    for mode in ("switch", "pipeline"):
+        run = run_mapping(sliced, SIM, MappingRunConfig(mapping, mode, frames=12, warmup=2,
+                                                        model_bytes=data))
+        pred = predict(mapping, mode, costs, transfers)
+        assert [(c.first, c.last) for c in pred.calls] == [(c.first, c.last) for c in run.calls]
+        # Medians over frames: on a busy host one frame in ten may be preempted for
+        # milliseconds, which the means would carry.
+        latency = float(np.median(run.latency_ns)) / 1e6
+        assert latency == pytest.approx(pred.latency_ms, rel=0.10), (mode, latency, pred)
+        period = float(np.median(np.diff(run.done_ns))) / 1e6
+        assert 1000 / period == pytest.approx(pred.throughput_fps, rel=0.10), (mode, period)
+        # The G stage itself: one fixed cost plus its layers' work, as predicted.
+        g = pred.stages[0]
+        assert g.calls == 1
+        truth = 1.0 + work_ms(data, sliced, range(0, 3))
+        assert g.compute_ms == pytest.approx(truth, rel=0.03)
