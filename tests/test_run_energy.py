@@ -2,7 +2,8 @@
 on the simulated board: the real virtual logger, collector, clock fit and attribution
 measure the modelled board power, and every figure is checked against the power
 model's own ground truth (`SimPowerModel.true_energy_mj`, computed from the recorded
-busy intervals, never through the logger) or against hand-computed model power."""
+power steps, never through the logger) or against the board model's layer power
+(tests/sim_truth.py)."""
 
 from __future__ import annotations
 
@@ -10,12 +11,12 @@ import json
 import os
 import subprocess
 import sys
-from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
+from sim_truth import layer_truth
 
 from profiler.boards.profiles import load_board
 from profiler.clock import StepClock
@@ -35,90 +36,89 @@ COUPPROF = str(Path(sys.executable).with_name("coupprof"))
 SIM = load_board("sim")
 
 
-def without_work_model(board):  # noqa: ANN001, ANN201
-    """`board` with its G stretched like the CPUs instead of paced by the work model (a
-    fixed ms per call and several ms per layer): stages of similar length, for the test
-    that needs them to overlap."""
-    g = board.processor("G")
-    sim = {k: v for k, v in g.extra["sim"].items()
-           if k not in ("macs_per_us_at_max", "bytes_per_us_at_max", "call_overhead_us")}
-    return replace(board, processors={**board.processors,
-                                      "G": replace(g, extra={**g.extra, "sim": sim})})
+def max_run_w(board=SIM) -> float:  # noqa: ANN001
+    """The most any processor draws above idle running a layer of the default model, at
+    any of its levels (and its host's top): a bound on the board's dynamic power."""
+    layers = slice_model(default_model_path(), cache_dir=False).layers
+    out = 0.0
+    for p in "LBGN":
+        proc = board.processor(p)
+        for khz in proc.freqs_khz or (None,):
+            for layer in layers:
+                out = max(out, layer_truth(board, p, layer.model_bytes, khz)[1] - IDLE_W)
+    return out
 
 
-def dyn_w(letter: str, khz: int | None = None) -> float:
-    """C_eff V^2 f of a simulated processor, from the profile's numbers (top level, or
-    the nominal point without DVFS)."""
-    proc = SIM.processor(letter)
-    c = proc.extra["sim"]
-    if proc.freqs_khz:
-        k = proc.freqs_khz.index(khz) if khz is not None else len(proc.freqs_khz) - 1
-        mhz, mv = proc.freqs_khz[k] / 1000, proc.volts_mv[k]
-    else:
-        mhz, mv = c["nominal_khz"] / 1000, c["nominal_mv"]
-    return c["c_eff_nf"] * 1e-9 * (mv / 1000) ** 2 * mhz * 1e6
+IDLE_W = SIM.extra["sim"]["idle_power_mw"] / 1000
 
 
 # --------------------------------------------------------------------------------
 # The power model on its own
 # --------------------------------------------------------------------------------
 
-def test_busy_processors_add_up_and_the_truth_integrates_them() -> None:
+def test_runs_and_busy_processors_add_up_and_the_truth_integrates_them() -> None:
     clock = StepClock(0, 1_000_000)  # every read 1 ms later
     model = SimPowerModel(SIM, clock=clock)
-    khz = {p: model.freq_khz(p) for p in "LBGN"}
-    d = {p: dyn_w(p, khz[p]) for p in "LBGN"}
-    base = (1500 + 60 + 100 + 120 + 150) / 1000  # idle + every processor's static power
-    assert model.baseline_w == pytest.approx(base)
+    assert model.baseline_w == pytest.approx(IDLE_W)  # every processor idle
+    busy = {p: model.busy_w(p) for p in "BG"}  # what each draws between its runs
+    run_b, run_g = 1.5, 2.25  # what a running layer draws (the executor says)
 
     model.busy("B", key=0)  # t = 0 ms
-    model.busy("G", key=1)  # 1 ms
+    model.running("G", run_g)  # 1 ms: a G layer starts
     model.busy("B", key=2)  # 2 ms: a second stage on B keeps it busy, not twice
-    model.idle("B", key=0)  # 3 ms
-    model.idle("G", key=1)  # 4 ms
-    model.idle("B", key=2)  # 5 ms
-    model.busy("N")  # 6 ms, still busy at the end
-    t_us = np.array([500, 1500, 2500, 3500, 4500, 5500, 6500])  # the logger's samples
-    expect = [d["B"], d["B"] + d["G"], d["B"] + d["G"], d["B"] + d["G"], d["B"], 0, d["N"]]
+    model.running("B", run_b)  # 3 ms: a B layer: its power replaces B's busy level
+    model.stopped("B")  # 4 ms: back to busy
+    model.stopped("G")  # 5 ms
+    model.idle("B", key=0)  # 6 ms
+    model.idle("B", key=2)  # 7 ms
+    model.running("N", 0.5)  # 8 ms, still running at the end
+    t_us = np.array([500, 1500, 2500, 3500, 4500, 5500, 6500, 7500, 8500])
+    expect = [busy["B"], busy["B"] + run_g, busy["B"] + run_g, run_b + run_g,
+              busy["B"] + run_g, busy["B"], busy["B"], 0, 0.5]
     markers = np.zeros(t_us.size, dtype=np.int64)
     model.to_host_ns = lambda dev_us: dev_us * 1000  # the logger's clock = the host's
-    got = model.power_w(t_us / 1e6, markers)
-    assert got == pytest.approx(base + np.array(expect))
+    assert model.power_w(t_us / 1e6, markers) == pytest.approx(IDLE_W + np.array(expect))
     # The logger only asks for later times; the timeline it no longer needs is dropped
     # without changing the answer.
-    assert model.activity_w_at(np.array([6_500_000]))[0] == pytest.approx(d["N"])
+    assert model.activity_w_at(np.array([8_500_000]))[0] == pytest.approx(0.5)
 
-    # Ground truth over [0.5, 5.5] ms: B busy 0..5 ms, G 1..4 ms (W x ms = mJ).
-    truth = model.true_energy_mj(500_000, 5_500_000)
-    assert truth == pytest.approx(base * 5 + d["B"] * 4.5 + d["G"] * 3)
-    ivs = model.intervals
-    assert {(iv.letter, iv.start_ns) for iv in ivs} == {("B", 0), ("G", 1_000_000),
-                                                        ("N", 6_000_000)}
+    # Ground truth over [0.5, 6.5] ms (W x ms = mJ): B busy 0..3 and 4..7, running 3..4;
+    # G running 1..5.
+    truth = model.true_energy_mj(500_000, 6_500_000)
+    assert truth == pytest.approx(IDLE_W * 6 + busy["B"] * (2.5 + 2.5) + run_b + run_g * 4)
+    ivs = [(iv.letter, iv.start_ns, iv.end_ns) for iv in model.intervals]
+    assert ("G", 1_000_000, 5_000_000) in ivs and ("B", 3_000_000, 4_000_000) in ivs
 
 
-def test_power_follows_the_frequency_in_effect_not_the_one_requested() -> None:
-    """Power follows the sim governor's effective frequency, which lags a write by
-    ARM-CO-UP's transition delay; busy() again while busy picks up the new level and
-    starts a new interval."""
+def test_busy_power_follows_the_frequency_in_effect_not_the_one_requested() -> None:
+    """A processor's power between runs follows the sim governor's effective frequency,
+    which lags a write by ARM-CO-UP's transition delay (the simulated executor prices
+    its runs the same way)."""
     import time
 
     from governors import RestoreGuard, make_governor
+    from profiler.sim import model as sim_model
+    from profiler.sim import perf
 
     model = SimPowerModel(SIM)
-    gov = make_governor(SIM, SIM.processor("G"))
-    lo, hi = SIM.processor("G").freqs_khz[0], SIM.processor("G").freqs_khz[-1]
+    b = SIM.processor("B")
+    gov = make_governor(SIM, b)
+    lo, hi = b.freqs_khz[0], b.freqs_khz[-1]
+    c = sim_model.constants(b)
+
+    def want(khz: int) -> float:  # the overhead activity's share of C_eff V^2 f
+        _, v = sim_model.operating_point(b, khz)
+        return float(perf.dynamic_power_w(c.power, perf.TimeSplit(0.0, 0.0, 1.0), v, khz / 1e6))
+
     with RestoreGuard([gov]):
         gov.set_khz(lo)
         time.sleep(0.01)  # past the modelled transition delay (at most 4.5 ms)
-        model.busy("G")
+        assert model.busy_w("B") == pytest.approx(want(lo))
         gov.set_khz(hi)
-        model.busy("G")  # the write is not in effect yet: same power, same interval
+        assert model.busy_w("B") == pytest.approx(want(lo))  # not in effect yet
         time.sleep(0.01)
-        model.busy("G")
-        model.idle("G")
-    a, b = model.intervals
-    assert (a.power_w, b.power_w) == pytest.approx((dyn_w("G", lo), dyn_w("G", hi)))
-    assert a.end_ns == b.start_ns and b.end_ns > b.start_ns
+        assert model.busy_w("B") == pytest.approx(want(hi))
+    assert want(hi) > want(lo)
 
 
 # --------------------------------------------------------------------------------
@@ -190,7 +190,7 @@ def test_switch_energy_per_frame_matches_the_model_and_the_layer_tables(rig) -> 
     gap_ms = period_ns / 1e6 - t_run_ms.sum() - sum(x_run_ms[i] for i in changes)
     assert gap_ms > 0
     lo = e_layers + e_tr + model.baseline_w * gap_ms
-    hi = e_layers + e_tr + (model.baseline_w + max(dyn_w(p) for p in "LBGN")) * gap_ms
+    hi = e_layers + e_tr + (model.baseline_w + max_run_w()) * gap_ms
     assert lo * 0.97 <= run.energy_mj <= hi * 1.03
 
     # The prediction `coupprof run` prints is that sum at the table's times (its mean
@@ -200,20 +200,9 @@ def test_switch_energy_per_frame_matches_the_model_and_the_layer_tables(rig) -> 
     assert pred.energy_mj is not None and pred.energy_note == ""
 
 
-@pytest.fixture(scope="module")
-def balanced_rig():
-    """The rig on a board whose stages take similar times (see without_work_model)."""
-    board = without_work_model(SIM)
-    sliced = slice_model(default_model_path())
-    model = SimPowerModel(board)
-    src = open_power_source("sim", SourceHardware(extra={"sim_power_model": model}))
-    marker = open_marker("sim", sim_sink=src)
-    with src, marker:
-        yield board, sliced, model, PowerSession(src, marker, baseline_s=0.2)
-
-
-def test_pipeline_energy_per_frame_counts_every_concurrent_stage(balanced_rig) -> None:
-    board, sliced, model, meter = balanced_rig
+def test_pipeline_energy_per_frame_counts_every_concurrent_stage(rig) -> None:
+    sliced, model, meter = rig
+    board = SIM
     mapping = parse_order(ORDER, len(sliced.layers), board)
     # Fused: one call per stage.
     run = run_mapping(sliced, board, MappingRunConfig(mapping, "pipeline", frames=40, warmup=2,
@@ -235,8 +224,7 @@ def test_pipeline_energy_per_frame_counts_every_concurrent_stage(balanced_rig) -
     dyn_measured = run.energy_mj * frames - model.baseline_w * (d1 - d0) / 1e6
     dyn_truth = sum(iv.energy_mj(d0, d1) for iv in ivs)
     assert dyn_measured == pytest.approx(dyn_truth, rel=0.1)
-    slowest_alone = max(dyn_w(p) for p in "LBGN") * (d1 - d0) / 1e6
-    assert dyn_truth > 0.3 * slowest_alone  # the dynamic part is not negligible here
+    assert dyn_truth > 0.3 * max_run_w() * (d1 - d0) / 1e6  # not negligible here
 
 
 def test_transfer_matrix_energy_per_hand_over(rig) -> None:
@@ -249,7 +237,7 @@ def test_transfer_matrix_energy_per_hand_over(rig) -> None:
     # (src copies out, then dst copies in; never both; neither while dst's thread wakes
     # up). A same-processor hand-over is copying nearly all the time. Windows of tens
     # of us hold one or two 50-us samples each, hence the margins.
-    dyn = {p: dyn_w(p, model.freq_khz(p)) for p in "BG"}
+    dyn = {p: model.busy_w(p) for p in "BG"}
     power_w = df["energy_mj"] / df["time_ms_mean"]
     top = model.baseline_w + np.maximum(df["src"].map(dyn), df["dst"].map(dyn))
     assert (power_w > 0.95 * model.baseline_w).all()
@@ -278,7 +266,7 @@ def test_cli_run_reports_energy_with_the_default_sim_power(tmp_path: Path) -> No
     df = pd.read_csv(tmp_path / "r.csv")
     summ = df[df["kind"] == "summary"].set_index("metric")
     assert summ.loc["energy_mj", "measured"] > 0 and summ.loc["energy_mj", "predicted"] > 0
-    assert summ.loc["baseline_power_w", "measured"] == pytest.approx(1.93, rel=0.01)
+    assert summ.loc["baseline_power_w", "measured"] == pytest.approx(IDLE_W, rel=0.01)
     stages = df[df["kind"] == "stage"]
     assert (stages["energy_mj"] > 0).all()
     # Stage windows lie inside the frames' (they overlap only by a read-out, ~1 % of a

@@ -98,11 +98,28 @@ class _History:
         return float(np.sum(w * np.diff(edges))) / 1e6
 
 
+@dataclass(frozen=True)
+class BusyInterval:
+    """Processor `letter` drawing `power_w` above idle from ``start_ns`` to ``end_ns``."""
+
+    letter: str
+    start_ns: int
+    end_ns: int
+    power_w: float
+
+    def energy_mj(self, t0_ns: int, t1_ns: int) -> float:
+        """Its dynamic energy inside [t0_ns, t1_ns]."""
+        overlap = min(self.end_ns, t1_ns) - max(self.start_ns, t0_ns)
+        return self.power_w * overlap / 1e6 if overlap > 0 else 0.0
+
+
 @dataclass
 class _Proc:
     run_w: float | None = None  # a sub-model run in progress
     busy_w: float = 0.0
     busy_keys: set[int] = field(default_factory=set)
+    since_ns: int = 0  # when `drawn_w` started
+    drawn_w: float = 0.0  # what it drew since then
 
     @property
     def watts(self) -> float:
@@ -123,6 +140,7 @@ class SimPowerModel:
         self._procs: dict[str, _Proc] = {}
         self._steps = _Steps()
         self._history = _History()
+        self._intervals: list[BusyInterval] = []
         self._freq_fns: dict[str, Callable[[], Levels]] = {}
         self._busy_price: dict[tuple[str, Levels], float] = {}
         with _current_lock:
@@ -191,9 +209,25 @@ class SimPowerModel:
     def _push(self) -> None:
         # The time is read under the lock: see activity_w_at.
         now = self.clock()
+        for letter, p in self._procs.items():
+            w = p.watts
+            if w != p.drawn_w:
+                if p.drawn_w > 0 and now > p.since_ns:
+                    self._intervals.append(BusyInterval(letter, p.since_ns, now, p.drawn_w))
+                p.since_ns, p.drawn_w = now, w
         total = sum(p.watts for p in self._procs.values())
         self._steps.push(now, total)
         self._history.push(now, total)
+
+    @property
+    def intervals(self) -> list[BusyInterval]:
+        """Every stretch a processor drew power above idle, in order; one still open ends
+        now."""
+        with self._lock:
+            now = self.clock()
+            return [*self._intervals,
+                    *(BusyInterval(k, p.since_ns, now, p.drawn_w)
+                      for k, p in self._procs.items() if p.drawn_w > 0)]
 
     # -- what the logger and the tests read ----------------------------------------------
     def power_w(self, t_s: np.ndarray, markers: np.ndarray) -> np.ndarray:
