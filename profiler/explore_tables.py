@@ -120,8 +120,15 @@ def from_frames(layers: pd.DataFrame, board: Board, transfers: pd.DataFrame | No
     u_of = {u.name: i for i, u in enumerate(units)}
     # Mean over repeated rows of one (unit, level, layer), e.g. a sweep run twice.
     if "time_ms_fused" in df.columns:  # fused rows: the time inside one uninterrupted run
-        df["time_ms_mean"] = df["time_ms_fused"].where(df["time_ms_fused"].notna(),
-                                                       df["time_ms_mean"])
+        fused = df["time_ms_fused"]
+        # A layer below the fused method's resolution can come out below 0 (a difference
+        # of two noisy prefixes); a layer costs at least nothing, and the searches need
+        # every step non-negative (the switch DP's latency bins).
+        below = fused.notna() & (fused < 0)
+        if below.any():
+            notes.append(f"{int(below.sum())} fused layer time(s) below 0 (below "
+                         "resolution) counted as 0")
+        df["time_ms_mean"] = fused.clip(lower=0.0).where(fused.notna(), df["time_ms_mean"])
     cols = ["time_ms_mean"] + [c for c in ("transfer_ms_mean", "energy_mj",
                                             "dynamic_energy_mj") if c in df.columns]
     g = df.groupby(["unit", "freq_level", "layer"])[cols].mean()

@@ -126,6 +126,21 @@ def test_known_optimum_by_hand() -> None:
     assert freq_spec(t, r.best.candidate) == "1,1"
 
 
+def test_a_fused_layer_below_zero_counts_as_nothing() -> None:
+    """A layer below the fused method's resolution can come out negative (a difference of
+    two noisy prefixes); the bounded DP needs non-negative steps, so it counts 0 and the
+    tables say so (before, the latency bins broke on it)."""
+    rows = []
+    for i, fused in enumerate((5.0, -0.4, 6.0)):
+        rows.append({"processor": "B", "freq_level": 1, "layer": i, "time_ms_mean": 7.0,
+                     "time_ms_fused": fused, "transfer_ms_mean": 0.0, "energy_mj": 1.0})
+    t = from_frames(pd.DataFrame(rows), BOARD, None, None, 0.0)
+    assert list(t.time_ms[0, 0]) == [5.0, 0.0, 6.0]
+    assert any("1 fused layer time(s) below 0" in n for n in t.sources)
+    r = search_switch(t, 11.5, "energy")
+    assert r.best.latency_ms == pytest.approx(11.0)
+
+
 def test_bad_inputs_are_one_line_errors() -> None:
     t = small(0, n=2)
     with pytest.raises(BadInputError):
