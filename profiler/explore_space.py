@@ -77,7 +77,8 @@ class CostTables:
     freq_khz: dict[str, dict[int, int]] = field(default_factory=dict)  # domain -> level -> kHz
     model: str = "model"
     board: str = ""
-    sources: list[str] = field(default_factory=list)
+    sources: list[str] = field(default_factory=list)  # the input files, then `notes`
+    notes: list[str] = field(default_factory=list)  # what the tables left out or assumed
     # [unit, level index]: the fixed per-call cost a stage pays once (fused tables; 0 sliced)
     fixed_ms: np.ndarray | None = None
 

@@ -88,6 +88,11 @@ def from_frames(layers: pd.DataFrame, board: Board, transfers: pd.DataFrame | No
     if df.empty:
         raise BadInputError("no layer rows left for the processors and levels asked for",
                             "name processors and levels the sweep measured")
+    if "sim_late_runs" in df.columns:  # the simulated board: rows the host held back
+        late = df[df["sim_late_runs"].fillna(0) > 0]
+        for p, g in late.groupby("processor"):
+            notes.append(f"{p}: {len(g)} simulated layer rows where this machine was slower "
+                         "than the modelled processor (their times are the host's)")
     has_host = "host" in df.columns
     hosts = df["host"] if has_host else pd.Series(None, df.index, dtype=object)
     df["unit"] = [p if h is None or pd.isna(h) or not str(h) else f"{p}@{str(h).upper()}"
@@ -180,7 +185,8 @@ def from_frames(layers: pd.DataFrame, board: Board, transfers: pd.DataFrame | No
         dom = board.dvfs_domain(u.letter)
         freq_khz[dom.letter] = {i + 1: f for i, f in enumerate(dom.freqs_khz)}
     return CostTables(units, lvls, time_ms, feed_ms, energy, dyn, tr_ms, tr_mj, delay_ms,
-                      idle_power_w, freq_khz, model, board.name, [*sources, *notes], fixed)
+                      idle_power_w, freq_khz, model, board.name, [*sources, *notes],
+                      notes=list(notes), fixed_ms=fixed)
 
 
 def _idle_from_sweep(meta: dict[str, Any]) -> float | None:

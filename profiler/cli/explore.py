@@ -127,6 +127,8 @@ def run(args: argparse.Namespace) -> int:
     procs = [v.strip().upper() for v in args.processors.split(",")] if args.processors else None
     delays = [d for d in args.delays.split(",") if d] if args.delays else []
     tables = load_tables(args.sweep, board, args.transfers, delays, procs, _levels(args.levels))
+    for note in tables.notes:
+        say(f"note: {note}")
     model_path = str(args.model or meta.get("model_path") or "")
     if args.mode == "switch":
         ranked, proof, info = _switch(args, tables)
