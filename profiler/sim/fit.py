@@ -41,6 +41,7 @@ from profiler.sim.work import COMPUTE_KINDS, OpWork
 ROW_COLUMNS = ("model", "layer", "f_ghz", "fh_ghz", "volts", "host_volts", "time_ms", "power_w")
 _PRIOR_KINDS = 0.3  # weight of the pull of each kind's MACs per cycle towards conv1x1's
 _PRIOR_FC = 1.0  # weight of the pull of fc weight bandwidth towards activation bandwidth
+_PRIOR_FULL_ROWS = 200  # from this many rows on the priors weigh fully
 _WHOLE_WEIGHT = 0.5  # a whole model's residual weighs sqrt(its layers) x this
 _STARTS = (0.0, 1.0, -1.0)  # log-space offsets of the fit's starting points
 
@@ -126,7 +127,10 @@ _START = {"call_us": 1000.0, "call_kcycles": 500.0, "host_call_kcycles": 300.0,
 class _TimingVector:
     """TimingParams <-> an unbounded vector (logs; logits for the bounded ones)."""
 
-    def __init__(self, has_host: bool) -> None:
+    def __init__(self, has_host: bool, rows: int = _PRIOR_FULL_ROWS) -> None:
+        # The priors weigh as much as a couple of hundred rows do: on fewer (one model's
+        # sweep) they would outweigh the data, so they shrink with sqrt(rows).
+        self.prior_weight = min(1.0, math.sqrt(rows / _PRIOR_FULL_ROWS))
         self.names = [n for n in _SCALARS if has_host or n not in _HOST_ONLY]
         self.names += [f"mpc_{k}" for k in COMPUTE_KINDS]
 
@@ -160,7 +164,7 @@ class _TimingVector:
         base = x[ix["mpc_conv1x1"]]
         out = [_PRIOR_KINDS * (x[ix[f"mpc_{k}"]] - base) for k in COMPUTE_KINDS if k != "conv1x1"]
         out.append(_PRIOR_FC * (x[ix["stream_gb_s"]] - x[ix["act_gb_s"]]))
-        return np.array(out)
+        return self.prior_weight * np.array(out)
 
 
 def _start_signs(n: int) -> np.ndarray:
@@ -197,7 +201,7 @@ def fit_timing(m: Measurements) -> perf.TimingParams:
         raise BadInputError(f"too few measured layers of processor {m.processor} to fit "
                             f"({len(m.rows)})")
     d = _Design(m)
-    vec = _TimingVector(m.has_host)
+    vec = _TimingVector(m.has_host, len(m.rows))
     y = m.rows["time_ms"].to_numpy(np.float64)
     # Each (model, setting): its layers summed, so the whole model is fitted too (the
     # per-layer residuals weigh a 2 ms layer like a 40 ms one).
