@@ -462,15 +462,25 @@ def measure_costs(
     if method == "fused" and model_bytes is None:
         raise ValueError("the fused method needs the model's bytes")
 
+    fused_energy: dict[str, Any] = {}
+    fixed_e: dict[tuple[str, int | None], float] = {}
+
     def fused_times(ex: Executor, letter: str) -> np.ndarray | None:
         if method != "fused":
             return None
         from profiler.fused import measure_model
 
-        res, _ = measure_model(ex, model_bytes or b"", sliced, fused, seed=seed,
-                               model_name=model_name)
+        # With a power source, each layer's energy is a difference of prefix energies
+        # (each prefix run back to back while the source resolves its power).
+        res, energy = measure_model(
+            ex, model_bytes or b"", sliced, fused, seed=seed, model_name=model_name,
+            prefix_powers=power.call_powers if power is not None else None)
         pos = mapping.order.index(letter)
-        fixed[(letter, freq.level[pos] if freq is not None else None)] = res.fixed.time_ms
+        key = (letter, freq.level[pos] if freq is not None else None)
+        fixed[key] = res.fixed.time_ms
+        if energy is not None:
+            fused_energy[letter] = energy
+            fixed_e[key] = energy.fixed_energy_mj
         return res.times_ms()
 
     def profile(ex: Executor, letter: str) -> list[dict[str, Any]]:
@@ -500,15 +510,19 @@ def measure_costs(
                 "layer": pos, "time_ms": t_ms, "time_ms_sliced": sliced_ms,
                 "transfer_ms": float(timings.transfer_ns[:, pos].mean()) / 1e6,
                 "fallback": sub.fallback if sub is not None else None}
-            if att is not None:
+            if letter in fused_energy:  # fused: the prefix energies' difference
+                e = float(fused_energy[letter].layer_energy_mj[pos])
+                row["energy_mj"] = e
+                row["power_w"] = e / t_ms if t_ms > 0 else float("nan")
+                if att is not None:
+                    row["dynamic_energy_mj"] = e - float(att.baseline_power_w) * t_ms
+            elif att is not None:
                 # mean power over the marked window, which is a little longer than the
-                # invoke (time_ms) and, on a busy host, may hold a preemption; with fused
-                # times, energy = that power x the fused time (as `coupprof layers`)
+                # invoke (time_ms) and, on a busy host, may hold a preemption
                 lw = att.layers[pos]
                 row["power_w"] = lw.power_w
-                row["energy_mj"] = lw.energy_mj if fz is None else lw.power_w * t_ms
-                row["dynamic_energy_mj"] = lw.dynamic_energy_mj if fz is None else \
-                    (lw.power_w - float(att.baseline_power_w)) * t_ms
+                row["energy_mj"] = lw.energy_mj
+                row["dynamic_energy_mj"] = lw.dynamic_energy_mj
             elif power is not None:
                 def call(interp: Any = interp, letter: str = letter) -> None:
                     act.busy(letter)
@@ -530,8 +544,8 @@ def measure_costs(
                                   warmup=warmup, make=make, power=power, activity=activity,
                                   seed=seed, model_name=model_name, method=method,
                                   model_bytes=model_bytes, fused=fused)
-    return (LayerCosts(table, baselines, [f"measured by coupprof run ({method})"], fixed),
-            transfers)
+    return (LayerCosts(table, baselines, [f"measured by coupprof run ({method})"], fixed,
+                       fixed_e), transfers)
 
 
 def handover_points(mapping: Mapping, freq: FreqPlan | None = None,

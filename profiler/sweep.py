@@ -339,9 +339,9 @@ class Sweep:
                 rows, tot, fused_info = layer_table(run), totals(run), None
                 if prof is not None:
                     fused = prof.measure(self.settings.fused)
-                    # A counter's energies come from the prefixes (profiler.fused).
+                    # The fused energies come from the prefixes (profiler.fused).
                     f_energy = energy_by_prefix(fused, self.power.call_powers(prof.calls)) \
-                        if self.power is not None and not self.power.streaming else None
+                        if self.power is not None else None
                     tables = with_fused(RunTables(rows, None, info.to_dict(), tot), fused,
                                         f_energy)
                     rows, tot, fused_info = tables.layers, tables.totals, fused.info()

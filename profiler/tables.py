@@ -549,8 +549,8 @@ def _fused_caption(tables: RunTables) -> str:
     if alone is not None:
         text += f"; the whole model alone after the rounds: {alone:.3f} ms/call"
     if "whole_energy_mj" in tot:
-        text += ("; energy = differences of prefix energies per call (each prefix's counter "
-                 "power x its time), fixed row included in the total")
+        text += ("; energy = differences of prefix energies per call (each prefix's power "
+                 "run back to back x its time), fixed row included in the total")
     elif "energy_mj" in tot:
         text += "; energy = each layer's power x its fused time (fixed row: not included)"
     return text

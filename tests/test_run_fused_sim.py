@@ -11,10 +11,13 @@ tests/sim_truth.py), computed here from the layers' operators, never from a meas
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 import pytest
 from sim_truth import call_overhead_ms, ops_truth_ms
 
+from governors import RestoreGuard
 from governors.factory import make_governor
 from profiler import zoo
 from profiler.boards.profiles import load_board
@@ -85,8 +88,20 @@ def test_a_g_stage_costs_one_fixed_cost_fused_and_one_per_layer_sliced(model,
 
 
 def test_run_agrees_with_the_prediction_from_fused_tables(model) -> None:
-    """G carries the frame; B's two layers run paced to their model too, so a busy host
-    moves the total by a few per cent at most."""
+    """G carries the frame; B's two layers run paced to their model too. What the model
+    does not price is this host's own work between calls (hand-overs, thread wake-ups,
+    ~0.5-1 ms a frame on the 2-core VM, more when it is busy), which the tables measure
+    once and the run pays again: at G's lowest level the frame (~25 ms) is long enough
+    for that to stay within a few per cent (at 400 MHz, a 12 ms frame, one run in seven
+    missed 10 % beside other work)."""
+    g = make_governor(SIM, SIM.processor("G"))
+    with RestoreGuard([g]):
+        g.set_khz(SIM.processor("G").freqs_khz[0])
+        time.sleep(0.02)  # past the modelled transition delay (at most 4.5 ms)
+        _run_against_prediction(model)
+
+
+def _run_against_prediction(model) -> None:  # noqa: ANN001
     data, sliced = model
     mapping = parse_order("GGGBB", 5, SIM)
     costs, transfers = measure_costs(

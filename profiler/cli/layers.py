@@ -141,12 +141,13 @@ def run(args: argparse.Namespace) -> int:
             if session is not None:
                 session.abort()
             raise
-        # With a counter, the fused method's energies come from its prefixes (each
-        # repeated until the counter resolves it), not from the sliced layers.
-        prefix_energy = session is not None and not session.streaming and settings is not None
+        # The fused method's energies come from its prefixes (each run back to back while
+        # the source resolves its power), not from the sliced layers' windows, which hold
+        # each sliced call's own fixed cost.
+        prefix_energy = session is not None and settings is not None
         if session is not None:
             power = session.finish(
-                timings, [] if prefix_energy else
+                timings, [] if prefix_energy and not session.streaming else
                 [runner.layer_call(i) for i in range(len(sliced.layers))],
                 progress=step(bar, "energy per layer"))
             power_error = power.error

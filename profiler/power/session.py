@@ -51,6 +51,7 @@ whose per-layer columns `profiler.tables` turns into rows.
 from __future__ import annotations
 
 import contextlib
+import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -358,16 +359,32 @@ class PowerSession:
         return energy / min_calls
 
     def call_powers(self, calls: Sequence[Callable[[], object]],
-                    progress: Callable[[int, int], None] | None = None) -> list[float]:
-        """Counter sources: each call's mean power (W) from a window of it repeated back
-        to back (`measure_repeated`); the fused method's prefix energies."""
+                    progress: Callable[[int, int], None] | None = None,
+                    min_window_ms: float = 50.0) -> list[float]:
+        """Each call's mean power (W) while it runs back to back: the fused method's
+        prefix energies. A counter: a window of repeats long enough to resolve it
+        (`measure_repeated`). A stream: the call repeated for at least ``min_window_ms``
+        (three times at least) inside one marked span."""
         src = self.source
-        if not isinstance(src, CounterSource):
-            raise BadInputError(f"power source {self.name} is not a counter")
         out = []
         for i, call in enumerate(calls):
-            out.append(float(measure_repeated(call, src, baseline_power_w=self.baseline_w or 0.0,
-                                              min_updates=self.counter_updates).power_w))
+            if isinstance(src, CounterSource):
+                out.append(float(measure_repeated(call, src,
+                                                  baseline_power_w=self.baseline_w or 0.0,
+                                                  min_updates=self.counter_updates).power_w))
+            elif isinstance(src, StreamSource):
+                t0 = self.clock()
+                call()
+                reps = max(3, math.ceil(min_window_ms * 1e6 / max(self.clock() - t0, 1)))
+
+                def many(call: Callable[[], object] = call, reps: int = reps) -> None:
+                    for _ in range(reps):
+                        call()
+
+                _, energy_mj, a, b = self.span(many)
+                out.append(energy_mj / max((b - a) / 1e6, 1e-9))  # mJ / ms = W
+            else:
+                raise BadInputError(f"power source {self.name} measures no call's power")
             if progress:
                 progress(i + 1, len(calls))
         return out
