@@ -257,3 +257,38 @@ print(len(fit.clock.knots_us), (resource.getrusage(resource.RUSAGE_SELF).ru_maxr
     knots, grew_mb = r.stdout.split()
     assert int(knots) == 180  # 179 whole 20 s segments in 3,599.95 s
     assert float(grew_mb) < 30  # measured 9 MB; the dense lstsq took 206 MB
+
+
+def test_a_held_up_change_inside_its_bracket_still_matches_and_leaves_the_line_alone() -> None:
+    # One marked span (two edges), as `PowerSession.span` makes. The host's clock reads
+    # around the fall were 4 ms apart (its thread was held up inside the change), and
+    # the logger stamped the fall 1.6 ms after their middle.
+    d = np.array([5_000_000, 5_060_000 + 1_600], dtype=np.int64)  # logger µs
+    h = np.array([9_000_000_000, 9_060_000_000], dtype=np.int64)  # host ns (middles)
+    lv = np.array([1, 0])
+    with pytest.raises(MarkerError):  # without the brackets, the fall cannot be placed
+        fit_clock_map(d, h, device_levels=lv, host_levels=lv)
+    fit = fit_clock_map(d, h, device_levels=lv, host_levels=lv,
+                        host_halfwidth_ns=np.array([1_000, 2_000_000]))
+    assert fit.host_index.tolist() == [0, 1] and fit.device_index.tolist() == [0, 1]
+    # The tightly timed rise sets the offset; the rate stays nominal (not 1600/60000 off).
+    assert fit.clock.ns_per_us == pytest.approx(1000.0)
+    assert int(fit.clock.to_host_ns(d[0])) == h[0]
+    assert fit.residual_ns[1] == pytest.approx(-1_600_000, abs=1)
+
+
+def test_a_wide_bracket_does_not_pull_a_long_fit() -> None:
+    host_ns, dev_us, truth = make_events(5, 300, 1_500.0, 10_000, jitter_us=1.0)
+    hw = np.full(host_ns.size, 2_000, dtype=np.int64)
+    late = [40, 41, 150, 299]  # held-up changes: their middles 2.5 ms early
+    host = host_ns.copy()
+    host[late] -= 2_500_000
+    hw[late] = 3_000_000
+    with pytest.raises(AssertionError):  # without the brackets they are missed
+        fit = fit_clock_map(dev_us, host)
+        assert fit.missed_host.size == 0
+    fit = fit_clock_map(dev_us, host, host_halfwidth_ns=hw)
+    assert fit.missed_host.size == 0 and fit.spurious_device.size == 0
+    span = np.array([dev_us[0], dev_us[-1]])
+    assert np.all(np.abs(fit.clock.to_host_ns(span) - truth.to_host_ns(span)) < 2_000)
+    assert fit.clock.residual_rms_ns < 5_000  # from the tightly timed changes only

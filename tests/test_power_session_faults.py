@@ -314,3 +314,35 @@ def test_logger_that_never_answers(tmp_path) -> None:
     assert info.value.exit_code == 4
     assert logger.port in str(info.value) and "IDENTIFY" in str(info.value)
     assert not source.is_open
+
+
+def test_a_span_whose_end_is_held_up_inside_the_change() -> None:
+    """One marked span (two edges: what the fused method's prefix windows and the
+    transfer costs use). The host thread is held up for 3 ms inside the marker's fall (a
+    GIL switch on a loaded machine does this), so the middle of its clock reads misses
+    the logger's stamp by 1.5 ms. The bracket around the change says how far off it
+    may be; the span's energy is still the waveform's between the logger's stamps."""
+    logger = VirtualLogger(power_w, rate_hz=20_000, drift_ppm=250.0, start_us=7_000_000,
+                           tick_s=0.001).start()
+    try:
+        sink = Sink(logger)
+
+        def held_up(bits: int) -> None:
+            if bits == 0 and sink.calls and sink.calls[-1][4] == 1:
+                time.sleep(0.003)
+            sink(bits)
+
+        source = ArduinoSource(f"arduino:{logger.port}", logger.port, timeout_s=3.0)
+        with PowerSession(source, SimMarker(held_up), baseline_s=0.0) as session:
+            _, energy_mj, t0, t1 = session.span(lambda: time.sleep(0.06))
+        assert source.trace is not None and source.fit is not None
+        edges = source.trace.edges
+        rise = edges["t_us"][edges["markers"] == 1]
+        fall = edges["t_us"][edges["markers"] == 0]
+        assert rise.size == 1 and fall.size == 1
+        assert energy_mj == pytest.approx(float(truth_mj(rise[0], fall[0])), rel=0.01)
+        # The late fall was matched, not missed; the rate stays near the logger's.
+        assert source.fit.missed_host.size == 0
+        assert source.fit.clock.ns_per_us == pytest.approx(1000.0, abs=1.0)
+    finally:
+        logger.close()

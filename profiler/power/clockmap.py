@@ -30,6 +30,13 @@ glitch may add one):
    five minutes at the default 0.5 ms).
 
 Unmatched host events are missed edges; unmatched device edges are spurious.
+
+A host event's time is the middle of the clock reads around the marker change. A
+thread held up inside the change (the GIL given to a busy reader thread, a page
+fault) widens that bracket, and the change may lie anywhere in it: such an event
+matches within ``tol_ns`` plus its half-width, anchors no hypothesis and leaves the
+line to the events timed tightly, when there are any. On a capture of two edges
+(one marked span) one late event would otherwise break the map.
 """
 
 from __future__ import annotations
@@ -191,13 +198,15 @@ def _nearest_same_level(
 
 
 def _mutual_matches(
-    h: np.ndarray, hl: np.ndarray | None, mapped: np.ndarray, dl: np.ndarray | None, tol: float
+    h: np.ndarray, hl: np.ndarray | None, mapped: np.ndarray, dl: np.ndarray | None,
+    tol: np.ndarray,
 ) -> tuple[np.ndarray, np.ndarray]:
+    """Mutual nearest (device, host) pairs within the host event's tolerance ``tol``."""
     hi, hd = _nearest_same_level(h, hl, mapped, dl)  # device -> host
     order = np.argsort(mapped, kind="stable")
     di, _ = _nearest_same_level(mapped[order], None if dl is None else dl[order], h, hl)
     di = np.where(di >= 0, order[np.maximum(di, 0)], -1)  # host -> device
-    dev = np.flatnonzero((hi >= 0) & (hd <= tol))
+    dev = np.flatnonzero((hi >= 0) & (hd <= tol[np.maximum(hi, 0)]))
     dev = dev[di[hi[dev]] == dev]
     return hi[dev], dev
 
@@ -215,6 +224,7 @@ def fit_clock_map(
     slack: int = 4,
     min_fraction: float = 0.5,
     segment_s: float = 20.0,
+    host_halfwidth_ns: np.ndarray | None = None,
 ) -> ClockFit:
     """Fit ``host_ns = a + b * device_us`` from two edge lists that mostly pair up.
 
@@ -227,7 +237,8 @@ def fit_clock_map(
     than ``min_fraction`` of the shorter list matched (or fewer than 2) raises
     ``MarkerError``: the wiring or the port is wrong, not a stray edge.
     ``segment_s``: a piecewise map has one segment per whole ``segment_s`` of the
-    run, and at least two (0 keeps one straight line).
+    run, and at least two (0 keeps one straight line). ``host_halfwidth_ns``: how far
+    each host time may be off (half its clock-read bracket); see the module docstring.
     """
     d_all = np.asarray(device_us, dtype=np.int64)
     h_all = np.asarray(host_ns, dtype=np.int64)
@@ -242,25 +253,34 @@ def fit_clock_map(
     d0, h0 = int(d_all[0]), int(h_all[0])
     d = (d_all - d0).astype(np.float64)
     h = (h_all - h0).astype(np.float64)
+    hw = (np.zeros(h.size) if host_halfwidth_ns is None
+          else np.maximum(np.asarray(host_halfwidth_ns, dtype=np.float64), 0.0))
+    if hw.shape != h.shape:
+        raise ValueError("host_halfwidth_ns needs one entry per host marker change")
+    tol = tol_ns + hw
+    # Events timed tightly set the line; the rest only match (if none is tight, all set it).
+    tight = hw <= 0.25 * tol_ns
+    if not tight.any():
+        tight[:] = True
 
-    model: _Line | _Knots = _Line(*_best_hypothesis(d, dl, h, hl, tol_ns, max_drift_ppm,
+    model: _Line | _Knots = _Line(*_best_hypothesis(d, dl, h, hl, tol, tight, max_drift_ppm,
                                                      anchors, slack))
-    model, hi, dv, inl = _match_loop(d, dl, h, hl, model, tol_ns, floor_ns)
+    model, hi, dv, inl = _match_loop(d, dl, h, hl, model, tol, tight, floor_ns)
     if segment_s > 0 and dv.size:
-        bent = _piecewise_fit(d, dl, h, hl, model, hi, dv, inl, tol_ns, floor_ns,
+        bent = _piecewise_fit(d, dl, h, hl, model, hi, dv, inl, tol, tight, floor_ns,
                               segment_s * 1e6, max_drift_ppm)
         if bent is not None:
             model, hi, dv, inl = bent
     need = max(min(2, d_all.size, h_all.size), int(np.ceil(min_fraction * min(d_all.size, h_all.size))))
     if dv.size < need:
-        raise MarkerError(
+        raise MarkerError(  # (tol_ns below: the tolerance of a tightly timed change)
             f"cannot map the logger clock: only {dv.size} of {d_all.size} logger edges lie "
             f"within {tol_ns / 1e6:g} ms of the {h_all.size} host marker changes",
             fix="check the marker wiring (line to logger input) and that the logger and the "
             "marker back end are the ones in use",
         )
     r = h[hi] - model(d[dv])
-    rin = r[inl]
+    rin = r[inl & tight[hi]]
     stats = dict(
         matched=int(dv.size),
         rejected=int((~inl).sum()),
@@ -321,10 +341,12 @@ class _Knots:
 
 def _match_loop(
     d: np.ndarray, dl: np.ndarray | None, h: np.ndarray, hl: np.ndarray | None,
-    model: _Line | _Knots, tol: float, floor: float,
+    model: _Line | _Knots, tol: np.ndarray, tight: np.ndarray, floor: float,
 ) -> tuple[_Line | _Knots, np.ndarray, np.ndarray, np.ndarray]:
     """Match by ``model``, fit, reject residual outliers; repeat until the matched set
-    is stable. Returns the model, the matched (host, device) indices and the inliers."""
+    is stable. Returns the model, the matched (host, device) indices and the inliers.
+    Only tightly timed events (``tight``) are fitted and set the spread, where any
+    matched; the others count as inliers within their own widened tolerance."""
     hi = dv = np.zeros(0, dtype=np.int64)
     inl = np.zeros(0, dtype=bool)
     prev: tuple[bytes, bytes] | None = None
@@ -333,12 +355,17 @@ def _match_loop(
         if dv.size == 0:
             break
         inl = np.ones(dv.size, dtype=bool)
+        firm = tight[hi] if tight[hi].any() else np.ones(dv.size, dtype=bool)
+        slack = tol[hi] - tol.min()  # a wide bracket's extra room
         for _ in range(3):
-            model = model.refit(d[dv[inl]], h[hi[inl]])
+            use = inl & firm
+            if not use.any():
+                break
+            model = model.refit(d[dv[use]], h[hi[use]])
             r = h[hi] - model(d[dv])
-            med = np.median(r[inl])
-            sigma = 1.4826 * np.median(np.abs(r[inl] - med))
-            new = np.abs(r - med) <= max(6.0 * sigma, floor)
+            med = np.median(r[use])
+            sigma = 1.4826 * np.median(np.abs(r[use] - med))
+            new = np.abs(r - med) <= max(6.0 * sigma, floor) + slack
             if np.array_equal(new, inl) or not new.any():
                 break
             inl = new
@@ -350,21 +377,22 @@ def _match_loop(
 
 
 def _rms(model: _Line | _Knots, d: np.ndarray, h: np.ndarray, hi: np.ndarray,
-         dv: np.ndarray, inl: np.ndarray) -> float:
-    r = h[hi[inl]] - model(d[dv[inl]])
+         dv: np.ndarray, inl: np.ndarray, tight: np.ndarray) -> float:
+    use = inl & tight[hi]
+    r = h[hi[use]] - model(d[dv[use]])
     return float(np.sqrt(np.mean(r**2))) if r.size else 0.0
 
 
 def _piecewise_fit(
     d: np.ndarray, dl: np.ndarray | None, h: np.ndarray, hl: np.ndarray | None,
     line: _Line | _Knots, hi: np.ndarray, dv: np.ndarray, inl: np.ndarray,
-    tol: float, floor: float, segment_us: float, max_drift_ppm: float,
+    tol: np.ndarray, tight: np.ndarray, floor: float, segment_us: float, max_drift_ppm: float,
 ) -> tuple[_Knots, np.ndarray, np.ndarray, np.ndarray] | None:
     """The matching loop again with a piecewise-linear map, where the run is long
     enough for two segments of at least 20 matched edges each; None where that does
     not cut the straight line's residual by a fifth (a steady clock), or a segment's
     rate leaves ``max_drift_ppm``."""
-    x = d[dv[inl]]
+    x = d[dv[inl & tight[hi]]]
     nseg = min(int((x.max() - x.min()) // segment_us), x.size // 20)
     if nseg < 2:
         return None
@@ -372,13 +400,13 @@ def _piecewise_fit(
     if np.any(np.diff(kx) <= 0):
         return None
     start = _Knots(kx, line(kx))
-    bent, bhi, bdv, binl = _match_loop(d, dl, h, hl, start, tol, floor)
+    bent, bhi, bdv, binl = _match_loop(d, dl, h, hl, start, tol, tight, floor)
     if bent is start or bdv.size < dv.size:
         return None
     rates = np.diff(bent.ky) / np.diff(bent.kx)
     if np.any(np.abs(rates / NOMINAL_NS_PER_US - 1.0) > max_drift_ppm * 1e-6):
         return None
-    if _rms(bent, d, h, bhi, bdv, binl) >= 0.8 * _rms(line, d, h, hi, dv, inl):
+    if _rms(bent, d, h, bhi, bdv, binl, tight) >= 0.8 * _rms(line, d, h, hi, dv, inl, tight):
         return None
     return bent, bhi, bdv, binl
 
@@ -393,12 +421,13 @@ def _lsq(x: np.ndarray, y: np.ndarray, b_prev: float) -> tuple[float, float]:
 
 def _best_hypothesis(
     d: np.ndarray, dl: np.ndarray | None, h: np.ndarray, hl: np.ndarray | None,
-    tol: float, max_drift_ppm: float, anchors: int, slack: int,
+    tol: np.ndarray, tight: np.ndarray, max_drift_ppm: float, anchors: int, slack: int,
 ) -> tuple[float, float]:
-    nd, nh = d.size, h.size
-    k = min(anchors, nh)
-    early_h = np.arange(k)
-    late_h = np.arange(max(nh - k, 0), nh)
+    nd = d.size
+    firm = np.flatnonzero(tight)  # anchors: the tightly timed events
+    k = min(anchors, firm.size)
+    early_h = firm[:k]
+    late_h = firm[max(firm.size - k, 0):]
     early_d = np.arange(min(k + slack, nd))
     late_d = np.arange(max(nd - k - slack, 0), nd)
 
@@ -432,9 +461,10 @@ def _best_hypothesis(
     # Score on at most 400 device edges spread over the run.
     sub = np.unique(np.linspace(0, nd - 1, min(nd, 400)).astype(np.int64))
     mapped = A[:, None] + B[:, None] * d[sub][None, :]
-    _, dist = _nearest_same_level(h, hl, mapped, None if dl is None else dl[sub])
-    hit = dist <= tol
-    score = hit.sum(axis=1) - np.minimum(dist, tol).sum(axis=1) / (tol * (sub.size + 1))
+    idx, dist = _nearest_same_level(h, hl, mapped, None if dl is None else dl[sub])
+    t = tol[np.maximum(idx, 0)]
+    hit = dist <= t
+    score = hit.sum(axis=1) - (np.minimum(dist, t) / t).sum(axis=1) / (sub.size + 1)
     best = int(np.argmax(score))
     return float(A[best]), float(B[best])
 

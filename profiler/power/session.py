@@ -95,6 +95,7 @@ class MarkerLog:
         self._marker = session.marker
         self._t: list[int] = []  # middle of each marker change's bracket
         self._lv: list[int] = []
+        self._hw: list[int] = []  # half each bracket: how far off the middle the change may be
         self._level = 0
         self._baseline_window: tuple[int, int] | None = None
 
@@ -118,6 +119,7 @@ class MarkerLog:
             self._level = level
             self._t.append((t0 + t1) // 2)
             self._lv.append(level)
+            self._hw.append((t1 - t0) // 2)
         return t0, t1
 
     def host_events(self) -> tuple[np.ndarray, np.ndarray]:
@@ -126,6 +128,13 @@ class MarkerLog:
         lv = np.asarray(self._lv, dtype=np.int64)
         order = np.argsort(t, kind="stable")
         return t[order], lv[order]
+
+    def host_halfwidths(self) -> np.ndarray:
+        """Half of each marker change's bracket (ns), in `host_events`' order: a thread
+        held up inside the change (a GIL switch, a busy logger thread) widens it, and
+        the change may lie anywhere in it."""
+        order = np.argsort(np.asarray(self._t, dtype=np.int64), kind="stable")
+        return np.asarray(self._hw, dtype=np.int64)[order]
 
 
 class ReadingCapture(MarkerLog):
@@ -186,7 +195,8 @@ class StreamCapture(MarkerLog):
                 raise
             self.error = err
         try:
-            trace = self.source.map_clock(capture, t, lv)
+            trace = self.source.map_clock(capture, t, lv,
+                                          host_halfwidth_ns=self.host_halfwidths())
         finally:  # what was captured goes to the sidecar even if it cannot be mapped
             self.info.update(capture_info(capture, self.source))
         self.trace = trace

@@ -122,7 +122,8 @@ class ArduinoSource(StreamSource):
         return self.trace
 
     def map_clock(self, trace: DeviceTrace, host_ns: np.ndarray,
-                  host_levels: np.ndarray | None = None) -> HostTrace:
+                  host_levels: np.ndarray | None = None,
+                  host_halfwidth_ns: np.ndarray | None = None) -> HostTrace:
         """Fit the logger clock to the host clock over the edges; the trace on the host clock."""
         host_ns = np.asarray(host_ns, dtype=np.int64)
         levels = None if host_levels is None else np.asarray(host_levels, dtype=np.int64)
@@ -142,7 +143,8 @@ class ArduinoSource(StreamSource):
         try:
             self.fit = fit_clock_map(np.asarray(edges["t_us"], dtype=np.int64), host_ns,
                                      device_levels=dev_levels, host_levels=levels,
-                                     tol_ns=max(tol, 2_000.0))
+                                     tol_ns=max(tol, 2_000.0),
+                                     host_halfwidth_ns=host_halfwidth_ns)
         except MarkerError as err:
             raise MarkerError(
                 f"the logger on {self.port} saw {edges.size} marker edges for "

@@ -143,9 +143,11 @@ class StreamSource(PowerSource):
 
     @abstractmethod
     def map_clock(self, capture: DeviceTrace, host_ns: np.ndarray,
-                  host_levels: np.ndarray | None = None) -> HostTrace:
+                  host_levels: np.ndarray | None = None,
+                  host_halfwidth_ns: np.ndarray | None = None) -> HostTrace:
         """The capture on the host clock, fitted over the marker changes the host made
-        (their times ``host_ns`` and the level after each); sets ``fit``."""
+        (their times ``host_ns``, the level after each and how far off each time may be);
+        sets ``fit``."""
 
     def poll(self) -> None:
         """Raise a failure noticed in the background (port gone, logger silent)."""
