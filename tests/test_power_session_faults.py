@@ -346,3 +346,26 @@ def test_a_span_whose_end_is_held_up_inside_the_change() -> None:
         assert source.fit.clock.ns_per_us == pytest.approx(1000.0, abs=1.0)
     finally:
         logger.close()
+
+
+def test_call_powers_on_a_stream_share_one_capture_and_match_the_waveform() -> None:
+    """The fused method's prefix powers on a logger: each call repeated in its own marked
+    window of one capture; each power is the waveform's mean between the logger's own
+    stamps of that window's edges."""
+    logger = VirtualLogger(power_w, rate_hz=20_000, drift_ppm=-400.0, start_us=123_456,
+                           tick_s=0.001).start()
+    try:
+        source = ArduinoSource(f"arduino:{logger.port}", logger.port, timeout_s=3.0)
+        calls = [lambda s=s: time.sleep(s) for s in (0.002, 0.005, 0.011, 0.023)]
+        with PowerSession(source, SimMarker(Sink(logger)), baseline_s=0.05) as session:
+            powers = session.call_powers(calls, min_window_ms=40.0)
+        assert source.trace is not None
+        edges = source.trace.edges
+        rise = edges["t_us"][edges["markers"] == 1]
+        fall = edges["t_us"][edges["markers"] == 0]
+        assert rise.size == fall.size == len(calls)  # one capture, a window per call
+        assert np.all(fall - rise >= 40_000)  # each at least min_window_ms
+        want = truth_mj(rise, fall) / ((fall - rise) / 1e3)
+        assert powers == pytest.approx(want.tolist(), rel=0.005)
+    finally:
+        logger.close()

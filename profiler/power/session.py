@@ -373,31 +373,40 @@ class PowerSession:
                     min_window_ms: float = 50.0) -> list[float]:
         """Each call's mean power (W) while it runs back to back: the fused method's
         prefix energies. A counter: a window of repeats long enough to resolve it
-        (`measure_repeated`). A stream: the call repeated for at least ``min_window_ms``
-        (three times at least) inside one marked span."""
+        (`measure_repeated`). A stream: one capture, in which each call repeats for at
+        least ``min_window_ms`` (three times at least) inside its own marked window:
+        the clock fit then rests on every window's two edges, not on one span's."""
         src = self.source
-        out = []
-        for i, call in enumerate(calls):
-            if isinstance(src, CounterSource):
+        if isinstance(src, CounterSource):
+            out = []
+            for i, call in enumerate(calls):
                 out.append(float(measure_repeated(call, src,
                                                   baseline_power_w=self.baseline_w or 0.0,
                                                   min_updates=self.counter_updates).power_w))
-            elif isinstance(src, StreamSource):
+                if progress:
+                    progress(i + 1, len(calls))
+            return out
+        if not isinstance(src, StreamSource):
+            raise BadInputError(f"power source {self.name} measures no call's power")
+        bounds: list[tuple[int, int, int, int]] = []
+        cap = self.capture().start()
+        try:
+            for i, call in enumerate(calls):
                 t0 = self.clock()
-                call()
+                call()  # also keeps the windows apart (the marker low for one call)
                 reps = max(3, math.ceil(min_window_ms * 1e6 / max(self.clock() - t0, 1)))
-
-                def many(call: Callable[[], object] = call, reps: int = reps) -> None:
-                    for _ in range(reps):
-                        call()
-
-                _, energy_mj, a, b = self.span(many)
-                out.append(energy_mj / max((b - a) / 1e6, 1e-9))  # mJ / ms = W
-            else:
-                raise BadInputError(f"power source {self.name} measures no call's power")
-            if progress:
-                progress(i + 1, len(calls))
-        return out
+                lo, a = cap.mark(1)
+                for _ in range(reps):
+                    call()
+                b, hi = cap.mark(0)
+                bounds.append((lo, a, b, hi))
+                if progress:
+                    progress(i + 1, len(calls))
+        finally:
+            cap.stop()
+        lo_, a_, b_, hi_ = (np.asarray([[w[k] for w in bounds]]) for k in range(4))
+        att = cap.windows_on_edges(a_, b_, lo_, hi_)
+        return [float(layer.power_w) for layer in att.layers]  # over the logger's edges
 
     # -- a layer run ---------------------------------------------------------------------
     def hooks(self, frames: int, layers: int,
