@@ -468,6 +468,7 @@ class PowerSession:
     def _finish_stream(self, timings: Any, cap: StreamCapture, info: dict[str, Any],
                        ) -> PowerResult:
         self._capture = None
+        cap.source.keep_trace_on_disk()  # (from the next capture on)
         try:
             trace = cap.stop()
         except ProfilerError as err:

@@ -74,6 +74,11 @@ class ArduinoSource(StreamSource):
             self.collector.close()
             self.collector = None
 
+    def keep_trace_on_disk(self) -> None:
+        self.out_dir = None
+        if self.collector is not None:
+            self.collector.out_dir = None
+
     def info(self) -> SourceInfo:
         lg = self.logger
         return SourceInfo(

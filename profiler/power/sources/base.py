@@ -132,6 +132,11 @@ class StreamSource(PowerSource):
     #: The fitted logger-to-host clock map of the last `map_clock` (None before).
     fit: ClockFit | None = None
 
+    def keep_trace_on_disk(self) -> None:
+        """Later captures stay in memory: the one on disk (the layer run's, which the
+        sidecar's clock map and `coupprof plot timeline` refer to) is not overwritten by
+        the short spans measured after it. Back ends that write no trace ignore this."""
+
     @abstractmethod
     def start(self) -> None:
         """Begin a capture (samples and edges from now on)."""
