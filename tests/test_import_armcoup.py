@@ -7,6 +7,7 @@ checkout, or $COUPPROF_ARMCOUP_DIR, and these tests skip when neither exists.
 from __future__ import annotations
 
 import copy
+import functools
 import json
 import os
 import re
@@ -18,7 +19,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from profiler.recordings.align import align, segments
+from profiler.recordings.align import Alignment, align, segments
 from profiler.recordings.attribute import armcoup_method, coupprof_method
 from profiler.recordings.console import read_console_log
 from profiler.recordings.importer import console_matrix
@@ -83,6 +84,14 @@ def _real(order: str) -> tuple[Recording, RunLayout, np.ndarray]:
     return rec, lay, console_matrix(read_console_log(DATA / f"time_MobileV1_{order}.txt"), lay)
 
 
+@functools.cache
+def _real_aligned(console: bool) -> tuple[Recording, RunLayout, np.ndarray | None, Alignment]:
+    """B's real trace aligned as recorded (shared by the fault cases; nothing mutates it)."""
+    rec, lay, con = _real("BBBBBBBBBBBBBB")
+    con = con if console else None
+    return rec, lay, con, align(rec, lay, con)
+
+
 def _inject(rec: Recording, lay: RunLayout, kind: str, s: int, f: int, k: int) -> Recording:
     segs = segments(rec)
     out = copy.deepcopy(rec)
@@ -105,9 +114,7 @@ def _inject(rec: Recording, lay: RunLayout, kind: str, s: int, f: int, k: int) -
 def test_fault_in_a_real_trace_flags_its_frame_only(kind: str, where: tuple[int, int, int],
                                                     changed: set[tuple[int, int]],
                                                     console: bool) -> None:
-    rec, lay, con = _real("BBBBBBBBBBBBBB")
-    con = con if console else None
-    clean = align(rec, lay, con)
+    rec, lay, con, clean = _real_aligned(console)
     bad = _inject(rec, lay, kind, *where)
     al = align(bad, lay, con)
     assert clean.faults == 0 and al.faults == 1 and al.flagged == [where[:2]]

@@ -164,12 +164,22 @@ def _spread(vals: np.ndarray) -> float:
     return float(np.nansum(np.where(n > 1, var * n, 0.0)))
 
 
+def _nanmedian0(vals: np.ndarray) -> np.ndarray:
+    """``np.nanmedian(vals, axis=0)`` without its masked-array path (thousands of calls on
+    small arrays per recording); NaN where a column has no value."""
+    srt = np.sort(vals, axis=0)  # NaNs sort last
+    n = np.sum(~np.isnan(vals), axis=0)
+    cols = np.arange(vals.shape[1])
+    mid = 0.5 * (srt[np.maximum((n - 1) // 2, 0), cols] + srt[np.maximum(n // 2, 0), cols])
+    return np.where(n > 0, mid, np.nan)
+
+
 def _profile(vals: np.ndarray) -> np.ndarray:
     """Each window's median ln duration, centred separately over the idle-level (gap) and
     active (layer) windows: gaps keep their length across levels, layers scale together."""
     with warnings.catch_warnings():  # all-NaN windows (frames left out) are expected
         warnings.simplefilter("ignore", RuntimeWarning)
-        p = np.nanmedian(vals, axis=0)
+        p = _nanmedian0(vals)
         p[0::2] -= np.nanmean(p[0::2])
         p[1::2] -= np.nanmean(p[1::2])
     return p
@@ -260,40 +270,55 @@ def _dp(d: np.ndarray, e: np.ndarray, selfc: list[np.ndarray] | None, band: int,
     ecum = np.r_[0.0, np.cumsum(np.nan_to_num(e))]
     enan = np.r_[0, np.cumsum(np.isnan(e))]
     offs = np.arange(-band, band + 1)
-    step = max(1, n_e // 100)
-    for i in range(n_e):
-        row = cost[i]
-        if progress is not None and i % step == 0:
-            progress(i, n_e)
-        if not np.isfinite(row).any():
+    # Each move's step cost from every (expected window i, offset k), computed at once:
+    # the loop below only relaxes (a Python loop over numpy calls on each row took
+    # seconds per pass on a recording of 3,000 windows).
+    ii = np.arange(n_e)
+    jm = ii[:, None] + offs[None, :]
+    step_costs = []
+    for di, dj, _ in MOVES:
+        jj = jm + dj
+        valid = (jm >= 0) & (jj <= n_o) & (ii[:, None] + di <= n_e)
+        if selfc is None:
+            dur = cum[np.clip(jj, 0, n_o)] - cum[np.clip(jm, 0, n_o)]
+            i2 = np.minimum(ii + di, n_e)
+            exp = np.where(enan[i2] - enan[ii] > 0, np.nan, ecum[i2] - ecum[ii])
+            sc = _cost(dur, np.broadcast_to(exp[:, None], dur.shape))
+        else:
+            sc = selfc[len(step_costs)][np.clip(jm, 0, max(n_o - 1, 0))]
+        step_costs.append(np.where(valid, sc, np.inf))
+    # Pulled rather than pushed: row t takes, per cell, the cheapest of the moves that
+    # land there (every move advances at least one expected window, so its sources are
+    # final). Candidates are ordered as a push over rows then moves would meet them, so
+    # ties resolve the same way: the earliest source row, then the lower move.
+    order = sorted(range(len(MOVES)), key=lambda m: (-MOVES[m][0], m))
+    di_o = np.array([MOVES[m][0] for m in order])
+    sh_o = np.array([MOVES[m][1] - MOVES[m][0] for m in order])
+    fault_o = np.array([FAULT * MOVES[m][2] for m in order])[:, None]
+    kk = np.arange(width)[None, :] - sh_o[:, None]  # source offset index per landing cell
+    k_ok = (kk >= 0) & (kk < width)
+    kk = np.clip(kk, 0, width - 1)
+    # landed[t, n, k']: move order[n]'s step cost from (t - di, k' - shift), inf if none.
+    landed = np.full((n_e + 1, len(order), width), np.inf)
+    for n, m in enumerate(order):
+        di = int(di_o[n])
+        if di > n_e:
             continue
-        j = i + offs
-        for m, (di, dj, faults) in enumerate(MOVES):
-            if i + di > n_e:
-                continue
-            jj = j + dj
-            ok = np.isfinite(row) & (j >= 0) & (jj <= n_o)
-            if not ok.any():
-                continue
-            jc = np.clip(j, 0, n_o)
-            jjc = np.clip(jj, 0, n_o)
-            dur = cum[jjc] - cum[jc]
-            exp = ecum[i + di] - ecum[i]
-            unknown = enan[i + di] - enan[i] > 0
-            if selfc is None:
-                step_cost = _cost(dur, np.full(dur.size, np.nan if unknown else exp))
-            else:
-                step_cost = selfc[m][np.clip(j, 0, max(n_o - 1, 0))]
-            total = row + step_cost + FAULT * faults
-            new_off = offs + (dj - di)
-            fit = ok & (new_off >= -band) & (new_off <= band)
-            if not fit.any():
-                continue
-            tgt = cost[i + di]
-            idx = new_off[fit] + band
-            better = total[fit] < tgt[idx]
-            tgt[idx[better]] = total[fit][better]
-            back[i + di, idx[better]] = m
+        landed[di:, n] = np.where(k_ok[n][None, :], step_costs[m][:n_e + 1 - di][:, kk[n]],
+                                  np.inf)
+    flat = cost.ravel()
+    # Where each candidate's source cell sits in ``flat`` (a source before row 0 has an
+    # infinite landed cost, so any cell serves).
+    src = np.maximum(np.arange(n_e + 1)[:, None, None] * width
+                     + ((-di_o[:, None]) * width + kk)[None], 0)
+    moves = np.array(order, dtype=np.int8)
+    step = max(1, n_e // 100)
+    for t in range(1, n_e + 1):
+        if progress is not None and (t - 1) % step == 0:
+            progress(t - 1, n_e)
+        cand = flat[src[t]] + landed[t] + fault_o
+        cost[t] = cand.min(axis=0)
+        back[t] = moves[cand.argmin(axis=0)]  # (unreachable cells stay inf; never read)
     if progress is not None:
         progress(n_e, n_e)
     # End: all expected windows matched (extra observed segments ignored) or the
@@ -348,8 +373,8 @@ def _medians(layout: RunLayout, d: np.ndarray, matches: list[WindowMatch]) -> np
     for w, mt in zip(wins, matches, strict=True):
         if mt.status == OK:
             by_key.setdefault((w.setting, w.role), []).append(float(d[mt.first]))
-    return np.array([np.median(by_key[(w.setting, w.role)]) if (w.setting, w.role) in by_key
-                     else np.nan for w in wins])
+    med = {k: float(np.median(v)) for k, v in by_key.items()}
+    return np.array([med.get((w.setting, w.role), np.nan) for w in wins])
 
 
 def align(rec: Recording, layout: RunLayout, console_layer_ms: np.ndarray | None = None,

@@ -12,6 +12,7 @@ one setting, ``trailing`` may be odd: a run recorded live ends with one idle seg
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 from profiler.errors import BadInputError
@@ -93,9 +94,15 @@ class RunLayout:
         return Window(i, s, frame, LAYER if odd else GAP, layer, q, active=bool(odd))
 
     def windows(self) -> list[Window]:
-        return [self.window(i) for i in range(self.total)]
+        return list(_windows(self))
 
     def describe(self) -> str:
         return (f"{len(self.settings)} settings x ({self.warmup} warm-up + {self.frames} frames)"
                 f" x {self.layers} layers ({self.order}), {self.trailing} trailing segments "
                 f"per setting: {self.total} segments expected")
+
+
+@functools.lru_cache(maxsize=16)
+def _windows(layout: RunLayout) -> tuple[Window, ...]:
+    """Every expected window, built once per layout (attribution asks for them per layer)."""
+    return tuple(layout.window(i) for i in range(layout.total))
