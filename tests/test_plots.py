@@ -59,10 +59,11 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     layers_while_collecting(cli, d, d / "cache", board, "B", frames=1500, seconds=2.5,
                             pause_s=0.5, csv="raw.csv")
     # The simulated board: energy from its virtual logger (the default power source there).
+    fast = ["--min-rounds", "5", "--max-rounds", "5"]  # G's fused rounds: data for figures
     cli("sweep", "--board", "sim", "--processors", "L,B,G", "--freqs", "1,3", "--frames", "3",
-        "--warmup", "1", "--baseline-s", "0.05", "-o", "simsweep", cwd=d)
+        "--warmup", "1", "--baseline-s", "0.05", *fast, "-o", "simsweep", cwd=d)
     cli("layers", "--board", "sim", "--processor", "G", "--freq", "4", "--frames", "10",
-        "--warmup", "1", "--raw", "--baseline-s", "0.05", "--csv", "simG.csv", cwd=d)
+        "--warmup", "1", "--raw", "--baseline-s", "0.05", *fast, "--csv", "simG.csv", cwd=d)
     return {"dir": d, "sweep": d / "sweep" / "sweep.csv", "tm": d / "tm.csv",
             "trace": d / "trace.csv", "raw": d / "raw.csv",
             "simsweep": d / "simsweep" / "sweep.csv", "simG": d / "simG.csv"}

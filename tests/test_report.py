@@ -49,10 +49,11 @@ def run_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     layers_while_collecting(cli, d, base / "cache", board, "B", frames=1200, seconds=2,
                             pause_s=0.4, csv="layers-B.csv")
     # Simulated board, with energy: a raw layer run (its trace kept) and a small sweep.
+    fast = ["--min-rounds", "5", "--max-rounds", "5"]  # G's fused rounds: data for the report
     cli("layers", "--board", "sim", "--processor", "G", "--freq", "4", "--frames", "10",
-        "--warmup", "1", "--raw", "--baseline-s", "0.05", "--csv", "sim-G.csv", cwd=d)
+        "--warmup", "1", "--raw", "--baseline-s", "0.05", *fast, "--csv", "sim-G.csv", cwd=d)
     cli("sweep", "--board", "sim", "--processors", "G", "--freqs", "1,5", "--frames", "3",
-        "--warmup", "1", "--baseline-s", "0.05", "-o", "simsweep", cwd=d)
+        "--warmup", "1", "--baseline-s", "0.05", *fast, "-o", "simsweep", cwd=d)
     return d
 
 
