@@ -51,7 +51,6 @@ whose per-layer columns `profiler.tables` turns into rows.
 from __future__ import annotations
 
 import contextlib
-import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -373,8 +372,8 @@ class PowerSession:
                     min_window_ms: float = 50.0) -> list[float]:
         """Each call's mean power (W) while it runs back to back: the fused method's
         prefix energies. A counter: a window of repeats long enough to resolve it
-        (`measure_repeated`). A stream: one capture, in which each call repeats for at
-        least ``min_window_ms`` (three times at least) inside its own marked window:
+        (`measure_repeated`). A stream: one capture, in which each call repeats until
+        ``min_window_ms`` have passed (three times at least) inside its own marked window:
         the clock fit then rests on every window's two edges, not on one span's."""
         src = self.source
         if isinstance(src, CounterSource):
@@ -391,13 +390,14 @@ class PowerSession:
         bounds: list[tuple[int, int, int, int]] = []
         cap = self.capture().start()
         try:
+            window_ns = min_window_ms * 1e6
             for i, call in enumerate(calls):
-                t0 = self.clock()
-                call()  # also keeps the windows apart (the marker low for one call)
-                reps = max(3, math.ceil(min_window_ms * 1e6 / max(self.clock() - t0, 1)))
+                call()  # warm, and keeps the windows apart (the marker low for one call)
                 lo, a = cap.mark(1)
-                for _ in range(reps):
+                reps = 0
+                while reps < 3 or self.clock() - a < window_ns:
                     call()
+                    reps += 1
                 b, hi = cap.mark(0)
                 bounds.append((lo, a, b, hi))
                 if progress:
