@@ -94,8 +94,8 @@ def register(subparsers: Any) -> None:
                    help="Dask scheduler (tcp://HOST:PORT) whose workers each drive one board")
     m.add_argument("--model", type=Path, default=None,
                    help="model to run for --measure (default: the sweep's)")
-    m.add_argument("--frames", type=positive_int, default=30,
-                   help="measured frames per candidate (default 30)")
+    m.add_argument("--frames", type=positive_int, default=60,
+                   help="measured frames per candidate (default 60: a short pipeline run measures its fill)")
     p.set_defaults(func=run)
 
 
