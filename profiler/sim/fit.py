@@ -173,9 +173,11 @@ def _start_signs(n: int) -> np.ndarray:
 
 
 def _exp(v: float) -> float:
-    # A parameter the data do not bound (a bandwidth nothing in the set approaches) may
-    # run off; e^30 (1e13) is as good as infinite for every one of them.
-    return math.exp(max(min(v, 30.0), -30.0))
+    # A parameter the data do not bound (a bandwidth nothing in the set approaches, e.g.
+    # weight_gb_s on a model whose weights all fit the cache) may run off; e^20 (5e8) is
+    # as good as infinite for every one of them, and inside what a board profile accepts
+    # (1e9: at e^30 a one-model sweep wrote a profile that could not be loaded).
+    return math.exp(max(min(v, 20.0), -30.0))
 
 
 def _sigmoid(v: float) -> float:
