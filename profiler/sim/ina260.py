@@ -23,13 +23,10 @@ Two ways to use it:
 
 from __future__ import annotations
 
-import contextlib
 import errno
-import fcntl
 import os
 import select
 import threading
-import tty
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -38,6 +35,7 @@ import numpy as np
 from profiler.clock import Clock, perf_clock
 from profiler.power.clockmap import ClockMap
 from profiler.recordings.layout import RunLayout
+from profiler.sim.serial_pty import close_fds, open_raw_pty
 
 POWER_STEP_MW = 10.0
 UPDATE_MS = 2.7
@@ -266,11 +264,7 @@ class VirtualIna260:
 
     # -- lifecycle ---------------------------------------------------------------------
     def start(self) -> VirtualIna260:
-        self._master, self._slave = os.openpty()
-        tty.setraw(self._slave)
-        fl = fcntl.fcntl(self._master, fcntl.F_GETFL)
-        fcntl.fcntl(self._master, fcntl.F_SETFL, fl | os.O_NONBLOCK)
-        self.port = os.ttyname(self._slave)
+        self._master, self._slave, self.port = open_raw_pty()
         self._origin_ns = self.clock()
         now = self.device_us()
         self._hist_t, self._hist_lv = [now], [self._level]
@@ -292,10 +286,7 @@ class VirtualIna260:
         self.close()
 
     def _close_fds(self) -> None:
-        for fd in (self._master, self._slave):
-            if fd >= 0:
-                with contextlib.suppress(OSError):
-                    os.close(fd)
+        close_fds(self._master, self._slave)
         self._master = self._slave = -1
         self.closed.set()
 

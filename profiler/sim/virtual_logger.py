@@ -26,14 +26,11 @@ samples are dropped and reported in STATUS, never queued without bound.
 
 from __future__ import annotations
 
-import contextlib
 import errno
-import fcntl
 import os
 import select
 import threading
 import time
-import tty
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -42,6 +39,7 @@ import numpy as np
 from profiler.clock import Clock, perf_clock
 from profiler.power import protocol as P
 from profiler.power.clockmap import ClockMap
+from profiler.sim.serial_pty import close_fds, open_raw_pty
 
 #: power_w(t_s, markers) -> watts; vectorised over numpy arrays.
 PowerFn = Callable[[np.ndarray, np.ndarray], "np.ndarray | float"]
@@ -147,11 +145,7 @@ class VirtualLogger:
 
     # ----------------------------------------------------------------- lifecycle
     def start(self) -> VirtualLogger:
-        self._master, self._slave = os.openpty()
-        tty.setraw(self._slave)  # no echo, no line editing: a byte pipe
-        fl = fcntl.fcntl(self._master, fcntl.F_GETFL)
-        fcntl.fcntl(self._master, fcntl.F_SETFL, fl | os.O_NONBLOCK)
-        self.port = os.ttyname(self._slave)
+        self._master, self._slave, self.port = open_raw_pty()
         self._origin_ns = self.clock()
         if self.boot_ident:
             self._send_now(P.encode_ident(self._take_seq(), self._t32(), self.info()))
@@ -172,10 +166,7 @@ class VirtualLogger:
         self.close()
 
     def _close_fds(self) -> None:
-        for fd in (self._master, self._slave):
-            if fd >= 0:
-                with contextlib.suppress(OSError):
-                    os.close(fd)
+        close_fds(self._master, self._slave)
         self._master = self._slave = -1
         self.closed.set()
 

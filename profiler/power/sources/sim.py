@@ -14,7 +14,7 @@ from what each processor runs).
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from profiler.clock import Clock, perf_clock
 from profiler.errors import BadInputError
@@ -31,7 +31,44 @@ if TYPE_CHECKING:
 SIM_RATE_HZ = 20_000
 
 
-class SimSource(ArduinoSource):
+class _VirtualPort:
+    """A source whose logger is simulated: the virtual logger starts on a pty before the
+    real back end opens that port, and stops after it closes; the `sim` marker drives
+    the virtual logger's marker inputs (`set_markers`)."""
+
+    model: Any
+    port: str
+    virtual: VirtualLogger | VirtualIna260 | None
+
+    def _start_virtual(self) -> VirtualLogger | VirtualIna260:
+        raise NotImplementedError
+
+    def _open_device(self) -> None:
+        self.virtual = self._start_virtual()
+        self.model.to_host_ns = self.virtual.true_clock().to_host_ns
+        self.port = self.virtual.port
+        try:
+            super()._open_device()  # type: ignore[misc]
+        except BaseException:
+            self.virtual.close()
+            self.virtual = None
+            raise
+
+    def _close_device(self) -> None:
+        try:
+            super()._close_device()  # type: ignore[misc]
+        finally:
+            if self.virtual is not None:
+                self.virtual.close()
+                self.virtual = None
+
+    def set_markers(self, bits: int) -> None:
+        """The `sim` marker's sink: the virtual logger's marker inputs."""
+        assert self.virtual is not None, "open the sim source before the sim marker"
+        self.virtual.set_markers(bits)
+
+
+class SimSource(_VirtualPort, ArduinoSource):
     kind = "sim"
 
     def __init__(self, spec: str, model: object, *, rate_hz: int = SIM_RATE_HZ,
@@ -44,31 +81,9 @@ class SimSource(ArduinoSource):
         self.sim_rate_hz = rate_hz
         self.virtual: VirtualLogger | None = None
 
-    def _open_device(self) -> None:
-        self.virtual = VirtualLogger(self.model.power_w, rate_hz=self.sim_rate_hz,  # type: ignore[attr-defined]
-                                     clock=self.clock, fw_version="sim-1.0").start()
-        truth = self.virtual.true_clock()
-        self.model.to_host_ns = truth.to_host_ns  # type: ignore[attr-defined]
-        self.port = self.virtual.port
-        try:
-            super()._open_device()
-        except BaseException:
-            self.virtual.close()
-            self.virtual = None
-            raise
-
-    def _close_device(self) -> None:
-        try:
-            super()._close_device()
-        finally:
-            if self.virtual is not None:
-                self.virtual.close()
-                self.virtual = None
-
-    def set_markers(self, bits: int) -> None:
-        """The `sim` marker's sink: the virtual logger's marker inputs."""
-        assert self.virtual is not None, "open the sim source before the sim marker"
-        self.virtual.set_markers(bits)
+    def _start_virtual(self) -> VirtualLogger:
+        return VirtualLogger(self.model.power_w, rate_hz=self.sim_rate_hz,  # type: ignore[attr-defined]
+                             clock=self.clock, fw_version="sim-1.0").start()
 
     def info(self) -> SourceInfo:
         base = super().info()
@@ -79,7 +94,7 @@ class SimSource(ArduinoSource):
                                  "modelled power) sampled by a virtual logger; " + base.detail)
 
 
-class SimIna260Source(Ina260Source):
+class SimIna260Source(_VirtualPort, Ina260Source):
     """``sim:ina260``: the simulated board's power read through a virtual INA260 logger."""
 
     kind = "sim"
@@ -91,29 +106,8 @@ class SimIna260Source(Ina260Source):
         self.seed = seed
         self.virtual: VirtualIna260 | None = None
 
-    def _open_device(self) -> None:
-        self.virtual = VirtualIna260(self.model.power_w, seed=self.seed, clock=self.clock).start()
-        self.model.to_host_ns = self.virtual.true_clock().to_host_ns
-        self.port = self.virtual.port
-        try:
-            super()._open_device()
-        except BaseException:
-            self.virtual.close()
-            self.virtual = None
-            raise
-
-    def _close_device(self) -> None:
-        try:
-            super()._close_device()
-        finally:
-            if self.virtual is not None:
-                self.virtual.close()
-                self.virtual = None
-
-    def set_markers(self, bits: int) -> None:
-        """The `sim` marker's sink: the virtual logger's pin."""
-        assert self.virtual is not None, "open the sim source before the sim marker"
-        self.virtual.set_markers(bits)
+    def _start_virtual(self) -> VirtualIna260:
+        return VirtualIna260(self.model.power_w, seed=self.seed, clock=self.clock).start()
 
     def info(self) -> SourceInfo:
         base = super().info()
