@@ -46,19 +46,20 @@ class Pair:
 
 # -- processors x levels ---------------------------------------------------------------
 
-FreqSpec = str | list[int]  # "all", "current" or explicit 1-based levels
+FreqSpec = str | list[int]  # "all", "max", "current" or explicit 1-based levels
 
 
 def parse_freqs(text: str) -> FreqSpec:
-    """`all`, `current` (leave the frequency alone) or `1,3,5` (levels, 1-based)."""
+    """`all`, `max` (each processor's top level), `current` (leave the frequency alone)
+    or `1,3,5` (levels, 1-based)."""
     t = text.strip().lower()
-    if t in ("all", "current"):
+    if t in ("all", "max", "current"):
         return t
     try:
         levels = sorted({int(tok) for tok in t.split(",") if tok.strip()})
     except ValueError:
-        raise BadInputError(f"--freqs '{text}' is not 'all', 'current' or a list of levels",
-                            "e.g. --freqs all, or --freqs 1,3,5") from None
+        raise BadInputError(f"--freqs '{text}' is not 'all', 'max', 'current' or a list of "
+                            "levels", "e.g. --freqs all, or --freqs 1,3,5") from None
     if not levels or levels[0] < 1:
         raise BadInputError(f"--freqs '{text}': levels are 1-based whole numbers",
                             "e.g. --freqs 1,3,5 (`coupprof boards show BOARD` lists the levels)")
@@ -96,7 +97,8 @@ def plan_pairs(board: Board, processors: Sequence[str], freqs: FreqSpec) -> list
                 "simulated board (`coupprof boards` lists boards)",
             )
         n = len(target.freqs_khz)
-        levels = list(range(1, n + 1)) if freqs == "all" else list(freqs)
+        levels = list(range(1, n + 1)) if freqs == "all" else [n] if freqs == "max" \
+            else list(freqs)
         bad = [k for k in levels if k > n]
         if bad:
             raise BoardError(

@@ -57,13 +57,17 @@ def test_plan_covers_every_level_and_n_borrows_its_host_table() -> None:
     some = plan_pairs(sim, ["G"], parse_freqs("1,3,5"))
     assert some == [Pair("G", 1, 200_000), Pair("G", 3, 400_000), Pair("G", 5, 800_000)]
     assert plan_pairs(sim, ["B"], parse_freqs("current")) == [Pair("B")]
+    # max: each processor's own top level (L has 6, B 8, G 5 on the sim)
+    assert plan_pairs(sim, ["L", "B", "G"], parse_freqs("max")) == [
+        Pair("L", 6, sim.processor("L").freqs_khz[-1]),
+        Pair("B", 8, sim.processor("B").freqs_khz[-1]), Pair("G", 5, 800_000)]
 
 
 def test_bad_plans_say_what_is_wrong() -> None:
     sim = load_board("sim")
     with pytest.raises(BoardError, match="level 6 is out of range for processor G.*5=800 MHz"):
         plan_pairs(sim, ["G"], parse_freqs("1,6"))
-    with pytest.raises(BadInputError, match="not 'all', 'current' or a list"):
+    with pytest.raises(BadInputError, match="not 'all', 'max', 'current' or a list"):
         parse_freqs("fast")
     with pytest.raises(BadInputError, match="1-based"):
         parse_freqs("0,2")

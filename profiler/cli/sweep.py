@@ -49,9 +49,10 @@ def register(subparsers: Any) -> None:
     add_board_args(p)
     p.add_argument("--processors", default=None, metavar="L,B,G,N",
                    help="processors to sweep (default: every processor of the board)")
-    p.add_argument("--freqs", default="all", metavar="all|current|1,3,5",
+    p.add_argument("--freqs", default="all", metavar="all|max|current|1,3,5",
                    help="levels (1-based, per processor's table; N uses its host cluster's), "
-                   "'all', or 'current' to leave the frequency alone (default: all)")
+                   "'all', 'max' (each processor's top level), or 'current' to leave the "
+                   "frequency alone (default: all)")
     add_model_options(p)
     p.add_argument("--frames", type=positive_int, default=30,
                    help="measured frames per pair (default: 30)")
