@@ -92,7 +92,8 @@ def from_frames(layers: pd.DataFrame, board: Board, transfers: pd.DataFrame | No
         late = df[df["sim_late_runs"].fillna(0) > 0]
         for p, g in late.groupby("processor"):
             notes.append(f"{p}: {len(g)} simulated layer rows where this machine was slower "
-                         "than the modelled processor (their times are the host's)")
+                         "than the modelled processor (the host's time stands in for the "
+                         "model's there; predictions that use them need not hold)")
     has_host = "host" in df.columns
     hosts = df["host"] if has_host else pd.Series(None, df.index, dtype=object)
     df["unit"] = [p if h is None or pd.isna(h) or not str(h) else f"{p}@{str(h).upper()}"

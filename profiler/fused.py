@@ -202,6 +202,19 @@ class FusedResult:
     round_ns: np.ndarray | None = field(default=None, repr=False)  # (rounds, n + 1)
     alone_ns: np.ndarray | None = field(default=None, repr=False)  # the whole model's calls alone
     whole_alone: Estimate | None = None  # their trimmed mean (information only)
+    # Simulated processors: per prefix (0 = the empty one), its calls that took the host's
+    # time because this machine was slower than the model (`PacedSubModel`).
+    prefix_late_runs: list[int] = field(default_factory=list)
+
+    def layer_late_runs(self) -> list[int]:
+        """Per layer, the late calls of the two prefixes its difference uses. A late prefix
+        lasted max(host, model) while its neighbour may have lasted the model's time, so
+        the difference is neither the layer's modelled time nor the host's: such a layer's
+        figure is not the board's, even where its own sliced runs kept up."""
+        late = self.prefix_late_runs
+        if not late:
+            return [0] * len(self.layers)
+        return [late[k] + late[k + 1] for k in range(len(self.layers))]
 
     @property
     def layer_sum_ms(self) -> float:
@@ -237,6 +250,7 @@ class FusedResult:
             "prefix_read_bytes": list(self.prefix_read_bytes),
             "prefix_reduced_outputs": list(self.prefix_reduced),
             "below_resolution": [layer.index for layer in self.layers if layer.below_resolution],
+            "late_prefixes": [p for p, n in enumerate(self.prefix_late_runs) if n > 0],
         }
 
 
@@ -418,6 +432,7 @@ class FusedProfiler:
         or ``max_rounds`` is reached. ``progress(done, expected)``: rounds so far and an
         estimate of the rounds the budget allows."""
         s = settings or FusedSettings()
+        late0 = [sub.late_runs for sub in self.subs]
         for r in range(s.warmup_rounds):
             self.run_round(backward=bool(r % 2), calls=s.visit_calls, warm=s.visit_warm)
         rows: list[np.ndarray] = []
@@ -439,7 +454,9 @@ class FusedProfiler:
             if done >= s.max_rounds or (spent >= s.budget_s and done >= s.min_rounds):
                 break
         elapsed = wall() - start
-        return self.result(np.array(rows), s, elapsed, converged, self.alone(s))
+        res = self.result(np.array(rows), s, elapsed, converged, self.alone(s))
+        res.prefix_late_runs = [sub.late_runs - n for sub, n in zip(self.subs, late0, strict=True)]
+        return res
 
     def alone(self, settings: FusedSettings) -> np.ndarray | None:
         """The whole model called alone, back to back: each group's fastest call (ns)."""

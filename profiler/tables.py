@@ -231,6 +231,8 @@ def with_fused(tables: RunTables, fused: FusedResult,
     df["time_ms_fused"] = t_ms
     df["time_ms_fused_ci95"] = [layer.ci95_ms for layer in fused.layers]
     df["below_resolution"] = [layer.below_resolution for layer in fused.layers]
+    if "sim_late_runs" in df.columns:  # a late prefix spoils the differences that use it
+        df["sim_late_runs"] = df["sim_late_runs"].fillna(0).astype(int) + fused.layer_late_runs()
     tot = dict(tables.totals)
     baseline = float(tot.get("baseline_power_w", tables.info.get("extra", {}).get(
         "baseline_power_w", 0.0)) or 0.0)

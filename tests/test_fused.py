@@ -103,6 +103,28 @@ def test_layer_estimates_telescope_exactly() -> None:
     assert fixed.time_ms + sum(e.time_ms for e in layers) == pytest.approx(whole.time_ms)
 
 
+def test_a_late_prefix_flags_both_layers_whose_difference_uses_it() -> None:
+    """Prefix p (0 = empty) enters layers p - 1 and p; with_fused adds those late calls
+    to the rows' sim_late_runs, so a spoilt difference never passes for the board's."""
+    import pandas as pd
+
+    from profiler.fused import Estimate, FusedLayer, FusedResult
+    from profiler.tables import RunTables, with_fused
+
+    layers = [FusedLayer(k, 1.0, 0.1, False, True) for k in range(4)]
+    res = FusedResult(layers, Estimate(0.5, 0.01), Estimate(4.5, 0.1), rounds=5, elapsed_s=1.0,
+                      converged=True, settings=FusedSettings(), prefix_late_runs=[0, 0, 3, 0, 2])
+    assert res.layer_late_runs() == [0, 3, 3, 2]
+    assert res.info()["late_prefixes"] == [2, 4]
+    rows = pd.DataFrame({"layer": range(4), "time_ms_mean": [1.0] * 4,
+                         "sim_late_runs": [1, 0, 0, 0]})
+    out = with_fused(RunTables(rows, None, {}, {}), res)
+    assert out.layers["sim_late_runs"].tolist() == [1, 3, 3, 2]
+    # a real processor's run has no such column, and gets none
+    out = with_fused(RunTables(rows.drop(columns="sim_late_runs"), None, {}, {}), res)
+    assert "sim_late_runs" not in out.layers.columns
+
+
 def test_sim_board_fused_recovers_layers_sliced_is_off_by_the_fixed_cost(default_model) -> None:
     """The default model cut into 5 layers (3 of the default grouping each), so a round
     is short and every layer takes several ms: on a busy 2-core host a late wake-up adds

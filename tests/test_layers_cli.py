@@ -142,3 +142,23 @@ def test_sim_rows_say_when_the_host_was_slower_than_the_model(tmp_path: Path) ->
     assert r.returncode == 0, r.stderr
     assert pd.read_csv(tmp_path / "sim.csv")["sim_late_runs"].eq(0).all()
     assert "host slow" not in r.stdout
+
+
+def test_fused_rows_count_the_late_prefixes_their_differences_use(tmp_path: Path) -> None:
+    board = _fast_sim(tmp_path / "fast.toml")
+    fused = ("--method", "fused", "--min-rounds", "3", "--max-rounds", "3", "--frames", "2",
+             "--warmup", "1", "--power", "none")
+    r = coupprof("--board", str(board), "--processor", "B", *fused, "--csv", "fast.csv",
+                 cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    df = pd.read_csv(tmp_path / "fast.csv")
+    df = df[df["kind"] == "layer"]
+    meta = json.loads((tmp_path / "fast.json").read_text())
+    # Every prefix call took the host's time: all 16 prefixes (empty one included) are
+    # late, and every row adds its two prefixes' late calls to its 3 sliced ones.
+    assert meta["fused"]["late_prefixes"] == list(range(len(df) + 1))
+    assert (df["sim_late_runs"] > 3).all()
+    r = coupprof("--board", "sim", "--processor", "B", *fused, "--csv", "sim.csv", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert json.loads((tmp_path / "sim.json").read_text())["fused"]["late_prefixes"] == []
+    assert pd.read_csv(tmp_path / "sim.csv")["sim_late_runs"].fillna(0).eq(0).all()
