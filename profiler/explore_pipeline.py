@@ -101,8 +101,11 @@ class _Fast:
         """(time ms, energy mJ) of layers a..b on u, per level index."""
         assert self.t.fixed_ms is not None
         fixed = self.t.fixed_ms[u]
-        ms = self.P[u, :, b + 1] - self.P[u, :, a] + fixed  # one call per stage
-        en = self.PE[u, :, b + 1] - self.PE[u, :, a]
+        # Levels a unit lacks are inf in its prefix sums (inf - inf = nan); callers take
+        # only the levels it has.
+        with np.errstate(invalid="ignore"):
+            ms = self.P[u, :, b + 1] - self.P[u, :, a] + fixed  # one call per stage
+            en = self.PE[u, :, b + 1] - self.PE[u, :, a]
         if not self.exact_energy:  # the fixed cost at idle power (0 above idle)
             en = en + self.idle * fixed
         if prev is not None:  # the hand-over into its first layer
