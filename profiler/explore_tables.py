@@ -190,22 +190,6 @@ def from_frames(layers: pd.DataFrame, board: Board, transfers: pd.DataFrame | No
                       notes=list(notes), fixed_ms=fixed)
 
 
-def _idle_from_sweep(meta: dict[str, Any]) -> float | None:
-    vals = [p.get("totals", {}).get("baseline_power_w") for p in meta.get("pairs", {}).values()]
-    vals = [float(v) for v in vals if v is not None and not math.isnan(float(v))]
-    return float(np.mean(vals)) if vals else None
-
-
-def _fixed_from_sweep(meta: dict[str, Any]) -> dict[tuple[str, int], float]:
-    """{(processor, level): fixed per-call ms} of the sweep's fused pairs."""
-    out = {}
-    for p in meta.get("pairs", {}).values():
-        ms = (p.get("fused") or {}).get("fixed_ms", p.get("totals", {}).get("fixed_ms"))
-        if ms is not None and p.get("level") is not None:
-            out[(str(p["processor"]), int(p["level"]))] = float(ms)
-    return out
-
-
 def load_tables(sweep: str | Path, board: Board, transfers: str | Path | None = None,
                 delays: Sequence[str | Path] = (), processors: Sequence[str] | None = None,
                 levels: Sequence[int] | str | None = None) -> CostTables:
@@ -223,8 +207,9 @@ def load_tables(sweep: str | Path, board: Board, transfers: str | Path | None = 
     dl = read_delay_csvs(delays) if delays else None
     model = str(df["model"].iloc[0]) if "model" in df.columns else "model"
     sources = [str(sweep), *([str(transfers)] if transfers else []), *map(str, delays)]
-    return from_frames(df, board, tr, dl, _idle_from_sweep(data.meta), model, sources,
-                       processors, levels, _fixed_from_sweep(data.meta))
+    base = list(data.baseline_power_w().values())
+    return from_frames(df, board, tr, dl, float(np.mean(base)) if base else None, model,
+                       sources, processors, levels, data.fixed_ms())
 
 
 

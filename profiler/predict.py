@@ -68,7 +68,8 @@ from profiler.mapping import Call, FreqPlan, Mapping, calls
 from profiler.power.session import MarkerHooks, PowerSession, StreamCapture
 from profiler.transfer import Activity, NoActivity, measure_transfer_matrix
 
-LAYER_FIX = "pass the CSVs written by `coupprof layers` (one per processor), with their .json"
+LAYER_FIX = ("pass the CSVs written by `coupprof layers` (one per processor), with their "
+             ".json, or a `coupprof sweep` directory")
 
 
 @dataclass
@@ -309,8 +310,9 @@ def _energy(mode: str, order: str, e: list[float | None], dyn: list[float | None
 # --------------------------------------------------------------------------------
 
 def read_layer_tables(paths: Sequence[str | Path]) -> LayerCosts:
-    """Layer tables written by `coupprof layers` (CSV + JSON sidecar), or CSVs with a
-    `processor` column (one row per processor and layer)."""
+    """Layer tables written by `coupprof layers` (CSV + JSON sidecar), `coupprof sweep`
+    directories (every processor and level they hold), or CSVs with a `processor` column
+    (one row per processor and layer)."""
     from profiler.tables import read_tables
 
     frames: list[pd.DataFrame] = []
@@ -320,6 +322,13 @@ def read_layer_tables(paths: Sequence[str | Path]) -> LayerCosts:
     fixed_e: dict[tuple[str, int | None], float] = {}
     for raw in paths:
         p = Path(raw)
+        if _is_sweep(p):
+            part, sweep_fixed, sweep_fixed_e, sweep_base = _sweep_part(p)
+            fixed.update(sweep_fixed)
+            fixed_e.update(sweep_fixed_e)
+            base.update(sweep_base)
+            frames.append(part)
+            continue
         if not p.is_file():
             raise BadInputError(f"layer table not found: {p}", LAYER_FIX)
         if p.with_suffix(".json").is_file() and not _multi_row_sidecar(p.with_suffix(".json")):
@@ -376,6 +385,62 @@ def read_layer_tables(paths: Sequence[str | Path]) -> LayerCosts:
     table = pd.concat(frames, ignore_index=True)
     table["level"] = table["level"].astype("Int64")
     return LayerCosts(table, base, [str(p) for p in paths], fixed, fixed_e)
+
+
+def _is_sweep(p: Path) -> bool:
+    """A `coupprof sweep` directory, or its sweep.csv (told by its sidecar's format)."""
+    import json
+
+    from profiler.sweep_schema import CSV_NAME, SWEEP_FORMAT
+
+    sidecar = (p / CSV_NAME if p.is_dir() else p).with_suffix(".json")
+    if not sidecar.is_file():
+        return p.is_dir() and (p / CSV_NAME).is_file()
+    try:
+        return str(json.loads(sidecar.read_text()).get("format", "")) == SWEEP_FORMAT
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
+def _sweep_part(p: Path) -> tuple[pd.DataFrame, dict[tuple[str, int | None], float],
+                                  dict[tuple[str, int | None], float], dict[str, float]]:
+    """A sweep's layer rows at every (processor, level) it measured, as predict's table
+    rows: fused times (and each fused pair's fixed row) where the pair is fused."""
+    from profiler.sweep_schema import read_sweep
+
+    data = read_sweep(p)
+    df = data.layers
+    if "kind" in df.columns:
+        df = df[df["kind"] == "layer"]
+    if df.empty:
+        raise BadInputError(f"{p} holds no layer rows", LAYER_FIX)
+    if "host_level" in df.columns:
+        hosts = df.groupby(["processor", "freq_level"])["host_level"].nunique()
+        if (hosts > 1).any():
+            letter, level = hosts[hosts > 1].index[0]
+            raise BadInputError(f"{p}: processor {letter} at level {level} was measured at "
+                                "several host levels, and predict takes one",
+                                "sweep it at one --host-freq, or use coupprof explore")
+    fixed = {(k[0], k[1]): v for k, v in data.fixed_ms().items()}
+    level = df["freq_level"].astype("Int64")
+    keys = list(zip(df["processor"].astype(str), level, strict=True))
+    fused = np.array([(letter, None if pd.isna(lv) else int(lv)) in fixed
+                      for letter, lv in keys], dtype=bool)
+    t_fused = df["time_ms_fused"] if "time_ms_fused" in df.columns else df["time_ms_mean"]
+    part = pd.DataFrame({"processor": df["processor"].astype(str).str.upper(), "level": level,
+                         "layer": df["layer"].astype(int),
+                         "time_ms": np.where(fused, t_fused, df["time_ms_mean"]),
+                         "transfer_ms": df["transfer_ms_mean"].fillna(0.0)
+                         if "transfer_ms_mean" in df.columns else 0.0})
+    for col in ("energy_mj", "dynamic_energy_mj"):
+        if col in df.columns:
+            part[col] = df[col].to_numpy()
+    base: dict[str, list[float]] = {}
+    for (letter, _), w in data.baseline_power_w().items():
+        base.setdefault(letter, []).append(w)
+    fixed_e = {(k[0], k[1]): v for k, v in data.fixed_energy_mj().items()}
+    return (part.reset_index(drop=True), dict(fixed), fixed_e,
+            {k: float(np.mean(v)) for k, v in base.items()})
 
 
 def _multi_row_sidecar(json_path: Path) -> bool:

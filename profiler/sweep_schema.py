@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import io
 import json
+import math
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -166,6 +167,27 @@ class SweepData:
         order = {k: i for i, k in enumerate(PROCESSOR_LETTERS)}
         return sorted(set(zip(df["processor"].astype(str), _levels(df["freq_level"]), strict=True)),
                       key=lambda k: (order.get(k[0], 99), k[0], -1 if k[1] is None else k[1]))
+
+    def _pair_totals(self, key: str) -> dict[tuple[str, int], float]:
+        """{(processor, level): the pair's fused figure (or total) named `key`}."""
+        out = {}
+        for p in self.meta.get("pairs", {}).values():
+            v = (p.get("fused") or {}).get(key, p.get("totals", {}).get(key))
+            if v is not None and p.get("level") is not None and not math.isnan(float(v)):
+                out[(str(p["processor"]), int(p["level"]))] = float(v)
+        return out
+
+    def fixed_ms(self) -> dict[tuple[str, int], float]:
+        """{(processor, level): fixed per-call ms} of the sweep's fused pairs."""
+        return self._pair_totals("fixed_ms")
+
+    def fixed_energy_mj(self) -> dict[tuple[str, int], float]:
+        """{(processor, level): the fixed row's energy} of fused pairs with a power source."""
+        return self._pair_totals("fixed_energy_mj")
+
+    def baseline_power_w(self) -> dict[tuple[str, int], float]:
+        """{(processor, level): the idle power its power session measured}."""
+        return self._pair_totals("baseline_power_w")
 
 
 def read_sweep(path: str | Path) -> SweepData:

@@ -127,9 +127,11 @@ def test_measure_here_and_over_a_local_dask_cluster(tables_dir: Path) -> None:
     """Three mappings measured one after the other (twice, for the run-to-run spread)
     and over a LocalCluster of two worker processes, each with its own simulated board:
     the cluster's figures lie within the sequential runs' spread (3x their range, at
-    least 10 %). Mappings with G: frames of tens of ms, whose modelled stretch absorbs
-    two boards sharing this machine's 2 cores; a B-only frame of 2.5 ms did not (energy
-    per frame +41 % and +80 % on the cluster: inter-frame gaps at idle power are host time).
+    least 10 %). Mappings with G at its lowest level: frames of tens of ms, whose modelled
+    stretch absorbs two boards sharing this machine's 2 cores. Shorter frames do not: a
+    B-only frame of 2.5 ms measured +41 % and +80 % energy per frame on the cluster, and
+    the pipeline B1G2 at 1/3 (a frame every 10 ms) +13 % once in a full suite (inter-frame
+    gaps at idle power are host time, and each board keeps ~0.45 of a core busy).
     Then `coupprof explore --measure --cluster` end to end."""
     from distributed import LocalCluster
 
@@ -138,8 +140,8 @@ def test_measure_here_and_over_a_local_dask_cluster(tables_dir: Path) -> None:
     model = json.loads((tables_dir / "sw" / "sweep.json").read_text())["settings"]["model_path"]
     jobs = [MeasureJob(k, "sim", model, order, mode, freq, frames=12, warmup=2, cuts=CUTS)
             for k, (order, mode, freq) in enumerate(
-                [("G3", "switch", "3"), ("B1G2", "pipeline", "1/3"),
-                 ("B1G2", "switch", "1,3,3")], 1)]
+                [("G3", "switch", "1"), ("B1G2", "pipeline", "1/1"),
+                 ("B1G2", "switch", "1,1,1")], 1)]
     seq = [{m.job.rank: m for m in measure_all(jobs)} for _ in range(2)]
     heard: list[int] = []
     with LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
@@ -187,3 +189,46 @@ def test_top_levels_and_given_mappings(tables_dir: Path) -> None:
         given.loc["N2B1", "energy_mj"] >= rows.iloc[0]["energy_mj"] - 1e-12
     bad = cli(*INPUTS, "--compare", "G1B2@9", cwd=tables_dir, check=False)
     assert bad.returncode == 2 and "no level 9 for G" in bad.stderr
+
+
+def test_predict_and_run_take_the_sweep_directory(tables_dir: Path) -> None:
+    """`predict --layers DIR` reads a sweep's rows at the levels --freq names: a fused
+    pair's stage is one call, its fixed row (from the sidecar) plus its layers' fused
+    times; a sliced pair's layers are their sliced times. Computed here from the sweep's
+    own CSV and sidecar."""
+    rows = pd.read_csv(tables_dir / "sw" / "sweep.csv")
+    rows = rows[rows["kind"] == "layer"]
+    pairs = json.loads((tables_dir / "sw" / "sweep.json").read_text())["pairs"]
+    fixed = {(p["processor"], p["level"]): p["fused"]["fixed_ms"] for p in pairs.values()
+             if p.get("fused")}
+
+    def fused(letter: str, level: int, layer: int, col: str = "time_ms_fused") -> float:
+        sel = rows[(rows["processor"] == letter) & (rows["freq_level"] == level)
+                   & (rows["layer"] == layer)]
+        return float(sel[col].iloc[0])
+
+    for order, freq, want in [
+        ("G3", "5", fixed[("G", 5)] + sum(fused("G", 5, k) for k in range(3))
+         + fused("G", 5, 0, "transfer_ms_mean")),
+        # B (a CPU: swept sliced, so its time holds its call) then G; no transfer table,
+        # so the hand-over at the change counts 0 (and is named)
+        ("B1G2", "1,3,3", fused("B", 1, 0, "time_ms_mean") + fused("B", 1, 0, "transfer_ms_mean")
+         + fixed[("G", 3)] + fused("G", 3, 1) + fused("G", 3, 2)),
+    ]:
+        out = cli("predict", "--board", "sim", "--layers", "sw", "--order", order, "--mode",
+                  "switch", "--freq", freq, "--json", f"p-{order}.json", cwd=tables_dir)
+        got = json.loads((tables_dir / f"p-{order}.json").read_text())
+        assert got["latency_ms"] == pytest.approx(want, rel=1e-9), out.stdout
+    # run --layers DIR prices its mapping from the same rows
+    model = json.loads((tables_dir / "sw" / "sweep.json").read_text())["settings"]["model_path"]
+    cli("run", "--board", "sim", "--model", model, "--cuts", CUTS, "--layers", "sw",
+        "--transfers", "tm.csv", "--order", "G3", "--mode", "switch", "--freq", "5",
+        "--frames", "3", "--warmup", "1", "--power", "none", "--csv", "r-G3.csv", cwd=tables_dir)
+    cli("predict", "--board", "sim", "--layers", "sw", "--transfers", "tm.csv", "--order", "G3",
+        "--mode", "switch", "--freq", "5", "--json", "p-G3t.json", cwd=tables_dir)
+    r = pd.read_csv(tables_dir / "r-G3.csv").set_index("metric")
+    assert r.loc["latency_ms_mean", "predicted"] == pytest.approx(
+        json.loads((tables_dir / "p-G3t.json").read_text())["latency_ms"], rel=1e-9)
+    bad = cli("predict", "--board", "sim", "--layers", "sw", "--order", "L3", "--freq", "1",
+              cwd=tables_dir, check=False)
+    assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1, bad.stderr

@@ -46,9 +46,9 @@ def register(subparsers: Any) -> None:
     p.add_argument("--mode", choices=("switch", "pipeline"), default=None,
                    help="switch or pipeline (required with --order; one processor is one "
                    "stage, so --single needs none)")
-    p.add_argument("--layers", required=True, metavar="CSV[,CSV...]",
+    p.add_argument("--layers", required=True, metavar="CSV|DIR[,...]",
                    help="layer tables (with their .json sidecars), one per processor (and "
-                   "level, with --freq)")
+                   "level, with --freq), or a `coupprof sweep` directory holding them all")
     p.add_argument("--transfers", type=Path, default=None, metavar="CSV",
                    help="transfer table; without it, hand-overs at processor changes count 0")
     p.add_argument("--freq", default=None, metavar="SPEC",

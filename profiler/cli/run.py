@@ -87,9 +87,10 @@ def register(subparsers: Any) -> None:
                    help="unrecorded warm-up frames first (default: 5)")
     p.add_argument("--queue-depth", type=positive_int, default=2,
                    help="frames each queue between stages holds (default: 2)")
-    p.add_argument("--layers", default=None, metavar="CSV[,CSV...]",
-                   help="layer tables from `coupprof layers` for the prediction "
-                   "(default: measure each layer on its processor first)")
+    p.add_argument("--layers", default=None, metavar="CSV|DIR[,...]",
+                   help="layer tables from `coupprof layers`, or a `coupprof sweep` "
+                   "directory, for the prediction (default: measure each layer on its "
+                   "processor first)")
     p.add_argument("--transfers", type=Path, default=None, metavar="CSV",
                    help="transfer table from `coupprof transfer-matrix` (default: measure "
                    "the mapping's hand-overs first)")
