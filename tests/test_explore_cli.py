@@ -232,3 +232,14 @@ def test_predict_and_run_take_the_sweep_directory(tables_dir: Path) -> None:
     bad = cli("predict", "--board", "sim", "--layers", "sw", "--order", "L3", "--freq", "1",
               cwd=tables_dir, check=False)
     assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1, bad.stderr
+    # G swept at two host levels: predict cannot pick one, and says so
+    import shutil
+
+    two = tables_dir / "sw-two-hosts"
+    shutil.copytree(tables_dir / "sw", two, dirs_exist_ok=True)
+    csv = pd.read_csv(two / "sweep.csv")
+    g = csv[csv["processor"] == "G"].assign(host_level=lambda d: d["host_level"] - 1)
+    pd.concat([csv, g]).to_csv(two / "sweep.csv", index=False)
+    bad = cli("predict", "--board", "sim", "--layers", two.name, "--order", "G3", "--freq", "5",
+              cwd=tables_dir, check=False)
+    assert bad.returncode == 2 and "several host levels" in bad.stderr, bad.stderr
