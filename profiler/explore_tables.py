@@ -198,11 +198,7 @@ def load_tables(sweep: str | Path, board: Board, transfers: str | Path | None = 
     from profiler.transfer import read_transfer_csv
 
     data = read_sweep(sweep)
-    df = data.layers
-    if "kind" in df.columns:
-        df = df[df["kind"] == "layer"]
-    if df.empty:
-        raise BadInputError(f"{sweep} holds no layer rows", SWEEP_FIX)
+    df = data.layer_rows(str(sweep), SWEEP_FIX)
     tr = read_transfer_csv(transfers) if transfers else None
     dl = read_delay_csvs(delays) if delays else None
     model = str(df["model"].iloc[0]) if "model" in df.columns else "model"

@@ -409,11 +409,7 @@ def _sweep_part(p: Path) -> tuple[pd.DataFrame, dict[tuple[str, int | None], flo
     from profiler.sweep_schema import read_sweep
 
     data = read_sweep(p)
-    df = data.layers
-    if "kind" in df.columns:
-        df = df[df["kind"] == "layer"]
-    if df.empty:
-        raise BadInputError(f"{p} holds no layer rows", LAYER_FIX)
+    df = data.layer_rows(str(p), LAYER_FIX)
     if "host_level" in df.columns:
         hosts = df.groupby(["processor", "freq_level"])["host_level"].nunique()
         if (hosts > 1).any():

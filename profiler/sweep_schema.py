@@ -168,6 +168,16 @@ class SweepData:
         return sorted(set(zip(df["processor"].astype(str), _levels(df["freq_level"]), strict=True)),
                       key=lambda k: (order.get(k[0], 99), k[0], -1 if k[1] is None else k[1]))
 
+    def layer_rows(self, where: str, fix: str) -> pd.DataFrame:
+        """The per-layer rows (a fused pair's fixed row aside); none at all is bad input
+        (`where` names the sweep, `fix` says what to pass instead)."""
+        df = self.layers
+        if "kind" in df.columns:
+            df = df[df["kind"] == "layer"]
+        if df.empty:
+            raise BadInputError(f"{where} holds no layer rows", fix)
+        return df
+
     def _pair_totals(self, key: str) -> dict[tuple[str, int], float]:
         """{(processor, level): the pair's fused figure (or total) named `key`}."""
         out = {}
