@@ -417,7 +417,7 @@ def _sweep_part(p: Path) -> tuple[pd.DataFrame, dict[tuple[str, int | None], flo
             raise BadInputError(f"{p}: processor {letter} at level {level} was measured at "
                                 "several host levels, and predict takes one",
                                 "sweep it at one --host-freq, or use coupprof explore")
-    fixed = {(k[0], k[1]): v for k, v in data.fixed_ms().items()}
+    fixed: dict[tuple[str, int | None], float] = dict(data.fixed_ms().items())
     level = df["freq_level"].astype("Int64")
     keys = list(zip(df["processor"].astype(str), level, strict=True))
     fused = np.array([(letter, None if pd.isna(lv) else int(lv)) in fixed
@@ -434,8 +434,8 @@ def _sweep_part(p: Path) -> tuple[pd.DataFrame, dict[tuple[str, int | None], flo
     base: dict[str, list[float]] = {}
     for (letter, _), w in data.baseline_power_w().items():
         base.setdefault(letter, []).append(w)
-    fixed_e = {(k[0], k[1]): v for k, v in data.fixed_energy_mj().items()}
-    return (part.reset_index(drop=True), dict(fixed), fixed_e,
+    fixed_e: dict[tuple[str, int | None], float] = dict(data.fixed_energy_mj().items())
+    return (part.reset_index(drop=True), fixed, fixed_e,
             {k: float(np.mean(v)) for k, v in base.items()})
 
 
