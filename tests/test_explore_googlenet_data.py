@@ -1,0 +1,49 @@
+"""The committed GoogLeNet explore run on the calibrated simulated board
+(data/validation/explore-googlenet-sim/, made by its make.sh on a 16-core machine;
+docs/explore.md quotes it): the searches still pick the same mappings on those tables,
+and the measured picks hold their predictions and beat every processor alone."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from profiler.boards.profiles import load_board
+from profiler.explore_pipeline import enumerate_front
+from profiler.explore_space import freq_spec, order_string
+from profiler.explore_switch import search_switch
+from profiler.explore_tables import load_tables
+
+DIR = Path(__file__).resolve().parent.parent / "data" / "validation" / "explore-googlenet-sim"
+pytestmark = pytest.mark.skipif(not DIR.is_dir(), reason="data/validation is not in this tree")
+
+
+def _measured(name: str, metric: str) -> float:
+    df = pd.read_csv(DIR / name)
+    return float(df[(df["kind"] == "summary") & (df["metric"] == metric)]["measured"].iloc[0])
+
+
+def test_the_searches_pick_what_was_measured() -> None:
+    t = load_tables(DIR / "swf-goog", load_board("sim"), DIR / "tmf-goog.csv")
+    fast = search_switch(t, objective="latency")
+    assert fast.optimal and fast.best is not None
+    assert order_string(t, fast.best.candidate) == "G4L7"
+    assert fast.best.latency_ms == pytest.approx(139.42, abs=0.01)
+    top = enumerate_front(t).front[0]
+    assert (order_string(t, top.candidate), freq_spec(t, top.candidate)) == ("G3B3L5", "5/8/6")
+
+
+def test_measured_picks_hold_their_predictions_and_beat_each_processor_alone() -> None:
+    sw = pd.read_csv(DIR / "g-lat-measured.csv").iloc[0]
+    pipe = pd.read_csv(DIR / "g-pipe-measured.csv").iloc[0]
+    for row, col in ((sw, "latency_ms"), (sw, "energy_mj"), (pipe, "throughput_fps"),
+                     (pipe, "energy_mj")):
+        assert abs(row[col] / row[f"predicted_{col}"] - 1) < 0.10, (row["order"], col)
+    alone = {p: _measured(f"r-{p}11.csv", "latency_ms_mean") for p in "LBG"}
+    reruns = [_measured(f"r-pick-{k}.csv", "latency_ms_mean") for k in (2, 3)]
+    assert max(sw["latency_ms"], *reruns) < min(alone.values())
+    assert pipe["throughput_fps"] > _measured("r-pL11.csv", "throughput_fps")
+    assert _measured("r-ppick-2.csv", "throughput_fps") > 2.5 * _measured("r-pL11.csv",
+                                                                           "throughput_fps")
