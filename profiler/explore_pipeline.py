@@ -74,7 +74,10 @@ class _Fast:
         self.same, self.same_e = same, same_e
         zero = np.zeros((U, K, 1))
         # A stage is one call: its layers, and a hand-over into its first layer only.
-        self.P = np.concatenate([zero, np.cumsum(t.time_ms, axis=2)], axis=2)
+        # Levels a unit lacks are inf in time_ms; nan in the prefix sums, so a stage's
+        # difference of them is nan without a warning (callers take only real levels).
+        P = np.concatenate([zero, np.cumsum(t.time_ms, axis=2)], axis=2)
+        self.P = np.where(np.isinf(P), np.nan, P)
         # energy per layer as the pipeline formula counts it: dynamic (above idle), or the
         # layer's board energy for the upper bound
         if self.exact_energy:
@@ -101,11 +104,8 @@ class _Fast:
         """(time ms, energy mJ) of layers a..b on u, per level index."""
         assert self.t.fixed_ms is not None
         fixed = self.t.fixed_ms[u]
-        # Levels a unit lacks are inf in its prefix sums (inf - inf = nan); callers take
-        # only the levels it has.
-        with np.errstate(invalid="ignore"):
-            ms = self.P[u, :, b + 1] - self.P[u, :, a] + fixed  # one call per stage
-            en = self.PE[u, :, b + 1] - self.PE[u, :, a]
+        ms = self.P[u, :, b + 1] - self.P[u, :, a] + fixed  # one call per stage
+        en = self.PE[u, :, b + 1] - self.PE[u, :, a]
         if not self.exact_energy:  # the fixed cost at idle power (0 above idle)
             en = en + self.idle * fixed
         if prev is not None:  # the hand-over into its first layer

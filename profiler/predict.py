@@ -389,17 +389,12 @@ def read_layer_tables(paths: Sequence[str | Path]) -> LayerCosts:
 
 def _is_sweep(p: Path) -> bool:
     """A `coupprof sweep` directory, or its sweep.csv (told by its sidecar's format)."""
-    import json
-
     from profiler.sweep_schema import CSV_NAME, SWEEP_FORMAT
 
     sidecar = (p / CSV_NAME if p.is_dir() else p).with_suffix(".json")
     if not sidecar.is_file():
         return p.is_dir() and (p / CSV_NAME).is_file()
-    try:
-        return str(json.loads(sidecar.read_text()).get("format", "")) == SWEEP_FORMAT
-    except (OSError, ValueError, AttributeError):
-        return False
+    return _sidecar_format(sidecar) == SWEEP_FORMAT
 
 
 def _sweep_part(p: Path) -> tuple[pd.DataFrame, dict[tuple[str, int | None], float],
@@ -442,13 +437,17 @@ def _sweep_part(p: Path) -> tuple[pd.DataFrame, dict[tuple[str, int | None], flo
 def _multi_row_sidecar(json_path: Path) -> bool:
     """A sidecar of a table with a processor column and many levels (`coupprof import`'s),
     read as a plain CSV rather than as one `coupprof layers` run."""
+    return _sidecar_format(json_path).startswith("coupprof-import/")
+
+
+def _sidecar_format(json_path: Path) -> str:
+    """A JSON sidecar's ``format`` ("" when it cannot be read or names none)."""
     import json
 
     try:
-        fmt = json.loads(json_path.read_text()).get("format", "")
+        return str(json.loads(json_path.read_text()).get("format", ""))
     except (OSError, ValueError, AttributeError):
-        return False
-    return str(fmt).startswith("coupprof-import/")
+        return ""
 
 
 def measure_costs(
