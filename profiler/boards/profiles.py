@@ -55,6 +55,8 @@ PROC_KEYS = {"kind", "name", "cores", "freqs_khz", "volts_mv", "governor", "host
 SIM_PROC_KEYS = {"dvfs_delay_up_us", "dvfs_delay_down_us", "nominal_khz", "nominal_mv",
                  "timing", "power", "notes"}
 SIM_PROC_REQUIRED = {"timing", "power"}
+# timing keys that a runtime fixes rather than a fit (perf.TimingParams says what they default to)
+OPTIONAL_TIMING = {"winograd_min_in_channels"}
 SIM_BOARD_KEYS = {"idle_power_mw", "sensor_lag_ms", "notes", "calibration"}
 MARKER_KEYS = {"chip", "lines", "backend"}
 
@@ -292,6 +294,8 @@ def _sim_model_tables(c: _Checker, key: str, s: dict[str, Any]) -> None:
     c.keys(power, f"{key}.power", set(PowerParams.__dataclass_fields__))
     for k in sorted(t_names - {"macs_per_cycle"}):
         if k not in timing:
+            if k in OPTIONAL_TIMING:
+                continue
             raise c.fail(f"{key}.timing.{k}", "missing")
         c.number(timing, f"{key}.timing", k, 0, 1e9)
     if timing["roofline_p"] < 1:

@@ -28,6 +28,7 @@ import pandas as pd
 from profiler.boards.model import Board, ProcessorSpec
 from profiler.errors import BadInputError
 from profiler.sim import fit
+from profiler.sim import model as sim_model
 from profiler.sim.perf import PowerParams, TimingParams
 from profiler.sim.work import OpWork, model_works
 
@@ -106,6 +107,15 @@ def measurement_rows(board: Board, letter: str, model: str, t: pd.DataFrame,
         "power_w": power.astype(float).to_numpy()})
 
 
+def _runtime_rules(proc: ProcessorSpec) -> dict[str, float]:
+    """The timing parameters the base board's processor fixes for its runtime (kept
+    through a calibration; a processor without a sim model keeps the defaults)."""
+    if "sim" not in proc.extra:
+        return {}
+    t = sim_model.constants(proc).timing
+    return {"winograd_min_in_channels": t.winograd_min_in_channels}
+
+
 def _collect(board: Board, per_model: Mapping[str, tuple[pd.DataFrame, list[list[OpWork]]]],
              time_col: str) -> dict[str, fit.Measurements]:
     rows: dict[str, list[pd.DataFrame]] = {}
@@ -124,7 +134,7 @@ def _collect(board: Board, per_model: Mapping[str, tuple[pd.DataFrame, list[list
         proc = board.processor(letter)
         top = proc.freqs_khz[-1] if proc.has_dvfs else _nominal(proc)[0]
         out[letter] = fit.Measurements(letter, pd.concat(parts, ignore_index=True), works,
-                                       top / 1e6, proc.host is not None)
+                                       top / 1e6, proc.host is not None, _runtime_rules(proc))
     return out
 
 

@@ -55,6 +55,8 @@ class Measurements:
     works: dict[tuple[str, int], list[OpWork]]
     f_max_ghz: float
     has_host: bool  # G and N: driven from a host CPU whose level matters
+    # timing parameters the processor's runtime fixes, kept as they are (not fitted)
+    fixed_timing: dict[str, float] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         missing = [c for c in ROW_COLUMNS if c not in self.rows.columns]
@@ -94,7 +96,7 @@ class _Design:
         self.works = perf.Works(*(np.concatenate([getattr(p, a) for p in parts])
                                   if parts else np.zeros(0)
                                   for a in ("kind", "macs", "act_bytes", "weight_bytes",
-                                            "out_pixels")))
+                                            "out_pixels", "in_channels")))
         self.f = rows["f_ghz"].to_numpy(np.float64)
         self.fh = rows["fh_ghz"].to_numpy(np.float64)
         self.f_op = self.f[self.row]
@@ -127,7 +129,9 @@ _START = {"call_us": 1000.0, "call_kcycles": 500.0, "host_call_kcycles": 300.0,
 class _TimingVector:
     """TimingParams <-> an unbounded vector (logs; logits for the bounded ones)."""
 
-    def __init__(self, has_host: bool, rows: int = _PRIOR_FULL_ROWS) -> None:
+    def __init__(self, has_host: bool, rows: int = _PRIOR_FULL_ROWS,
+                 fixed: dict[str, float] | None = None) -> None:
+        self.fixed = dict(fixed or {})
         # The priors weigh as much as a couple of hundred rows do: on fewer (one model's
         # sweep) they would outweigh the data, so they shrink with sqrt(rows).
         self.prior_weight = min(1.0, math.sqrt(rows / _PRIOR_FULL_ROWS))
@@ -157,7 +161,7 @@ class _TimingVector:
                 mpc[n[4:]] = _exp(v)
             else:
                 kw[n] = _exp(v)
-        return perf.TimingParams(**kw, macs_per_cycle=mpc)
+        return perf.TimingParams(**kw, **self.fixed, macs_per_cycle=mpc)
 
     def priors(self, x: np.ndarray) -> np.ndarray:
         ix = {n: i for i, n in enumerate(self.names)}
@@ -203,7 +207,7 @@ def fit_timing(m: Measurements) -> perf.TimingParams:
         raise BadInputError(f"too few measured layers of processor {m.processor} to fit "
                             f"({len(m.rows)})")
     d = _Design(m)
-    vec = _TimingVector(m.has_host, len(m.rows))
+    vec = _TimingVector(m.has_host, len(m.rows), m.fixed_timing)
     y = m.rows["time_ms"].to_numpy(np.float64)
     # Each (model, setting): its layers summed, so the whole model is fitted too (the
     # per-layer residuals weigh a 2 ms layer like a 40 ms one).

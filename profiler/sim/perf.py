@@ -7,6 +7,10 @@ core clock f (GHz), driven from a host CPU at clock f_h (G and N; f_h = f otherw
     t_op   = op_kcycles / f + host_op_kcycles / f_h
              + (t_compute^p + t_memory^p)^(1/p) + t_weights
     t_compute = MACs / (macs_per_cycle[kind] * f * pixels / (pixels + half_occupancy_pixels))
+                (a 3x3 stride-1 conv with fewer input channels than the processor's
+                winograd_min_in_channels is priced as a plain ``conv``: ARM Compute
+                Library's NEON runtime takes Winograd from 17 input channels on, its
+                OpenCL one from 16)
     t_memory  = activation bytes / act_gb_s       (fc: weight bytes / stream_gb_s;
                                                    a reduction: its bytes / stream_gb_s)
     t_weights = max(weight bytes - weight_cache_kb, 0) / weight_gb_s   (every op but fc:
@@ -60,6 +64,10 @@ class TimingParams:
     roofline_p: float = 1.0
     half_occupancy_pixels: float = 0.0
     weight_cache_kb: float = 0.0
+    # Not fitted: the runtime's rule (ACL: NEConvolutionLayer / CLConvolutionLayer::
+    # get_convolution_method run a 3x3 stride-1 conv with Cin <= 16 (NEON), < 16 (OpenCL)
+    # as im2col + GEMM). 0: every 3x3 stride-1 conv is Winograd-priced.
+    winograd_min_in_channels: float = 0.0
     macs_per_cycle: dict[str, float] = field(default_factory=lambda: dict.fromkeys(COMPUTE_KINDS, 4.0))
 
     def to_table(self) -> dict[str, object]:
@@ -105,6 +113,7 @@ class Works:
     act_bytes: np.ndarray
     weight_bytes: np.ndarray
     out_pixels: np.ndarray
+    in_channels: np.ndarray
 
     @classmethod
     def of(cls, works: Sequence[OpWork]) -> Works:
@@ -113,11 +122,12 @@ class Works:
             np.array([w.macs for w in works], dtype=np.float64),
             np.array([w.act_bytes for w in works], dtype=np.float64),
             np.array([w.weight_bytes for w in works], dtype=np.float64),
-            np.array([max(w.out_pixels, 1) for w in works], dtype=np.float64))
+            np.array([max(w.out_pixels, 1) for w in works], dtype=np.float64),
+            np.array([w.in_channels for w in works], dtype=np.float64))
 
     def take(self, idx: np.ndarray) -> Works:
         return Works(self.kind[idx], self.macs[idx], self.act_bytes[idx],
-                     self.weight_bytes[idx], self.out_pixels[idx])
+                     self.weight_bytes[idx], self.out_pixels[idx], self.in_channels[idx])
 
     def __len__(self) -> int:
         return len(self.kind)
@@ -139,6 +149,8 @@ class TimeSplit:
 
 
 _FC = _KIND_INDEX["fc"]
+_CONV = _KIND_INDEX["conv"]
+_WINOGRAD = _KIND_INDEX["conv3x3s1"]
 _VIEW = _KIND_INDEX["view"]
 _REDUCE = _KIND_INDEX["reduce"]
 _COMPUTE = np.array([k in COMPUTE_KINDS for k in KINDS])
@@ -149,7 +161,9 @@ def op_split(p: TimingParams, w: Works, f_ghz: np.ndarray | float, fh_ghz: np.nd
     """Per operator (broadcast against f/fh arrays of the same length, or scalars)."""
     f = np.asarray(f_ghz, dtype=np.float64)
     fh = np.asarray(fh_ghz, dtype=np.float64)
-    rate = np.array([p.macs_per_cycle.get(k, 1.0) for k in KINDS])[w.kind]
+    kind = np.where((w.kind == _WINOGRAD) & (w.in_channels < p.winograd_min_in_channels),
+                    _CONV, w.kind)
+    rate = np.array([p.macs_per_cycle.get(k, 1.0) for k in KINDS])[kind]
     is_fc = w.kind == _FC
     occ = np.where(is_fc, 1.0, w.out_pixels / (w.out_pixels + p.half_occupancy_pixels))
     # MACs / (MACs per cycle * GHz) = ns; / 1e6 -> ms

@@ -5,8 +5,10 @@ the runtime bytes it reads and writes, the constant (weight) bytes it reads and 
 pixels of its output map. The kinds follow what ARM Compute Library (the runtime behind
 ARM-CO-UP's measurements) does differently:
 
-- ``conv1x1`` (a plain GEMM), ``conv3x3s1`` (Winograd-eligible), ``conv`` (any other
-  kernel or stride: im2col + GEMM or direct), ``depthwise``, ``fc`` (GEMV: weight-bound;
+- ``conv1x1`` (a plain GEMM), ``conv3x3s1`` (Winograd-eligible: whether a processor's
+  runtime takes Winograd also depends on the input channels, see
+  `perf.TimingParams.winograd_min_in_channels`), ``conv`` (any other kernel or stride:
+  im2col + GEMM or direct), ``depthwise``, ``fc`` (GEMV: weight-bound;
   a 1x1 conv on a 1x1 map, as MobileNet's and TF-slim ResNet's classifiers are, is one);
 - ``pool`` (max/average pooling), ``lrn``: window work counted as MACs;
 - ``reduce`` (MEAN, SUM, REDUCE_*): one streaming read of the input;
@@ -41,6 +43,7 @@ class OpWork:
     act_bytes: int  # runtime tensors read and written
     weight_bytes: int  # constant tensors read (weights, biases)
     out_pixels: int  # H x W of the output map (1 when it has none)
+    in_channels: int = 0  # a convolution's input channels per group; 0 for other ops
 
 
 def kind_of(f: OpFeatures) -> str:
@@ -80,7 +83,12 @@ def op_work(g: ModelView, i: int) -> OpWork:
     elif kind == "lrn":  # output elements x (2 radius + 1)
         macs = out_elems * (2 * int(getattr(g.op(i).builtinOptions, "radius", 2)) + 1)
     pixels = f.output_shape[1] * f.output_shape[2] if len(f.output_shape) == 4 else 1
-    return OpWork(kind, int(macs), f.input_bytes + f.output_bytes, f.weight_bytes, int(pixels))
+    in_channels = 0
+    if kind.startswith("conv") and f.kernel and out_elems:
+        # MACs per output element = kh x kw x Cin/groups
+        in_channels = round(f.macs / out_elems / (f.kernel[0] * f.kernel[1]))
+    return OpWork(kind, int(macs), f.input_bytes + f.output_bytes, f.weight_bytes, int(pixels),
+                  in_channels)
 
 
 def model_works(g: ModelView, ops: Iterable[int] | None = None) -> list[OpWork]:
