@@ -30,7 +30,7 @@ def test_the_searches_pick_what_was_measured() -> None:
     fast = search_switch(t, objective="latency")
     assert fast.optimal and fast.best is not None
     assert order_string(t, fast.best.candidate) == "G4L7"
-    assert fast.best.latency_ms == pytest.approx(139.42, abs=0.01)
+    assert fast.best.latency_ms == pytest.approx(140.29, abs=0.01)
     top = enumerate_front(t).front[0]
     assert (order_string(t, top.candidate), freq_spec(t, top.candidate)) == ("G3B3L5", "5/8/6")
 

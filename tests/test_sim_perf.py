@@ -84,3 +84,41 @@ def test_profile_tables_round_trip() -> None:
     assert perf.TimingParams.from_table(p.to_table()) == p
     with pytest.raises(ValueError, match="lacks"):
         perf.TimingParams.from_table({**p.to_table(), "macs_per_cycle": {"conv": 1.0}})
+
+
+def test_a_3x3_conv_with_few_input_channels_is_priced_as_gemm_not_winograd() -> None:
+    """ACL's rule (perf.TimingParams.winograd_min_in_channels): below the threshold a 3x3
+    stride-1 conv runs at the plain conv rate (4 MAC/cycle here), from it at Winograd's (8)."""
+    p = params(winograd_min_in_channels=17)
+    w = perf.Works.of([OpWork("conv3x3s1", 8_000_000, 0, 0, 100, in_channels=16),
+                       OpWork("conv3x3s1", 8_000_000, 0, 0, 100, in_channels=17)])
+    s = perf.op_split(p, w, 1.0, 1.0, 1.0)
+    assert [float(x) for x in s.compute_ms] == pytest.approx([2.0, 1.0])
+    # without the rule (0, the default) both are Winograd
+    s0 = perf.op_split(params(), w, 1.0, 1.0, 1.0)
+    assert [float(x) for x in s0.compute_ms] == pytest.approx([1.0, 1.0])
+    # written as an integer, left out where it is the default; read back the same
+    assert p.to_table()["winograd_min_in_channels"] == 17
+    assert "winograd_min_in_channels" not in params().to_table()
+    assert perf.TimingParams.from_table(p.to_table()) == p
+    assert perf.TimingParams.from_table(params().to_table()) == params()
+
+
+def test_input_channels_per_group_come_from_the_graph() -> None:
+    """SqueezeNet 1.0's fire2 expand 3x3 reads the 16-channel squeeze; AlexNet's conv2 has
+    2 groups of 48 input channels; other ops carry none."""
+    from profiler import zoo
+    from profiler.sim.work import model_works
+    from profiler.slicing.graph import ModelView
+    from profiler.tflite.model_io import parse_model
+
+    def works(name: str) -> list[OpWork]:
+        return model_works(ModelView.of(parse_model(zoo.build(name), name)))
+
+    sq = [w for w in works("squeezenet1_0") if w.kind == "conv3x3s1"]
+    assert [w.in_channels for w in sq[:2]] == [16, 16]  # fire2, fire3
+    assert sorted({w.in_channels for w in sq}) == [16, 32, 48, 64]
+    alex = works("alexnet_bvlc")
+    convs = [w for w in alex if w.kind.startswith("conv")]
+    assert convs[1].in_channels == 48  # conv2: 96 channels in 2 groups, 5x5
+    assert all(w.in_channels == 0 for w in alex if not w.kind.startswith("conv"))

@@ -1,12 +1,12 @@
 #!/bin/bash
-# Issue 13: GoogLeNet on the calibrated sim board, on a host fast enough for it (16 cores).
+# GoogLeNet explore on the calibrated sim board (re-fitted, issue 12), on a host fast enough for it (16 cores).
 set -o pipefail
 cd "$(dirname "$0")"
 H=$PWD
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
 export PYTHONPATH=/tmp/site:$H/src PYTHONUNBUFFERED=1 COUPPROF_CACHE=/tmp/coupprof-cache
 C="python3 -m profiler"
-W=/tmp/w; mkdir -p $W; cd $W; cp $H/dv-*.csv .
+W=/tmp/w; rm -rf $W; mkdir -p $W; cd $W; cp $H/dv-*.csv .
 nproc; python3 -c "import numpy, pandas, rich; print(numpy.__version__, pandas.__version__)"
 $C zoo googlenet -o goog.tflite && sha256sum goog.tflite
 CUTS=3,7,15,24,32,40,48,56,65,73
