@@ -97,9 +97,11 @@ from profiler.mapping import (
 )
 from profiler.power.session import PowerSession, StreamCapture
 from profiler.results import LAYER_END, LAYER_START, TRANSFER_END, TRANSFER_START
+from profiler.stage_process import StageProcess, StageReady, StageSpec
 from profiler.transfer import Activity, NoActivity, model_inputs
 
 MODES = ("switch", "pipeline")
+APART = ("auto", "always", "never")  # MappingRunConfig.apart
 Progress = Callable[[int, int], None]
 FrameInputs = Callable[[int], dict[int, np.ndarray]]  # frame -> {model input tensor: array}
 _STOP = None
@@ -210,6 +212,9 @@ class MappingRunConfig:
     activity: Activity | None = None  # told when each stage's processor works (sim power)
     clock: Clock = perf_clock
     progress: Progress | None = None  # (frames done, total), warm-up included
+    # Stages in a process of their own (`profiler.stage_process`): "auto" for a Pipeline
+    # stage whose executor holds the GIL while it runs; "always" (tests); "never".
+    apart: str = "auto"
 
     @property
     def measured(self) -> range:
@@ -227,6 +232,8 @@ class MappingRunConfig:
                                 f"{', '.join(EXECUTIONS)}", "use --method fused or sliced")
         if self.method == "fused" and self.model_bytes is None:
             raise ValueError("fused execution cuts stages from the model: give model_bytes")
+        if self.apart not in APART:
+            raise ValueError(f"apart must be one of {', '.join(APART)}, not {self.apart!r}")
         if self.frames < 1 or self.warmup < 0 or self.queue_depth < 1:
             raise BadInputError(f"need frames >= 1, warmup >= 0, queue depth >= 1 "
                                 f"(got {self.frames}, {self.warmup}, {self.queue_depth})")
@@ -297,6 +304,12 @@ def _plans(sliced: Any, mapping: Mapping, run_calls: list[Call], units: list[Any
     return plans
 
 
+def _call_name(c: Call, config: MappingRunConfig | str) -> str:
+    model = config if isinstance(config, str) else config.model_name
+    what = f"layer {c.first}" if len(c.layers) == 1 else f"layers {c.first}..{c.last}"
+    return f"{what} of {model}"
+
+
 class _StageThread(threading.Thread):
     """One stage: creates its sub-models, then runs every frame it takes (module docstring)."""
 
@@ -328,9 +341,7 @@ class _StageThread(threading.Thread):
         self.executor = ex
         try:
             for c, unit in zip(self.plan.calls, self.plan.units, strict=True):
-                what = f"layer {c.first}" if len(c.layers) == 1 else \
-                    f"layers {c.first}..{c.last}"
-                self.subs.append(ex.load(unit.model_bytes, f"{what} of {self.model_name}"))
+                self.subs.append(ex.load(unit.model_bytes, _call_name(c, self.model_name)))
         except BaseException as err:
             self.error = err
             self.ready.set()
@@ -346,6 +357,13 @@ class _StageThread(threading.Thread):
                 pass
         finally:
             ex.close()
+
+    def fallbacks(self) -> list[bool | None]:
+        """Per call: whether the runtime added the CPU to run it (None: not known)."""
+        return [s.fallback for s in self.subs]
+
+    def described(self) -> dict[str, Any] | None:
+        return self.executor.describe() if self.executor is not None else None
 
     def _requests(self) -> list[Callable[[], None] | None]:
         out: list[Callable[[], None] | None] = []
@@ -426,6 +444,79 @@ class _StageThread(threading.Thread):
             free_ns = clock()
 
 
+class _ApartStage(_StageThread):
+    """A stage whose calls run in a child process (`profiler.stage_process`); this
+    thread only hands each frame's tensors over and puts what comes back on."""
+
+    def __init__(self, plan: _StagePlan, spec: StageSpec, q_in: queue.Queue[Any],
+                 q_out: queue.Queue[Any], config: MappingRunConfig) -> None:
+        super().__init__(plan, lambda: _no_executor(), q_in, q_out, config)
+        self.remote = StageProcess(spec)
+        self._ready: StageReady | None = None
+
+    def fallbacks(self) -> list[bool | None]:
+        return list(self._ready.fallback) if self._ready is not None else \
+            [None] * len(self.plan.calls)
+
+    def described(self) -> dict[str, Any] | None:
+        if self._ready is None:
+            return None
+        return {**self._ready.executor, "process": "own (the call holds the GIL)"}
+
+    def run(self) -> None:
+        try:
+            self._ready = self.remote.start()
+        except BaseException as err:
+            self.error = err
+            self.ready.set()
+            self.remote.stop()
+            return
+        self.ready.set()
+        try:
+            self._serve()
+        except BaseException as err:  # reported by the driver; unblock everyone
+            self.error = err
+            self.q_out.put(_STOP)
+            while self.q_in.get() is not _STOP:
+                pass
+        finally:
+            self.remote.stop()
+
+    def _serve(self) -> None:
+        plan, clock = self.plan, self.clock
+        while True:
+            msg = self.q_in.get()
+            if msg is _STOP:
+                self.q_out.put(_STOP)
+                return
+            self.seen.append(msg.frame)
+            made, done = self.remote.run_frame(msg.frame, msg.tensors, msg.ready_ns)
+            out = {idx: made[idx] if idx in made else msg.tensors[idx]
+                   for idx in plan.forwards}
+            self.ts[msg.frame] = np.array(done.rows, dtype=np.int64)
+            self.busy[msg.frame] = done.busy
+            self.cpu[msg.frame] = done.cpu_ns
+            self.q_out.put(_Msg(msg.frame, out, done.rows[-1][3], clock()))
+
+
+def _no_executor() -> Executor:
+    raise AssertionError("an apart stage opens its executor in its own process")
+
+
+def _runs_apart(board: Board, plan: _StagePlan, config: MappingRunConfig, stages: int) -> bool:
+    """Whether this stage runs in its own process (module docstring, `stage_process`)."""
+    if config.apart == "never" or stages < 2:
+        return False
+    own_power = config.activity is not None and not isinstance(config.activity, NoActivity)
+    if (config.make is not None or config.clock is not perf_clock or own_power
+            or any(r is not None for r in plan.requests)):
+        return False  # what the child cannot do (stage_process.py)
+    if config.apart == "always":
+        return True
+    return config.mode == "pipeline" and \
+        make_executor(board, plan.stage.processor).holds_gil
+
+
 def run_mapping(sliced: Any, board: Board, config: MappingRunConfig) -> MappedRun:
     """Run `config.frames` measured frames (after `config.warmup`) of `sliced` on `board`,
     its layers placed by `config.mapping`: set up the stages, run the warm-up, measure
@@ -467,11 +558,20 @@ class _Stages:
                        config.freq)
         self.queues: list[queue.Queue[Any]] = [queue.Queue(maxsize=config.queue_depth)
                                                for _ in range(len(plans) + 1)]
-        self.threads = [
-            _StageThread(p, (lambda letter=p.stage.processor: build(board, letter)),
-                         self.queues[k], self.queues[k + 1], config)
-            for k, p in enumerate(plans)
-        ]
+        self.threads: list[_StageThread] = []
+        for k, p in enumerate(plans):
+            q_in, q_out = self.queues[k], self.queues[k + 1]
+            if _runs_apart(board, p, config, len(plans)):
+                spec = StageSpec(board, p.stage.processor, None,
+                                 [(u.model_bytes, _call_name(c, config)) for c, u
+                                  in zip(p.calls, p.units, strict=True)],
+                                 p.feeds, [i for i in p.forwards if i in p.local_out],
+                                 p.local_out)
+                self.threads.append(_ApartStage(p, spec, q_in, q_out, config))
+            else:
+                self.threads.append(_StageThread(
+                    p, (lambda letter=p.stage.processor: build(board, letter)), q_in, q_out,
+                    config))
 
     def start(self) -> None:
         for t in self.threads:
@@ -673,14 +773,14 @@ def _result(config: MappingRunConfig, stages: _Stages, driver: _Driver,
             stage_cpu[row, k] = t.cpu[f]
     fallback: list[bool | None] = []
     for t in stages.threads:
-        fallback += [s.fallback for s in t.subs]
+        fallback += t.fallbacks()
     run = MappedRun(
         mode=config.mode, mapping=config.mapping, ts_ns=all_ts, stage_busy_ns=stage_busy,
         stage_readout_ns=stage_read, stage_cpu_ns=stage_cpu,
         done_ns=np.array([driver.done[f] for f in measured], dtype=np.int64),
         fallback=fallback,
-        executors={t.plan.stage.index: t.executor.describe() for t in stages.threads
-                   if t.executor is not None},
+        executors={t.plan.stage.index: d for t in stages.threads
+                   if (d := t.described()) is not None},
         seen=[list(t.seen) for t in stages.threads], max_in_flight=driver.max_in_flight,
         queue_depth=config.queue_depth, energy_mj=energy.per_frame_mj,
         outputs={f: driver.outputs[f] for f in measured if f in driver.outputs},

@@ -293,11 +293,19 @@ def run(args: argparse.Namespace) -> int:
         notes.append(f"CPU fallback in layer(s) {', '.join(fb)}")
     if args.mode == "pipeline":
         notes.append("* slowest stage; predicted latency assumes no queueing")
-        accel = [p for p in mapping.processors if board.processor(p).accelerator]
-        if accel and len(mapping.stages) > 1 and not board.simulated:
-            notes.append(f"{', '.join(accel)}: LiteRT's accelerator call holds Python's GIL "
-                         "while it runs, so the other stages' hand-overs and read-outs wait "
-                         "for it; the prediction assumes they do not")
+        apart = [st for st in mapping.stages if "process" in result.executors.get(st.index, {})]
+        kept = [st for st in mapping.stages if board.processor(st.processor).accelerator
+                and st not in apart]
+        if apart:
+            notes.append(f"stage(s) {', '.join(str(st.index) for st in apart)} ran in a process "
+                         "of their own: LiteRT's accelerator call holds Python's GIL while it "
+                         "runs, which would hold up the other stages")
+        if kept and len(mapping.stages) > 1 and not board.simulated:
+            notes.append(f"stage(s) {', '.join(str(st.index) for st in kept)} ran on a thread "
+                         "(a per-layer --freq inside the stage keeps it there), and LiteRT's "
+                         "accelerator call holds Python's GIL while it runs, so the other "
+                         "stages' hand-overs and read-outs wait for it; the prediction assumes "
+                         "they do not")
         shared = _shared_cores(board, mapping)
         if shared:
             notes.append(f"stages {shared} share host cores, so they contend when they run "

@@ -225,6 +225,9 @@ class AcceleratorExecutor(Executor):
     """
 
     kind = "accelerator"
+    # CompiledModel.run (LiteRT 2.3's binding) does not release the GIL while it waits
+    # for the accelerator (measured on an H100: data/validation/README.md)
+    holds_gil = True
 
     def __init__(self, proc: ProcessorSpec, *, accelerator: str | None = None,
                  cores: Sequence[int] | None = None, threads: int | None = None,

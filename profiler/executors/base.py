@@ -36,7 +36,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -229,6 +229,9 @@ class Executor(ABC):
 
     #: "cpu", "accelerator", "delegate"
     kind: str = ""
+    #: Whether a sub-model's run keeps Python's GIL while the processor works (then a
+    #: Pipeline stage of it runs in its own process: `profiler.stage_process`).
+    holds_gil: ClassVar[bool] = False
 
     def __init__(self, proc: ProcessorSpec, *, cores: Sequence[int] | None = None,
                  threads: int | None = None, clock: Clock = perf_clock,

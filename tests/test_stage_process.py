@@ -1,0 +1,104 @@
+"""Pipeline stages whose executor holds the GIL run in their own process
+(profiler/stage_process.py): with LiteRT's CompiledModel (its CPU accelerator stands in
+for a GPU here; its run keeps the GIL the same way), every frame still passes every
+stage once, in order, with the whole model's outputs, and the timestamps taken in the
+child join the parent's clock."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from profiler import zoo
+from profiler.errors import ProfilerError
+from profiler.executors.accelerator import AcceleratorExecutor
+from profiler.executors.cpu import CpuExecutor
+from profiler.mapping import parse_order
+from profiler.pipeline import MappingRunConfig, run_mapping
+from profiler.results import LAYER_END, LAYER_START, TRANSFER_END, TRANSFER_START
+from profiler.runtime import make_interpreter
+from profiler.slicing.slicer import slice_model
+from profiler.stage_process import StageProcess, StageSpec
+from tests.test_pipeline import frame_inputs, order_cutting_skips
+from tests.three_processors import board3
+
+
+@pytest.fixture(scope="module")
+def resnet(tmp_path_factory):
+    data = zoo.build("resnet50", size=32, classes=10)
+    return data, slice_model(data, "op", cache_dir=tmp_path_factory.mktemp("slices"))
+
+
+def cpu_accelerated_g():
+    """board3 with G's profile naming LiteRT's CPU accelerator, so the default factory
+    (the one a child process uses) builds it as an AcceleratorExecutor."""
+    b = board3()
+    procs = dict(b.processors)
+    procs["G"] = replace(procs["G"], accelerator="cpu")
+    return replace(b, processors=procs)
+
+
+def test_only_the_accelerator_says_it_holds_the_gil() -> None:
+    assert AcceleratorExecutor.holds_gil and not CpuExecutor.holds_gil
+
+
+@pytest.mark.parametrize("method", ["fused", "sliced"])
+def test_g_stages_run_apart_with_every_frame_and_its_outputs(resnet, method: str) -> None:
+    data, sliced = resnet
+    board = cpu_accelerated_g()
+    n = len(sliced.layers)
+    mapping = parse_order(order_cutting_skips(n), n, board)
+    feed = frame_inputs(sliced)
+    frames, warmup = 6, 2
+    run = run_mapping(sliced, board, MappingRunConfig(
+        mapping, "pipeline", frames=frames, warmup=warmup, queue_depth=1, inputs=feed,
+        keep_outputs=True, method=method, model_bytes=data))
+    # The two G stages (1 and 3) ran in a process each; the CPU stages on threads.
+    apart = sorted(k for k, d in run.executors.items() if "process" in d)
+    assert apart == [st.index for st in mapping.stages if st.processor == "G"] == [1, 3]
+    assert run.seen == [list(range(frames + warmup))] * len(mapping.stages)
+    interp = make_interpreter(data, num_threads=1)
+    assert sorted(run.outputs) == list(range(warmup, warmup + frames))
+    for f, outs in run.outputs.items():
+        for det in interp.get_input_details():
+            interp.set_tensor(det["index"], feed(f)[det["index"]])
+        interp.invoke()
+        for det in interp.get_output_details():
+            np.testing.assert_allclose(outs[det["index"]], interp.get_tensor(det["index"]),
+                                       rtol=1e-4, atol=1e-5)
+    g_calls = sum(c.processor == "G" for c in run.calls)
+    assert run.fallback.count(False) == g_calls  # as the child's CompiledModels said
+    # The child's timestamps are on the parent's clock: every call starts its hand-over
+    # after the call before it ended, across processes too.
+    ts = run.ts_ns
+    assert (ts[:, :, TRANSFER_START] <= ts[:, :, TRANSFER_END]).all()
+    assert (ts[:, :, TRANSFER_END] <= ts[:, :, LAYER_START]).all()
+    assert (ts[:, :, LAYER_START] < ts[:, :, LAYER_END]).all()
+    assert (ts[:, 1:, TRANSFER_START] >= ts[:, :-1, LAYER_END]).all()
+    assert (run.done_ns >= ts[:, -1, LAYER_END]).all()
+    assert (run.stage_busy_ns > 0).all() and (run.stage_cpu_ns[:, apart] > 0).all()
+
+
+def test_switch_mode_and_never_keep_every_stage_on_a_thread(resnet) -> None:
+    data, sliced = resnet
+    board = cpu_accelerated_g()
+    n = len(sliced.layers)
+    mapping = parse_order(order_cutting_skips(n), n, board)
+    for mode, apart in (("switch", "auto"), ("pipeline", "never")):
+        run = run_mapping(sliced, board, MappingRunConfig(
+            mapping, mode, frames=2, warmup=0, method="fused", model_bytes=data,
+            apart=apart))
+        assert not any("process" in d for d in run.executors.values()), (mode, apart)
+
+
+def test_a_stage_that_fails_in_its_process_says_why() -> None:
+    spec = StageSpec(cpu_accelerated_g(), "G", None, [(b"not a model", "layer 0 of junk")],
+                     [[("msg", 0)]], [], {})
+    proc = StageProcess(spec)
+    try:
+        with pytest.raises(ProfilerError, match="layer 0 of junk|G"):
+            proc.start()
+    finally:
+        proc.stop()
