@@ -103,10 +103,11 @@ class _Fast:
               ) -> tuple[np.ndarray, np.ndarray]:
         """(time ms, energy mJ) of layers a..b on u, per level index."""
         assert self.t.fixed_ms is not None
-        fixed = self.t.fixed_ms[u]
-        ms = self.P[u, :, b + 1] - self.P[u, :, a] + fixed  # one call per stage
+        # one call per stage: its fixed cost, and the read-back of its outputs at a cut
+        fixed = self.t.fixed_ms[u] + self.t.readout(b, u)
+        ms = self.P[u, :, b + 1] - self.P[u, :, a] + fixed
         en = self.PE[u, :, b + 1] - self.PE[u, :, a]
-        if not self.exact_energy:  # the fixed cost at idle power (0 above idle)
+        if not self.exact_energy:  # those at idle power (0 above idle)
             en = en + self.idle * fixed
         if prev is not None:  # the hand-over into its first layer
             xm, xe = self.cross(a, prev, u)

@@ -18,6 +18,9 @@ one `coupprof predict` gives for the same tables:
   candidate changes the level within it. Each call pays the unit's fixed per-call cost
   at its first layer's level once (fused tables, `time_ms_fused`, give it; sliced ones
   0, their layer times hold it), in time and, at the idle power, in energy, as predict.
+  A fused call that ends at a cut also pays the read-back of its outputs in full, which
+  its layer times (measured with reduced outputs) leave out: the transfer matrix's
+  ``readout_ms`` for (boundary, src), at least 0, at the idle power, as predict.
 - hand-over into the first layer i > 0 of a call: the transfer table's time where it
   has (i - 1, src, dst); else, on the same unit, the layer table's feed time of layer i;
   else 0 (missing, listed). Inside a call: none. Its energy: the transfer table's, else
@@ -30,7 +33,7 @@ one `coupprof predict` gives for the same tables:
   happens while the layer runs; charging the whole delay as time at idle power is the
   model's choice.
 - pipeline: one level per domain (set once, no transition cost); stage time = its fixed
-  cost + sum of its (t_i + h_i); throughput = 1000 / slowest stage; energy as predict's
+  cost + its read-back at the cut after it + sum of its (t_i + h_i); throughput = 1000 / slowest stage; energy as predict's
   pipeline formula.
 """
 
@@ -81,11 +84,17 @@ class CostTables:
     notes: list[str] = field(default_factory=list)  # what the tables left out or assumed
     # [unit, level index]: the fixed per-call cost a stage pays once (fused tables; 0 sliced)
     fixed_ms: np.ndarray | None = None
+    # [boundary, unit]: a fused call's extra read-back of the boundary tensors in full when
+    # it ends at a cut (the transfer matrix's readout_ms; predict adds the same; 0 where
+    # not measured, or the unit's table is sliced: its layers hold their read-back)
+    readout_ms: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         n_u = len(self.units)
         if self.fixed_ms is None:
             self.fixed_ms = np.zeros(self.time_ms.shape[:2])
+        if self.readout_ms is None:
+            self.readout_ms = np.zeros((max(self.n_layers - 1, 0), n_u))
         if self.time_ms.ndim != 3 or self.time_ms.shape[0] != n_u:
             raise BadInputError("cost tables: time_ms must be [unit, level, layer]")
         if self.transfer_ms.shape != (max(self.n_layers - 1, 0), n_u, n_u):
@@ -103,6 +112,11 @@ class CostTables:
         """The fixed per-call cost of a stage on unit u at `level` (0 for sliced tables)."""
         assert self.fixed_ms is not None
         return float(self.fixed_ms[u, self.level_index(u, level)])
+
+    def readout(self, last: int, u: int) -> float:
+        """The read-back a call on unit u ending at layer `last` pays at a cut."""
+        assert self.readout_ms is not None
+        return float(self.readout_ms[last, u]) if last < self.n_layers - 1 else 0.0
 
     def unit_index(self, name: str) -> int:
         for i, u in enumerate(self.units):
@@ -250,8 +264,11 @@ def evaluate(t: CostTables, c: Candidate) -> Evaluation:
             dom = t.units[u].domain
             d_total += t.delay(dom, last[dom], lv)
             last[dom] = lv
-    # fused tables: each call pays its fixed per-call cost once
+    # fused tables: each call pays its fixed per-call cost once, and the read-back of its
+    # outputs where it ends at a cut (both at idle power)
     fixed = {i: t.fixed(c.units[i], c.levels[i]) for i in sorted(starts)}
+    for i in sorted(starts - {0}):
+        fixed[i - 1] = fixed.get(i - 1, 0.0) + t.readout(i - 1, c.units[i - 1])
     stage_ms = tuple(sum(fixed.get(i, 0.0) for i in range(a, b + 1)) + sum(t_ms[a:b + 1])
                      + sum(h_ms[a:b + 1]) for _, a, b in stages_of(c.units))
     serial = sum(t_ms) + sum(h_ms) + sum(fixed.values())

@@ -139,9 +139,11 @@ def _space(t: CostTables) -> _Space:
                 elif a == b:  # same unit: the layer table's feed (as predict does)
                     h[a, b] = feed[b, :, i]
                     he[a, b] = idle * feed[b, :, i]
-        # a new call (another unit, or a level change) pays its fixed per-call cost
-        lat.append(h + lay[None, :, :, i] + fix[None, :, :])
-        en.append(he + lay_e[None, :, :, i] + idle * fix[None, :, :])
+        # a new call (another unit, or a level change) pays its fixed per-call cost, and
+        # the call it follows the read-back of its outputs (at idle power)
+        ro = np.array([t.readout(i - 1, a) for a in range(U)])[:, None, None]
+        lat.append(h + ro + lay[None, :, :, i] + fix[None, :, :])
+        en.append(he + idle * ro + lay_e[None, :, :, i] + idle * fix[None, :, :])
         lat_in.append(lay[:, :, i])
         en_in.append(lay_e[:, :, i])
     delay = [np.array([[t.delay(d, a, b) for b in lv] for a in lv]) for d, lv in

@@ -150,6 +150,10 @@ def from_frames(layers: pd.DataFrame, board: Board, transfers: pd.DataFrame | No
             dyn[u, k, int(i)] = float(row["dynamic_energy_mj"])
     tr_ms = np.full((max(n - 1, 0), len(units), len(units)), np.nan)
     tr_mj = None
+    readout = np.zeros((max(n - 1, 0), len(units)))
+    # units measured fused: their layer times leave out the read-back at a cut
+    fused_units = set(df.loc[df["time_ms_fused"].notna(), "unit"]) \
+        if "time_ms_fused" in df.columns else set()
     if transfers is not None and len(transfers):
         tr_mj = np.full_like(tr_ms, np.nan) if "energy_mj" in transfers.columns else None
         by_letter: dict[str, list[int]] = {}
@@ -166,6 +170,9 @@ def from_frames(layers: pd.DataFrame, board: Board, transfers: pd.DataFrame | No
                     tr_ms[b, a, c] = float(r.time_ms_mean)
                     if tr_mj is not None:
                         tr_mj[b, a, c] = float(r.energy_mj)
+                ro = float(getattr(r, "readout_ms", math.nan))
+                if not math.isnan(ro) and units[a].name in fused_units:
+                    readout[b, a] = max(ro, 0.0)  # below 0: noise below resolution
     delay_ms: dict[str, np.ndarray] = {}
     if delays is not None and len(delays):
         d = delays.dropna(subset=["delay_us"])
@@ -187,7 +194,7 @@ def from_frames(layers: pd.DataFrame, board: Board, transfers: pd.DataFrame | No
         freq_khz[dom.letter] = {i + 1: f for i, f in enumerate(dom.freqs_khz)}
     return CostTables(units, lvls, time_ms, feed_ms, energy, dyn, tr_ms, tr_mj, delay_ms,
                       idle_power_w, freq_khz, model, board.name, [*sources, *notes],
-                      notes=list(notes), fixed_ms=fixed)
+                      notes=list(notes), fixed_ms=fixed, readout_ms=readout)
 
 
 def load_tables(sweep: str | Path, board: Board, transfers: str | Path | None = None,

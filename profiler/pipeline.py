@@ -347,16 +347,22 @@ class _StageThread(threading.Thread):
             self.ready.set()
             ex.close()
             return
+        self._serve(self._loop, ex.close)
+
+    def _serve(self, loop: Callable[[], None], close: Callable[[], None]) -> None:
+        """Say ready, then run `loop` until the stop message; on an error, pass the stop
+        on and take the upstream stages' frames until theirs (so none blocks on a put),
+        leaving the error for the driver to raise; `close` in the end."""
         self.ready.set()
         try:
-            self._loop()
+            loop()
         except BaseException as err:  # reported by the driver; unblock everyone
             self.error = err
             self.q_out.put(_STOP)
             while self.q_in.get() is not _STOP:  # let upstream stages finish their puts
                 pass
         finally:
-            ex.close()
+            close()
 
     def fallbacks(self) -> list[bool | None]:
         """Per call: whether the runtime added the CPU to run it (None: not known)."""
@@ -471,18 +477,9 @@ class _ApartStage(_StageThread):
             self.ready.set()
             self.remote.stop()
             return
-        self.ready.set()
-        try:
-            self._serve()
-        except BaseException as err:  # reported by the driver; unblock everyone
-            self.error = err
-            self.q_out.put(_STOP)
-            while self.q_in.get() is not _STOP:
-                pass
-        finally:
-            self.remote.stop()
+        self._serve(self._proxy, self.remote.stop)
 
-    def _serve(self) -> None:
+    def _proxy(self) -> None:
         plan, clock = self.plan, self.clock
         while True:
             msg = self.q_in.get()

@@ -232,7 +232,8 @@ def predict(mapping: Mapping, mode: str, layers: LayerCosts,
         tr = _transfer(transfers, c.last, c.processor, nxt) if nxt is not None else None
         # Sliced layer times already hold their sub-model's full read-back.
         fused_table = layers.fused(c.processor)
-        readout_c.append(_num(tr.get("readout_ms")) or 0.0
+        # a read-back costs at least nothing (a negative figure is noise below resolution)
+        readout_c.append(max(_num(tr.get("readout_ms")) or 0.0, 0.0)
                          if tr is not None and fused_table else 0.0)
     stages = []
     for st in mapping.stages:

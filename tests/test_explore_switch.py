@@ -33,7 +33,8 @@ def brute(t: CostTables) -> list:
     return out
 
 
-def small(seed: int, n: int = 4, procs: str = "BGN", delays: bool = True) -> CostTables:
+def small(seed: int, n: int = 4, procs: str = "BGN", delays: bool = True,
+          readout: bool = True) -> CostTables:
     t = synthetic_tables(BOARD, n, seed, processors=list(procs), delays=delays)
     # keep levels 1, 3, 5 so brute force stays small (9 states per layer)
     df = pd.DataFrame([{"processor": t.units[u].letter, "freq_level": lv, "layer": i,
@@ -42,8 +43,16 @@ def small(seed: int, n: int = 4, procs: str = "BGN", delays: bool = True) -> Cos
                         "dynamic_energy_mj": t.dynamic_energy_mj[u, k, i]}
                        for u in range(len(t.units)) for k, lv in enumerate(t.levels[u])
                        if lv in (1, 3, 5) for i in range(n)])
+    # G and N swept fused: their times are fused ones, and a call of theirs that ends at
+    # a cut pays a read-back (per boundary and src, as the fused transfer matrix gives it)
+    fused = df["processor"].isin(["G", "N"])
+    df["time_ms_fused"] = df["time_ms_mean"].where(fused)
+    rng = np.random.default_rng(seed + 100)
+    ro = {(b, a): float(rng.uniform(0.05, 0.5)) if readout and t.units[a].letter in "GN"
+          else 0.0 for b in range(n - 1) for a in range(len(t.units))}
     tr = pd.DataFrame([{"boundary": b, "src": t.units[a].letter, "dst": t.units[c].letter,
-                        "time_ms_mean": t.transfer_ms[b, a, c], "energy_mj": t.transfer_mj[b, a, c]}
+                        "time_ms_mean": t.transfer_ms[b, a, c], "energy_mj": t.transfer_mj[b, a, c],
+                        "readout_ms": ro[(b, a)]}
                        for b in range(n - 1) for a in range(len(t.units)) for c in range(len(t.units))])
     dl = None
     if delays:
@@ -155,7 +164,8 @@ def test_bad_inputs_are_one_line_errors() -> None:
 def test_a_stage_pays_its_fixed_cost_once() -> None:
     """Fused G: G3 is one call (its fixed per-call cost once, no hand-over inside), G1B1G1
     pays it twice, and G3 with a level change after layer 1 is two calls (as `coupprof
-    run` cuts it: a fixed cost each and the same-unit hand-over at the cut)."""
+    run` cuts it: a fixed cost each and the same-unit hand-over at the cut); a G call
+    that ends at a cut also pays its read-back there."""
     t = small(0, n=3, procs="BG")
     g, b = t.unit_index("G"), t.unit_index("B")
     f = t.fixed(g, 5)
@@ -168,10 +178,12 @@ def test_a_stage_pays_its_fixed_cost_once() -> None:
     kl = t.level_index(g, lo)
     assert cut.latency_ms == pytest.approx(
         t.time_ms[g, k, 0] + t.time_ms[g, k, 1] + t.time_ms[g, kl, 2] + f + t.fixed(g, lo)
-        + t.feed_ms[g, k, 0] + t.transfer_ms[1, g, g] + cut.dvfs_delay_ms)
+        + t.feed_ms[g, k, 0] + t.transfer_ms[1, g, g] + cut.dvfs_delay_ms + t.readout(1, g))
     two = evaluate(t, Candidate("switch", (g, b, g), (5, 5, 5)))
+    assert t.readout(0, g) > 0
     assert two.stage_ms[0] == pytest.approx(f + t.time_ms[g, t.level_index(g, 5), 0]
-                                            + t.feed_ms[g, t.level_index(g, 5), 0])
+                                            + t.feed_ms[g, t.level_index(g, 5), 0]
+                                            + t.readout(0, g))
     assert len(two.stage_ms) == 3
 
 
@@ -240,3 +252,27 @@ def test_imported_table_with_host_levels_and_blank_feeds() -> None:
     r = search_switch(t, None, "latency")
     assert order_string(t, r.best.candidate) == "G2" and r.best.latency_ms == 20.0
     assert r.best.missing == ()
+
+
+def test_the_dp_steps_cost_a_mapping_as_evaluate_does() -> None:
+    """Summed along a mapping, the DP's steps (first layer, then each layer inside a
+    call or starting one: hand-over, fixed cost, the read-back the call before pays) give
+    evaluate's latency and energy, on random mappings of tables where G and N pay
+    read-backs (no DVFS delays, so the path's levels alone fix its cost)."""
+    from profiler.explore_switch import _space, _step
+
+    t = small(3, n=5, procs="BGN", delays=False)
+    assert t.readout_ms is not None and t.readout_ms.any()
+    sp = _space(t)
+    rng = np.random.default_rng(4)
+    for _ in range(60):
+        units = tuple(int(u) for u in rng.integers(0, len(t.units), t.n_layers))
+        levels = tuple(int(rng.choice(t.levels[u])) for u in units)
+        ev = evaluate(t, Candidate("switch", units, levels))
+        j = [sp.dlev[sp.udom[u]].index(lv) for u, lv in zip(units, levels, strict=True)]
+        ms, mj = float(sp.lat0[units[0], j[0]]), float(sp.en0[units[0], j[0]])
+        for i in range(1, t.n_layers):
+            a = j[i - 1] if units[i] == units[i - 1] else 0
+            s_ms, s_mj = _step(sp, i, units[i - 1], units[i], a, j[i])
+            ms, mj = ms + s_ms, mj + s_mj
+        assert close(ms, ev.latency_ms) and close(mj, float(ev.energy_mj)), (units, levels)

@@ -45,6 +45,30 @@ def frame_inputs(sliced):
     return feed
 
 
+def assert_whole_model_outputs(data: bytes, feed, outputs: dict) -> None:  # type: ignore[no-untyped-def]
+    """Every frame's outputs equal the whole model's, run by one interpreter on its input."""
+    interp = make_interpreter(data, num_threads=1)
+    for f, outs in outputs.items():
+        for det in interp.get_input_details():
+            interp.set_tensor(det["index"], feed(f)[det["index"]])
+        interp.invoke()
+        for det in interp.get_output_details():
+            np.testing.assert_allclose(outs[det["index"]], interp.get_tensor(det["index"]),
+                                       rtol=1e-4, atol=1e-5)
+
+
+def assert_timestamps_follow_the_data(run) -> None:  # type: ignore[no-untyped-def]
+    """Per frame and call: hand-over, then the call; a call starts its hand-over after its
+    predecessor ended (same frame); a frame is done after its last call."""
+    ts = run.ts_ns
+    assert (ts[:, :, TRANSFER_START] <= ts[:, :, TRANSFER_END]).all()
+    assert (ts[:, :, TRANSFER_END] <= ts[:, :, LAYER_START]).all()
+    assert (ts[:, :, LAYER_START] < ts[:, :, LAYER_END]).all()
+    assert (ts[:, 1:, TRANSFER_START] >= ts[:, :-1, LAYER_END]).all()
+    assert (run.done_ns >= ts[:, -1, LAYER_END]).all()
+    assert (run.stage_busy_ns > 0).all()
+
+
 def order_cutting_skips(n: int) -> str:
     """Stages of uneven length; with per-op layers the cuts fall inside residual blocks,
     so skip tensors must be forwarded through a stage that does not use them."""
@@ -81,15 +105,8 @@ def test_every_frame_once_in_order_with_its_own_outputs(resnet, mode: str, metho
     if mode == "switch":
         assert run.max_in_flight == 1
     # Each frame's outputs are the whole model's outputs on that frame's input.
-    interp = make_interpreter(data, num_threads=1)
     assert sorted(run.outputs) == list(range(warmup, total))
-    for f, outs in run.outputs.items():
-        for det in interp.get_input_details():
-            interp.set_tensor(det["index"], feed(f)[det["index"]])
-        interp.invoke()
-        for det in interp.get_output_details():
-            want = interp.get_tensor(det["index"])
-            np.testing.assert_allclose(outs[det["index"]], want, rtol=1e-4, atol=1e-5)
+    assert_whole_model_outputs(data, feed, run.outputs)
     g_calls = sum(c.processor == "G" for c in run.calls)  # G calls: CompiledModel
     assert run.fallback.count(False) == g_calls
 
@@ -105,13 +122,8 @@ def test_timestamps_follow_the_data(resnet, method: str) -> None:
                                                           make=make, method=method,
                                                           model_bytes=data))
         ts = run.ts_ns
-        assert (ts[:, :, TRANSFER_START] <= ts[:, :, TRANSFER_END]).all()
-        assert (ts[:, :, TRANSFER_END] <= ts[:, :, LAYER_START]).all()
-        assert (ts[:, :, LAYER_START] < ts[:, :, LAYER_END]).all()
-        # A call starts its hand-over after its predecessor ended (same frame).
-        assert (ts[:, 1:, TRANSFER_START] >= ts[:, :-1, LAYER_END]).all()
-        assert (run.done_ns >= ts[:, -1, LAYER_END]).all()
-        assert (run.stage_busy_ns > 0).all() and run.throughput_fps > 0
+        assert_timestamps_follow_the_data(run)
+        assert run.throughput_fps > 0
         if mode == "switch":  # one frame at a time: frame f+1 starts after frame f is done
             assert (ts[1:, 0, TRANSFER_START] >= run.done_ns[:-1]).all()
 
