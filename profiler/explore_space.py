@@ -33,8 +33,8 @@ one `coupprof predict` gives for the same tables:
   happens while the layer runs; charging the whole delay as time at idle power is the
   model's choice.
 - pipeline: one level per domain (set once, no transition cost); stage time = its fixed
-  cost + its read-back at the cut after it + sum of its (t_i + h_i); throughput = 1000 / slowest stage; energy as predict's
-  pipeline formula.
+  cost + its read-back at the cut after it + sum of its (t_i + h_i); throughput = 1000 /
+  slowest stage; energy as predict's pipeline formula.
 """
 
 from __future__ import annotations

@@ -18,6 +18,13 @@ per-layer DVFS SPEC that changes the level inside a stage cuts it into several c
 the request made before each. With ``sliced`` every layer is its own sub-model and
 call (what the per-layer tables measure), and each pays that cost.
 
+**Stages apart** (``MappingRunConfig.apart``): LiteRT's accelerator call keeps Python's
+GIL while the device works, so in Pipeline mode a stage whose executor says so
+(`Executor.holds_gil`) runs in a child process of its own (`profiler.stage_process`);
+its thread here only hands frames over. A stage that needs this process (per-layer
+DVFS requests, the simulated board's power model, a caller's executor factory or
+clock) stays on its thread.
+
 Queues are `queue.Queue(maxsize=queue_depth)`: a slow stage blocks the ones before it
 instead of letting a backlog grow. A tensor needed two stages later (a skip
 connection cut in the middle) is forwarded through the stages in between.
@@ -304,8 +311,7 @@ def _plans(sliced: Any, mapping: Mapping, run_calls: list[Call], units: list[Any
     return plans
 
 
-def _call_name(c: Call, config: MappingRunConfig | str) -> str:
-    model = config if isinstance(config, str) else config.model_name
+def _call_name(c: Call, model: str) -> str:
     what = f"layer {c.first}" if len(c.layers) == 1 else f"layers {c.first}..{c.last}"
     return f"{what} of {model}"
 
@@ -501,7 +507,7 @@ def _no_executor() -> Executor:
 
 
 def _runs_apart(board: Board, plan: _StagePlan, config: MappingRunConfig, stages: int) -> bool:
-    """Whether this stage runs in its own process (module docstring, `stage_process`)."""
+    """Whether this stage runs in its own process (module docstring: stages apart)."""
     if config.apart == "never" or stages < 2:
         return False
     own_power = config.activity is not None and not isinstance(config.activity, NoActivity)
@@ -560,7 +566,7 @@ class _Stages:
             q_in, q_out = self.queues[k], self.queues[k + 1]
             if _runs_apart(board, p, config, len(plans)):
                 spec = StageSpec(board, p.stage.processor, None,
-                                 [(u.model_bytes, _call_name(c, config)) for c, u
+                                 [(u.model_bytes, _call_name(c, config.model_name)) for c, u
                                   in zip(p.calls, p.units, strict=True)],
                                  p.feeds, [i for i in p.forwards if i in p.local_out],
                                  p.local_out)
