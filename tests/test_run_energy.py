@@ -243,7 +243,20 @@ def test_transfer_matrix_energy_per_hand_over(rig) -> None:
     assert (power_w > 0.95 * model.baseline_w).all()
     assert (power_w < 1.05 * top).all()
     same = df["src"] == df["dst"]
-    assert (power_w[same] > model.baseline_w + 0.25 * df["src"][same].map(dyn)).all()
+    # A same-processor hand-over is copying nearly all the time: above the (measured)
+    # baseline by a quarter of the processor's busy draw, where the logger can see it.
+    # Its readings move in steps of 0.1 mA at 5 V (the virtual logger's defaults), 0.5 mW;
+    # the fitted board's B draws ~1e-7 W while it copies, so its hand-overs can only be
+    # held to the baseline less a step (a sample at a window's edge may add a layer's
+    # power, as above).
+    step_w = 100e-6 * 5.0
+    base_w = m.info["baseline_power_w"]
+    for p, w in power_w[same].groupby(df["src"][same]):
+        if dyn[p] > step_w:
+            assert (w > base_w + 0.25 * dyn[p]).all(), (p, w, base_w)
+        else:
+            assert (w >= base_w - step_w).all(), (p, w, base_w)
+    assert dyn["G"] > step_w  # the first branch is exercised
     assert m.info["energy_method"] == "marker window per hand-over"
     assert m.info["baseline_power_w"] == pytest.approx(model.baseline_w, rel=0.01)
 
