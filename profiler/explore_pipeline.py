@@ -104,11 +104,11 @@ class _Fast:
         """(time ms, energy mJ) of layers a..b on u, per level index."""
         assert self.t.fixed_ms is not None
         # one call per stage: its fixed cost, and the read-back of its outputs at a cut
-        fixed = self.t.fixed_ms[u] + self.t.readout(b, u)
-        ms = self.P[u, :, b + 1] - self.P[u, :, a] + fixed
+        per_call = self.t.fixed_ms[u] + self.t.readout(b, u)
+        ms = self.P[u, :, b + 1] - self.P[u, :, a] + per_call
         en = self.PE[u, :, b + 1] - self.PE[u, :, a]
         if not self.exact_energy:  # those at idle power (0 above idle)
-            en = en + self.idle * fixed
+            en = en + self.idle * per_call
         if prev is not None:  # the hand-over into its first layer
             xm, xe = self.cross(a, prev, u)
             return ms + xm, en + xe

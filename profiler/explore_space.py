@@ -266,19 +266,19 @@ def evaluate(t: CostTables, c: Candidate) -> Evaluation:
             last[dom] = lv
     # fused tables: each call pays its fixed per-call cost once, and the read-back of its
     # outputs where it ends at a cut (both at idle power)
-    fixed = {i: t.fixed(c.units[i], c.levels[i]) for i in sorted(starts)}
+    per_call = {i: t.fixed(c.units[i], c.levels[i]) for i in sorted(starts)}  # by layer
     for i in sorted(starts - {0}):
-        fixed[i - 1] = fixed.get(i - 1, 0.0) + t.readout(i - 1, c.units[i - 1])
-    stage_ms = tuple(sum(fixed.get(i, 0.0) for i in range(a, b + 1)) + sum(t_ms[a:b + 1])
+        per_call[i - 1] = per_call.get(i - 1, 0.0) + t.readout(i - 1, c.units[i - 1])
+    stage_ms = tuple(sum(per_call.get(i, 0.0) for i in range(a, b + 1)) + sum(t_ms[a:b + 1])
                      + sum(h_ms[a:b + 1]) for _, a, b in stages_of(c.units))
-    serial = sum(t_ms) + sum(h_ms) + sum(fixed.values())
+    serial = sum(t_ms) + sum(h_ms) + sum(per_call.values())
     energy: float | None = None
     upper = False
     if c.mode == "switch":
         latency = serial + d_total
         fps = 1000.0 / latency if latency > 0 else INF
         if e_mj:
-            energy = sum(e_mj) + sum(he) + idle * (d_total + sum(fixed.values()))
+            energy = sum(e_mj) + sum(he) + idle * (d_total + sum(per_call.values()))
     else:
         latency = serial
         slowest = max(stage_ms)
@@ -288,7 +288,7 @@ def evaluate(t: CostTables, c: Candidate) -> Evaluation:
                 energy = sum(dyn) + sum(x - idle * h for x, h in zip(he, h_ms, strict=True)) \
                     + idle * (1000.0 / fps)
             else:
-                energy, upper = sum(e_mj) + sum(he) + idle * sum(fixed.values()), True
+                energy, upper = sum(e_mj) + sum(he) + idle * sum(per_call.values()), True
     return Evaluation(c, latency, fps, energy, stage_ms, d_total, tuple(missing), upper)
 
 

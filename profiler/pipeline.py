@@ -462,7 +462,7 @@ class _ApartStage(_StageThread):
 
     def __init__(self, plan: _StagePlan, spec: StageSpec, q_in: queue.Queue[Any],
                  q_out: queue.Queue[Any], config: MappingRunConfig) -> None:
-        super().__init__(plan, lambda: _no_executor(), q_in, q_out, config)
+        super().__init__(plan, _no_executor, q_in, q_out, config)
         self.remote = StageProcess(spec)
         self._ready: StageReady | None = None
 

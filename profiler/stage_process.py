@@ -26,7 +26,7 @@ from __future__ import annotations
 import contextlib
 import multiprocessing as mp
 import traceback
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from multiprocessing.shared_memory import SharedMemory
 from time import thread_time_ns
@@ -104,6 +104,24 @@ def _new_blocks(arrays: dict[int, np.ndarray], blocks: dict[str, SharedMemory]
     return layout, views
 
 
+def _place(arrays: dict[int, np.ndarray], views: dict[int, np.ndarray],
+           blocks: dict[str, SharedMemory]) -> tuple[Layout | None, dict[int, np.ndarray]]:
+    """Copy `arrays` into their shared blocks (`views`), first allocating new ones where
+    the tensors or a shape changed (the first frame): (the new layout or None, views)."""
+    layout = None
+    if set(arrays) != set(views) or any(views[i].shape != a.shape or views[i].dtype != a.dtype
+                                        for i, a in arrays.items()):
+        layout, views = _new_blocks(arrays, blocks)
+    for i, a in arrays.items():
+        np.copyto(views[i], a)
+    return layout, views
+
+
+def _needed(spec: StageSpec) -> set[int]:
+    """The tensors a stage takes from its message."""
+    return {int(src[1]) for row in spec.feeds for src in row if src[0] == "msg"}
+
+
 def _child(conn: Connection, spec: StageSpec) -> None:
     """The child process: open the executor, load the calls, serve frames until told."""
     from profiler.executors.factory import make_executor
@@ -146,13 +164,7 @@ def _child(conn: Connection, spec: StageSpec) -> None:
             for idx in spec.forwards:
                 k, slot = spec.local_out[idx]
                 produced[idx] = subs[k].output(slot)
-            out_layout = None
-            if set(produced) != set(outs) or any(
-                    outs[i].shape != a.shape or outs[i].dtype != a.dtype
-                    for i, a in produced.items()):
-                out_layout, outs = _new_blocks(produced, blocks)
-            for idx, a in produced.items():
-                np.copyto(outs[idx], a)
+            out_layout, outs = _place(produced, outs, blocks)
             t_out1 = clock()
             conn.send(FrameDone(frame, rows, (start, t_out0, t_out1),
                                 thread_time_ns() - cpu0, out_layout))
@@ -170,17 +182,17 @@ def _child(conn: Connection, spec: StageSpec) -> None:
         conn.close()
 
 
-@dataclass
 class StageProcess:
     """The parent's handle on one stage running in a child process."""
 
-    spec: StageSpec
-    ready: StageReady | None = None
-    _proc: Any = None
-    _conn: Connection | None = None
-    _blocks: dict[str, SharedMemory] = field(default_factory=dict)
-    _ins: dict[int, np.ndarray] = field(default_factory=dict)
-    _outs: dict[int, np.ndarray] = field(default_factory=dict)
+    def __init__(self, spec: StageSpec) -> None:
+        self.spec = spec
+        self._needed = _needed(spec)
+        self._proc: Any = None
+        self._conn: Connection | None = None
+        self._blocks: dict[str, SharedMemory] = {}
+        self._ins: dict[int, np.ndarray] = {}
+        self._outs: dict[int, np.ndarray] = {}
 
     def start(self) -> StageReady:
         """Spawn the child; returns once its sub-models are loaded (or raises why not)."""
@@ -193,7 +205,6 @@ class StageProcess:
         self._conn = parent
         got = self._recv()
         assert isinstance(got, StageReady)
-        self.ready = got
         return got
 
     def _recv(self) -> Any:
@@ -217,15 +228,8 @@ class StageProcess:
         """Run one frame: `tensors` holds (at least) the stage's message inputs; returns
         the tensors it produces for later stages (copies) and the child's timings."""
         assert self._conn is not None
-        needed = {src[1] for row in self.spec.feeds for src in row if src[0] == "msg"}
-        arrays = {i: np.asarray(tensors[i]) for i in needed}
-        layout = None
-        if set(arrays) != set(self._ins) or any(
-                self._ins[i].shape != a.shape or self._ins[i].dtype != a.dtype
-                for i, a in arrays.items()):
-            layout, self._ins = _new_blocks(arrays, self._blocks)
-        for i, a in arrays.items():
-            np.copyto(self._ins[i], a)
+        layout, self._ins = _place({i: np.asarray(tensors[i]) for i in self._needed},
+                                   self._ins, self._blocks)
         self._conn.send((frame, ready_ns, layout))
         done = self._recv()
         assert isinstance(done, FrameDone) and done.frame == frame
