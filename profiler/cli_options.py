@@ -130,8 +130,10 @@ METHOD_HELP = (
 
 def add_method_options(p: argparse.ArgumentParser, *, method_help: str | None = None,
                        group_help: str = METHOD_HELP, budget_s: float = 60.0,
-                       budget_help: str = "fused: wall seconds of measured rounds at most") -> None:
-    """--method and the fused method's rounds, target and budget."""
+                       budget_help: str = "fused: wall seconds of measured rounds at most",
+                       window: bool = True) -> None:
+    """--method and the fused method's rounds, target and budget; ``window``: --window
+    too (per-layer prefixes only: a transfer's prefixes end at its boundary)."""
     m = p.add_argument_group("method", group_help)
     m.add_argument("--method", choices=("fused", "sliced"), default=None,
                    help=method_help or "fused | sliced (default: fused for G and N, where a "
@@ -147,6 +149,18 @@ def add_method_options(p: argparse.ArgumentParser, *, method_help: str | None = 
                    help="fused: measured rounds at least (default: 10)")
     m.add_argument("--max-rounds", type=positive_int, default=10_000, metavar="N",
                    help="fused: measured rounds at most (default: 10000)")
+    if not window:
+        p.set_defaults(window=0)
+        return
+    m.add_argument("--window", type=nonneg_int, default=0, metavar="W",
+                   help="fused: cut the layers into segments of W, each measured by "
+                   "prefixes of its own that start at the layer before it, from that "
+                   "layer's real inputs; a round then costs about W/2 layers per layer "
+                   "instead of n/2, and a layer's interval comes from calls W layers long, "
+                   "not the whole model. For deep models on CPUs, e.g. --window 3 for "
+                   "ResNet50; the layers then add up to the whole model only within their "
+                   "intervals, and the whole model is measured in the same rounds "
+                   "(default: 0 = prefixes of the whole model)")
 
 
 def add_host_freq_option(p: argparse.ArgumentParser) -> None:

@@ -139,6 +139,7 @@ class FusedSettings:
     visit_warm: int = 1  # ... of which the first are not timed
     alone_calls: int = 20  # groups of the whole model's calls alone after the rounds (0: not)
     alone_warm: int = 5  # ... after this many untimed calls
+    window: int = 0  # layers per segment (0: prefixes of the whole model; module docstring)
 
     def __post_init__(self) -> None:
         if self.min_rounds < 3:
@@ -152,6 +153,9 @@ class FusedSettings:
                                 "untimed: at least one call must be timed", "")
         if self.alone_calls < 0 or self.alone_warm < 0 or 0 < self.alone_calls < 3:
             raise BadInputError(f"{self.alone_calls} calls alone: give 0 or 3 and more", "")
+        if self.window < 0:
+            raise BadInputError(f"--window {self.window}: give 0 (whole prefixes) or a "
+                                "number of layers", "e.g. --window 4")
         if self.budget_s <= 0 or self.target_ms < 0 or self.target_rel < 0:
             raise BadInputError("--budget-s must be positive and the targets not negative",
                                 "e.g. --budget-s 60 --target-ms 0.02")
@@ -205,6 +209,12 @@ class FusedResult:
     # Simulated processors: per prefix (0 = the empty one), its calls that took the host's
     # time because this machine was slower than the model (`PacedSubModel`).
     prefix_late_runs: list[int] = field(default_factory=list)
+    # Per layer, the position of the prefix (or window) that ends with it; its difference
+    # is with the position before. Empty: prefixes of the whole model, layer k at k + 1.
+    layer_positions: list[int] = field(default_factory=list)
+
+    def positions(self) -> list[int]:
+        return self.layer_positions or list(range(1, len(self.layers) + 1))
 
     def layer_late_runs(self) -> list[int]:
         """Per layer, the late calls of the two prefixes its difference uses. A late prefix
@@ -214,7 +224,7 @@ class FusedResult:
         late = self.prefix_late_runs
         if not late:
             return [0] * len(self.layers)
-        return [late[k] + late[k + 1] for k in range(len(self.layers))]
+        return [late[p - 1] + late[p] for p in self.positions()]
 
     @property
     def layer_sum_ms(self) -> float:
@@ -227,14 +237,21 @@ class FusedResult:
         """Each prefix's time per call in the rounds (trimmed mean; 0 = the empty prefix)."""
         if self.round_ns is not None:
             return np.asarray(trimmed_estimate(self.round_ns)[0], dtype=np.float64)
+        if self.layer_positions:
+            raise ValueError("windows' times need the rounds")
         return np.concatenate([[self.fixed.time_ms],
                                self.fixed.time_ms + np.cumsum(self.times_ms())])
 
     def info(self) -> dict[str, Any]:
         """What the JSON sidecar records of the method."""
+        w = self.settings.window
+        scheme = (f"prefixes within segments of {w} layers, each from the segment's real "
+                  "inputs, and the whole model" if self.layer_positions else
+                  "cumulative prefixes") + ", large outputs reduced on a processor that " \
+            "downloads them (MEAN over H, W)"
         return {
             "method": "fused",
-            "scheme": "cumulative prefixes, outputs reduced on the processor (MEAN over H, W)",
+            "scheme": scheme,
             "rounds": self.rounds,
             "elapsed_s": round(self.elapsed_s, 3),
             "converged": self.converged,
@@ -288,18 +305,22 @@ def trimmed_estimate(values_ns: np.ndarray, trim: float = TRIM, axis: int = 0) -
 
 
 def layer_estimates(round_ns: np.ndarray, trim: float = TRIM,
+                    positions: Sequence[int] | None = None,
                     ) -> tuple[Estimate, list[Estimate], Estimate]:
-    """(fixed, layers, whole) from per-round prefix times (rounds, n + 1).
+    """(fixed, layers, whole) from per-round prefix times (rounds, prefixes); the whole
+    model is the last column, the fixed row the first.
 
-    Layer k's figure is the difference of the trimmed means of T(P(k)) and T(P(k-1)), so
-    the fixed row and the layers add up to the whole model's figure exactly; its interval
-    comes from the paired differences T(P(k)) - T(P(k-1)) of each round, whose spread
-    is free of the drift that both calls of a round share."""
+    Layer k's figure is the difference of the trimmed means of the prefix that ends with
+    it (column ``positions[k]``, by default k + 1) and the column before, so with
+    prefixes the fixed row and the layers add up to the whole model's figure exactly;
+    its interval comes from the paired differences of each round, whose spread is free
+    of the drift that both calls of a round share."""
     t = np.asarray(round_ns, dtype=np.int64)
+    pos = np.asarray(list(positions) if positions else range(1, t.shape[1]), dtype=np.int64)
     means, halves = trimmed_estimate(t, trim)
-    _, diff_halves = trimmed_estimate(np.diff(t, axis=1), trim)
-    layers = [Estimate(float(means[k + 1] - means[k]), float(diff_halves[k]))
-              for k in range(t.shape[1] - 1)]
+    _, diff_halves = trimmed_estimate(t[:, pos] - t[:, pos - 1], trim)
+    layers = [Estimate(float(means[p] - means[p - 1]), float(diff_halves[k]))
+              for k, p in enumerate(pos)]
     return (Estimate(float(means[0]), float(halves[0])), layers,
             Estimate(float(means[-1]), float(halves[-1])))
 
@@ -336,8 +357,9 @@ def energy_by_prefix(result: FusedResult, prefix_power_w: Sequence[float]) -> Fu
     if power.shape != t_ms.shape:
         raise ValueError(f"{power.size} prefix powers for {t_ms.size} prefixes")
     e_mj = power * t_ms  # W x ms = mJ
+    pos = np.asarray(result.positions(), dtype=np.int64)
     return FusedEnergy([float(p) for p in power], [float(e) for e in e_mj],
-                       [float(d) for d in np.diff(e_mj)], float(e_mj[0]))
+                       [float(d) for d in e_mj[pos] - e_mj[pos - 1]], float(e_mj[0]))
 
 
 # -- measuring -----------------------------------------------------------------------
@@ -355,7 +377,9 @@ class FusedProfiler:
     def __init__(self, prefixes: Sequence[PrefixModel], executor: Executor, *,
                  inputs: Sequence[np.ndarray] | None = None, seed: int = 0,
                  clock: Clock = perf_clock, model_name: str = "model",
-                 read_outputs: bool = True) -> None:
+                 read_outputs: bool = True, model_data: bytes | None = None) -> None:
+        """``model_data``: the model's bytes, which windows (prefixes starting after layer
+        0) need to compute their inputs' values."""
         from profiler.runner import random_input
 
         if not prefixes or prefixes[0].last != -1:
@@ -364,20 +388,37 @@ class FusedProfiler:
         self.clock = clock
         self.read_outputs = read_outputs
         self.subs: list[SubModel] = [
-            executor.load(p.model_bytes, name=f"prefix 0..{p.last} of {model_name}")
+            executor.load(p.model_bytes, name=f"prefix {p.first}..{p.last} of {model_name}")
             for p in self.prefixes]
-        first = self.subs[0]
         rng = np.random.default_rng(seed)
         if inputs is None:
-            inputs = [random_input(io.shape, io.dtype, rng) for io in first.inputs]
+            inputs = [random_input(io.shape, io.dtype, rng) for io in self.subs[0].inputs]
         self.inputs = [np.ascontiguousarray(x) for x in inputs]
-        for sub in self.subs:
-            if [io.shape for io in sub.inputs] != [io.shape for io in first.inputs]:
-                raise ValueError(f"{sub.name}: inputs differ from the empty prefix's")
-        self._calls = [self._timed_call(sub) for sub in self.subs]
+        windowed = any(p.role == "whole" for p in self.prefixes)
+        # Where each layer's prefix is ([]: prefixes of the whole model, layer k at k + 1).
+        self.positions = [i for i, p in enumerate(self.prefixes) if p.role == "layer"] \
+            if windowed else []
+        values = self._window_values(model_data) if windowed else {}
+        self.sub_inputs = [values[p.first] if p.first else self.inputs for p in self.prefixes]
+        for sub, xs in zip(self.subs, self.sub_inputs, strict=True):
+            if [tuple(io.shape) for io in sub.inputs] != [x.shape for x in xs]:
+                raise ValueError(f"{sub.name}: inputs differ from its empty prefix's")
+        self._calls = [self._timed_call(sub, xs)
+                       for sub, xs in zip(self.subs, self.sub_inputs, strict=True)]
 
-    def _timed_call(self, sub: SubModel) -> Callable[[], int]:
-        clock, inputs = self.clock, self.inputs
+    def _window_values(self, model_data: bytes | None) -> dict[int, list[np.ndarray]]:
+        """Per window start, its inputs' values from one run of the model on ``inputs``."""
+        from profiler.slicing.prefix import tensor_values
+
+        if model_data is None:
+            raise ValueError("windows need the model's bytes for their inputs")
+        starts = {p.first: list(p.input_tensors) for p in self.prefixes if p.first > 0}
+        wanted = sorted({t for ts in starts.values() for t in ts})
+        got = dict(zip(wanted, tensor_values(model_data, self.inputs, wanted), strict=True))
+        return {first: [np.ascontiguousarray(got[t]) for t in ts] for first, ts in starts.items()}
+
+    def _timed_call(self, sub: SubModel, inputs: list[np.ndarray]) -> Callable[[], int]:
+        clock = self.clock
         set_input, run, output = sub.set_input, sub.run, sub.output
         n_out = len(sub.outputs) if self.read_outputs else 0
 
@@ -447,7 +488,7 @@ class FusedProfiler:
                 per_round = spent / done
                 progress(done, max(done, min(s.max_rounds, int(s.budget_s / max(per_round, 1e-9)))))
             if done >= s.min_rounds and (done - s.min_rounds) % s.check_every == 0:
-                fixed, layers, _ = layer_estimates(np.array(rows))
+                fixed, layers, _ = layer_estimates(np.array(rows), positions=self.positions)
                 if all(within_target(e, s) for e in [fixed, *layers]):
                     converged = True
                     break
@@ -471,7 +512,7 @@ class FusedProfiler:
 
     def result(self, round_ns: np.ndarray, settings: FusedSettings, elapsed_s: float,
                converged: bool, alone_ns: np.ndarray | None = None) -> FusedResult:
-        fixed, layers, whole = layer_estimates(round_ns)
+        fixed, layers, whole = layer_estimates(round_ns, positions=self.positions)
         alone = None
         if alone_ns is not None:
             mean, half = trimmed_estimate(alone_ns)
@@ -484,6 +525,7 @@ class FusedProfiler:
             prefix_read_bytes=[p.read_bytes for p in self.prefixes],
             prefix_reduced=[p.reduced for p in self.prefixes],
             round_ns=round_ns, alone_ns=alone_ns, whole_alone=alone,
+            layer_positions=list(self.positions),
         )
 
 
@@ -518,10 +560,12 @@ def measure_model(executor: Executor, data: bytes, sliced: Any,
     from profiler.slicing.prefix import REDUCE_ABOVE_BYTES, prefix_models
 
     down = downloads(executor.proc.kind)
-    prefixes = prefix_models(data, sliced, reduce_above_bytes=REDUCE_ABOVE_BYTES if down else None)
+    s = settings or FusedSettings()
+    prefixes = prefix_models(data, sliced, reduce_above_bytes=REDUCE_ABOVE_BYTES if down else None,
+                             window=s.window)
     prof = FusedProfiler(prefixes, executor, seed=seed, clock=clock, model_name=model_name,
-                         read_outputs=down)
-    result = prof.measure(settings, progress=progress)
+                         read_outputs=down, model_data=data)
+    result = prof.measure(s, progress=progress)
     if prefix_powers is None:
         return result, None
     return result, energy_by_prefix(result, prefix_powers(prof.calls))

@@ -363,10 +363,12 @@ class Sweep:
         from profiler.tflite.model_io import read_model_bytes
 
         down = downloads(proc.kind)
-        prefixes = prefix_models(read_model_bytes(self.model_path), job.sliced,
-                                 reduce_above_bytes=REDUCE_ABOVE_BYTES if down else None)
+        data = read_model_bytes(self.model_path)
+        prefixes = prefix_models(data, job.sliced,
+                                 reduce_above_bytes=REDUCE_ABOVE_BYTES if down else None,
+                                 window=self.settings.fused.window)
         return FusedProfiler(prefixes, executor, seed=self.settings.seed, read_outputs=down,
-                             model_name=self.model_path.name)
+                             model_name=self.model_path.name, model_data=data)
 
     def _set_level(self, job: _Job, pair: Pair, gov: Any) -> tuple[int | None, str | None]:
         """Set the pair's level (if it has one) and wait until it is in effect: the

@@ -79,14 +79,25 @@ def test_cpu_defaults_to_sliced_and_method_fused_is_available(tmp_path: Path) ->
     assert "fused" not in r.stdout
     assert json.loads((tmp_path / "b.json").read_text())["method"] == "sliced"
     r = cli("layers", "--board", "sim", "--processor", "B", "--frames", "2", "--warmup", "0",
-            "--power", "none", "--method", "fused", *FAST, "--csv", "bf.csv", cwd=tmp_path)
+            "--power", "none", "--method", "fused", *FAST, "--window", "4", "--csv", "bf.csv",
+            cwd=tmp_path)
     assert r.returncode == 0, r.stderr
-    assert "fixed" in r.stdout and json.loads((tmp_path / "bf.json").read_text())["method"] == "fused"
+    meta = json.loads((tmp_path / "bf.json").read_text())
+    assert "fixed" in r.stdout and meta["method"] == "fused"
+    # windows of 4 over the 15 layers: 4 segments, every layer differenced within one
+    assert meta["fused"]["settings"]["window"] == 4
+    assert "segments of 4 layers" in meta["fused"]["scheme"]
+    assert (pd.read_csv(tmp_path / "bf.csv").kind == "layer").sum() == 15
+    r = cli("layers", "--board", "sim", "--processor", "B", "--method", "fused",
+            "--window", "-1", cwd=tmp_path)
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) <= 2, r.stderr
+    assert "Traceback" not in r.stderr
 
 
 def test_sweep_mixes_sliced_cpu_and_fused_g(tmp_path: Path) -> None:
     r = cli("sweep", "--board", "sim", "--processors", "B,G", "--freqs", "5", "--frames", "2",
-            "--warmup", "0", "--cuts", "6,12,18", *FAST, "-o", "sw", cwd=tmp_path)
+            "--warmup", "0", "--cuts", "6,12,18", *FAST, "--window", "2", "-o", "sw",
+            cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     df = pd.read_csv(tmp_path / "sw" / "sweep.csv")
     assert df[df.processor == "B"].time_ms_fused.isna().all()
@@ -94,6 +105,7 @@ def test_sweep_mixes_sliced_cpu_and_fused_g(tmp_path: Path) -> None:
     meta = json.loads((tmp_path / "sw" / "sweep.json").read_text())
     g = next(v for k, v in meta["pairs"].items() if k.startswith("G"))
     assert g["fused"]["rounds"] == 5 and g["fused"]["fixed_ms"] > 0.9
+    assert g["fused"]["settings"]["window"] == 2
     assert "fused" not in next(v for k, v in meta["pairs"].items() if k.startswith("B"))
     assert "fused" in r.stdout and "sliced" in r.stdout
 

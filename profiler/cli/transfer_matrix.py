@@ -83,6 +83,7 @@ def register(subparsers: Any) -> None:
     add_method_options(
         p, group_help=MATRIX_METHOD_HELP, budget_s=10.0,
         budget_help="fused: wall seconds of interleaved rounds per (boundary, src) read-back",
+        window=False,
         method_help="sliced (default): the hand-over between two per-layer sub-models; "
         "fused: the same, plus readout_ms, the producer's extra read-back of the boundary's "
         "tensors in full, which fused layer tables leave out")

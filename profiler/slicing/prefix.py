@@ -17,6 +17,16 @@ stay in host memory and are not read) nothing is appended.
 The empty prefix needs an operator: a SLICE of a corner of each input (a few values),
 which costs a dispatch and nothing that grows with the input, so the fixed row is the
 call's cost and the layers keep all of their own.
+
+With ``window`` = W (`profiler.fused`), the layers are cut into segments of W, and
+every segment a..b after the first gets prefixes of its own that start one layer early,
+at its lead layer a-1: a-1 alone (the segment's base, which its differences start from),
+then a-1..k for every k of a..b, so each layer still runs right after its predecessor
+in one call. The first segment is the prefixes 0..k after the empty prefix. Every window
+of a segment takes all the tensors the segment reads from earlier layers (each call is
+handed the same bytes, even where a residual's skip tensor is read only by a later layer
+of the segment), and the model run whole is appended last. `tensor_values` gives those
+tensors' values from one run of the model.
 """
 
 from __future__ import annotations
@@ -38,40 +48,83 @@ REDUCE_ABOVE_BYTES = 4 * 1024
 
 @dataclass(frozen=True)
 class PrefixModel:
-    """Layers 0..last of a model as one sub-model (last = -1: the empty prefix)."""
+    """Layers first..last of a model as one sub-model (last = first - 1: an empty one;
+    first = 0: a prefix of the model)."""
 
     last: int
     model_bytes: bytes
     outputs: int  # outputs read back per call
     reduced: int  # of which reduced by an appended MEAN
     read_bytes: int  # bytes read back per call
+    first: int = 0
+    input_tensors: tuple[int, ...] = ()  # the model's tensors it takes, in input order
+    # "layer": it ends with layer ``last``, whose time is its difference with the model
+    # before it; "base": what a segment's differences start from (the empty prefix, a
+    # lead layer alone); "whole": the model run whole, appended after windows.
+    role: str = "layer"
 
 
 def prefix_models(data: bytes, sliced: SlicedModel, *,
                   reduce_above_bytes: int | None = REDUCE_ABOVE_BYTES,
-                  lasts: list[int] | None = None) -> list[PrefixModel]:
+                  lasts: list[int] | None = None, window: int = 0) -> list[PrefixModel]:
     """The empty prefix, then layers 0..k for k = 0 .. n-1 (see the module docstring);
-    ``lasts``: only the prefixes ending at these layers (-1: the empty one)."""
+    ``lasts``: only the prefixes ending at these layers (-1: the empty one). ``window``
+    W > 0 (and below n): segments of W layers, each with its own prefixes from its lead
+    layer, then the whole model."""
     g = ModelView.of(parse_model(data, "model"))
     groups = [list(layer.op_indices) for layer in sliced.layers]
-    wanted = list(range(-1, len(groups))) if lasts is None else lasts
-    out: list[PrefixModel] = []
-    for last in wanted:
-        ops = sorted({i for grp in groups[:last + 1] for i in grp})
-        out.append(_prefix(g, ops, last, sliced.source_sha256, reduce_above_bytes))
+    n = len(groups)
+    sha = sliced.source_sha256
+
+    def ops_of(first: int, last: int) -> list[int]:
+        return sorted({i for grp in groups[first:last + 1] for i in grp})
+
+    def prefix(first: int, last: int, inputs: list[int], role: str) -> PrefixModel:
+        return _prefix(g, ops_of(first, last), first, last, inputs, sha, reduce_above_bytes,
+                       role)
+
+    if window <= 0 or window >= n:
+        wanted = list(range(-1, n)) if lasts is None else lasts
+        return [prefix(0, last, list(g.inputs), "base" if last < 0 else "layer")
+                for last in wanted]
+    if lasts is not None:
+        raise ValueError("lasts and window exclude each other")
+    out = [prefix(0, last, list(g.inputs), "base" if last < 0 else "layer")
+           for last in range(-1, window)]
+    for a in range(window, n, window):
+        end = min(a + window, n) - 1
+        seg = set(ops_of(a - 1, end))
+        inputs = boundaries(g, [sorted(seg), [i for i in range(g.num_ops) if i not in seg]])[0][0]
+        out += [prefix(a - 1, last, inputs, "base" if last < a else "layer")
+                for last in range(a - 1, end + 1)]
+    out.append(prefix(0, n - 1, list(g.inputs), "whole"))
     return out
 
 
-def _prefix(g: ModelView, ops: list[int], last: int, sha: str,
-            reduce_above_bytes: int | None) -> PrefixModel:
-    inputs = list(g.inputs)
+def tensor_values(data: bytes, inputs: list[np.ndarray], tensors: list[int]) -> list[np.ndarray]:
+    """The values of the model's ``tensors`` (indices in its graph) when it runs on
+    ``inputs``: one run on LiteRT's reference kernels, which keep every tensor."""
+    from ai_edge_litert.interpreter import Interpreter, OpResolverType
+
+    interp = Interpreter(model_content=data, num_threads=1,
+                         experimental_op_resolver_type=OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES,
+                         experimental_preserve_all_tensors=True)
+    interp.allocate_tensors()
+    for det, x in zip(interp.get_input_details(), inputs, strict=True):
+        interp.set_tensor(det["index"], x)
+    interp.invoke()
+    return [np.array(interp.get_tensor(t), copy=True) for t in tensors]
+
+
+def _prefix(g: ModelView, ops: list[int], first: int, last: int, inputs: list[int], sha: str,
+            reduce_above_bytes: int | None, role: str) -> PrefixModel:
     if ops:
         rest = sorted(set(range(g.num_ops)) - set(ops))
         outputs = boundaries(g, [ops, rest] if rest else [ops])[0][1]
     else:
         outputs = list(inputs)
     sub = build_submodel(g, ops, inputs, outputs,
-                         description=f"coupprof prefix 0..{last} of {sha[:12]}")
+                         description=f"coupprof prefix {first}..{last} of {sha[:12]}")
     if not ops:
         _slice_corners(sub)
         reduced = len(outputs)
@@ -80,7 +133,8 @@ def _prefix(g: ModelView, ops: list[int], last: int, sha: str,
     else:
         reduced = 0
     read = sum(_nbytes(sub.subgraphs[0].tensors[t]) for t in sub.subgraphs[0].outputs)
-    return PrefixModel(last, serialize_model(sub), len(outputs), reduced, read)
+    return PrefixModel(last, serialize_model(sub), len(outputs), reduced, read, first,
+                       tuple(inputs), role)
 
 
 def _nbytes(tensor: schema.TensorT) -> int:
