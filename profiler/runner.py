@@ -223,21 +223,15 @@ class LayerRunner:
 
 
 def _view_copy(src_interp: Any, src: int, dst_interp: Any, dst: int) -> Callable[[], Any]:
-    """One copy from a producer's output buffer into a consumer's input buffer."""
-    if getattr(dst_interp, "takes_inputs_by_set_tensor", False):
-        # Accelerator sub-models (profiler.executors): writing the input is an upload,
-        # which belongs to the hand-over, not to the layer's invoke.
-        out_view, put = src_interp.tensor(src), dst_interp.set_tensor
-
-        def upload() -> None:
-            put(dst, out_view())
-
-        return upload
-    src_view, dst_view = src_interp.tensor(src), dst_interp.tensor(dst)
-    copyto = np.copyto
+    """One copy from a producer's output buffer into a consumer's input buffer: a fresh
+    view of the producer's buffer, written by set_tensor (which checks type and shape).
+    On an accelerator sub-model that write is the upload, which belongs to the
+    hand-over, not to the layer's invoke. On the 2-core VM it costs 2.4 us against 3.8
+    us for np.copyto between two fresh views (`benchmarks/slicing_overhead.py`)."""
+    out_view, put = src_interp.tensor(src), dst_interp.set_tensor
 
     def feed() -> None:
-        copyto(dst_view(), src_view(), casting="no")
+        put(dst, out_view())
 
     return feed
 

@@ -350,9 +350,6 @@ class SubModelInterpreter:
     arrays written through `tensor(i)()` views are staged and uploaded by `invoke`.
     """
 
-    #: Tells `LayerRunner` to hand over through `set_tensor` instead of buffer views.
-    takes_inputs_by_set_tensor = True
-
     def __init__(self, sub: SubModel) -> None:
         self.sub = sub
         self._n_in = len(sub.inputs)
