@@ -223,7 +223,7 @@ def profile_fused(sliced: Any, board: Any, letter: str, model_path: Path, data: 
     energy = that power x its fused time, the fixed row's from the empty prefix, and the
     whole model's energy per call, to compare."""
     from profiler.executors import make_executor
-    from profiler.fused import FusedProfiler, FusedSettings, downloads
+    from profiler.fused import FusedProfiler, FusedSettings, downloads, energy_by_prefix
     from profiler.power.repeat import measure_repeated
     from profiler.results import LayerInfo, LayerRun, RunInfo, environment
     from profiler.runner import LayerRunner
@@ -247,24 +247,26 @@ def profile_fused(sliced: Any, board: Any, letter: str, model_path: Path, data: 
         fused = prof.measure(settings)
         after = whole_alone(ex, data, prof.inputs, visit=visit)
         energy: dict[str, Any] = {}
+        fe = None
         if source is not None:
-            layer_w = []
-            for k in range(len(sliced.layers)):
-                r = measure_repeated(runner.layer_call(k), source, min_updates=min_updates,
-                                     baseline_power_w=baseline_w or 0.0)
-                layer_w.append(r.power_w)
-            fixed_r = measure_repeated(prof.call(0), source, min_updates=min_updates)
+            # As `coupprof layers --power nvml` does: prefix energies (each prefix repeated
+            # until the counter resolves its power, times its time in the rounds),
+            # differenced; compared with the whole model's energy per call repeated alone.
+            powers = [measure_repeated(call, source, min_updates=min_updates).power_w
+                      for call in prof.calls]
+            fe = energy_by_prefix(fused, powers)
             whole_r = measure_repeated(prof.call(len(sliced.layers)), source,
                                        min_updates=min_updates)
-            layer_mj = np.array(layer_w) * fused.times_ms()
-            fixed_mj = fixed_r.power_w * fused.fixed.time_ms
-            energy = {"layer_power_w": layer_w, "layer_energy_mj": layer_mj.tolist(),
-                      "fixed_power_w": fixed_r.power_w, "fixed_energy_mj": fixed_mj,
-                      "layers_plus_fixed_mj": float(layer_mj.sum() + fixed_mj),
+            layer_mj = np.array(fe.layer_energy_mj)
+            energy = {"prefix_power_w": powers, "layer_energy_mj": layer_mj.tolist(),
+                      "fixed_power_w": powers[0], "fixed_energy_mj": fe.fixed_energy_mj,
+                      "layers_plus_fixed_mj": float(layer_mj.sum() + fe.fixed_energy_mj),
                       "whole_call_energy_mj": whole_r.energy_mj,
                       "whole_call_power_w": whole_r.power_w,
+                      "whole_call_ms_repeated": whole_r.energy_mj / whole_r.power_w
+                      if whole_r.power_w else None,
                       "counter_updates_per_window": min_updates,
-                      "ratio": float((layer_mj.sum() + fixed_mj) / whole_r.energy_mj)}
+                      "ratio": float((layer_mj.sum() + fe.fixed_energy_mj) / whole_r.energy_mj)}
     whole_ms = (before["visits_ms"] + after["visits_ms"]) / 2
     whole_median_ms = (before["median_ms"] + after["median_ms"]) / 2
     sl_ms = np.median(timings.time_ns, axis=0) / 1e6
@@ -282,12 +284,10 @@ def profile_fused(sliced: Any, board: Any, letter: str, model_path: Path, data: 
     extras: dict[str, Any] = {}
     totals: dict[str, float] = {}
     if energy:
-        extras["power_w"] = np.array(energy["layer_power_w"])
-        extras["energy_mj"] = np.array(energy["layer_power_w"]) * sl_ms  # sliced, replaced
         totals["baseline_power_w"] = baseline_w or 0.0
     run = LayerRun(info, [LayerInfo.from_layer(layer) for layer in sliced.layers], timings,
                    layer_extras=extras, total_extras=totals)
-    tables = with_fused(run_tables(run, raw=False), fused)
+    tables = with_fused(run_tables(run, raw=False), fused, fe)
     csv_p, _ = write_tables(tables, out / f"layers-{label}-{tag}-fused.csv")
     summary = {
         "csv": csv_p.name, "whole_ms": whole_ms, "whole_median_ms": whole_median_ms,
