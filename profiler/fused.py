@@ -106,10 +106,11 @@ column, the whole row). The price: the layers no longer telescope to the whole m
 exactly, since each segment's base call differs from its predecessors' share of the
 whole run; they add up to it within their intervals, and the table shows both. On one
 core of the 2-core VM, ResNet50/224 (54 layers of 0.5-20 ms): whole prefixes gave a
-median interval of +-1.1 ms after 10 rounds in 60 s; windows of 3, +-0.054 ms after
-60 rounds in 300 s, every layer of 1 ms or more within 3.9 % of its sliced time and
-the sum within 0.2 % of the whole model (`benchmarks/slicing_overhead.py`). On a GPU
-whole prefixes suffice (an H100's intervals were 0.04-0.14 ms) and keep the exact sum.
+median interval of +-1.1 ms after 10 rounds in 60 s; windows of 3, +-0.05 to +-0.10 ms
+after 60 rounds in 300 s, the sum within 1 % of the whole model, and the median layer
+of 1 ms or more 0.9-1.2 % from its sliced time (`benchmarks/slicing_overhead.py`). On a
+GPU whole prefixes suffice (an H100's intervals were 0.04-0.14 ms) and keep the exact
+sum.
 
 `FusedProfiler(prefixes, executor).measure(settings)` returns a `FusedResult`. The
 clock is a parameter (`profiler.clock`), so the maths is checked exactly in tests.

@@ -32,6 +32,7 @@ tensors' values from one run of the model.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 import numpy as np
 from ai_edge_litert import schema_py_generated as schema
@@ -61,7 +62,7 @@ class PrefixModel:
     # "layer": it ends with layer ``last``, whose time is its difference with the model
     # before it; "base": what a segment's differences start from (the empty prefix, a
     # lead layer alone); "whole": the model run whole, appended after windows.
-    role: str = "layer"
+    role: Literal["layer", "base", "whole"] = "layer"
 
 
 def prefix_models(data: bytes, sliced: SlicedModel, *,
@@ -79,7 +80,8 @@ def prefix_models(data: bytes, sliced: SlicedModel, *,
     def ops_of(first: int, last: int) -> list[int]:
         return sorted({i for grp in groups[first:last + 1] for i in grp})
 
-    def prefix(first: int, last: int, inputs: list[int], role: str) -> PrefixModel:
+    def prefix(first: int, last: int, inputs: list[int],
+               role: Literal["layer", "base", "whole"]) -> PrefixModel:
         return _prefix(g, ops_of(first, last), first, last, inputs, sha, reduce_above_bytes,
                        role)
 
@@ -117,7 +119,8 @@ def tensor_values(data: bytes, inputs: list[np.ndarray], tensors: list[int]) -> 
 
 
 def _prefix(g: ModelView, ops: list[int], first: int, last: int, inputs: list[int], sha: str,
-            reduce_above_bytes: int | None, role: str) -> PrefixModel:
+            reduce_above_bytes: int | None, role: Literal["layer", "base", "whole"],
+            ) -> PrefixModel:
     if ops:
         rest = sorted(set(range(g.num_ops)) - set(ops))
         outputs = boundaries(g, [ops, rest] if rest else [ops])[0][1]
