@@ -18,7 +18,7 @@
    (only the N invokes); (instrumented - bare) / N. Target: <= 5 us per layer.
 
     .venv/bin/python benchmarks/slicing_overhead.py [--frames 300] [--resnet-frames 30]
-        [--fused-budget-s 60] [--resnet-fused-budget-s 300] [--window 0] [--resnet-window 3]
+        [--fused-budget-s 60] [--resnet-fused-budget-s 900] [--window 0] [--resnet-window 3]
         [--json FILE]
 """
 
@@ -244,8 +244,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--resnet-size", type=int, default=224, help="ResNet50 input size")
     ap.add_argument("--fused-budget-s", type=float, default=60.0,
                     help="fused rounds' budget on the default model, s")
-    ap.add_argument("--resnet-fused-budget-s", type=float, default=300.0,
-                    help="fused rounds' budget on ResNet50, s")
+    # 300 s (about 60 rounds of windows of 3, intervals +-0.05-0.10 ms) met the 5 %
+    # per-layer target in one run of three on the 2-core VM; 900 s (176 rounds, +-0.06 ms)
+    # met it: the largest of 52 gaps is an extreme of the noise, which rounds shrink.
+    ap.add_argument("--resnet-fused-budget-s", type=float, default=900.0,
+                    help="fused rounds' budget on ResNet50, s (default: 900)")
     ap.add_argument("--window", type=int, default=0,
                     help="fused on the default model: layers per window (0: whole prefixes)")
     ap.add_argument("--resnet-window", type=int, default=3,
