@@ -157,10 +157,11 @@ def add_method_options(p: argparse.ArgumentParser, *, method_help: str | None = 
                    "prefixes of its own that start at the layer before it, from that "
                    "layer's real inputs; a round then costs about W/2 layers per layer "
                    "instead of n/2, and a layer's interval comes from calls W layers long, "
-                   "not the whole model. For deep models on CPUs, e.g. --window 3 for "
-                   "ResNet50; the layers then add up to the whole model only within their "
-                   "intervals, and the whole model is measured in the same rounds "
-                   "(default: 0 = prefixes of the whole model)")
+                   "not the whole model. For deep models on CPU clusters, e.g. --window 3 "
+                   "for ResNet50; the layers then add up to the whole model only within "
+                   "their intervals, and the whole model is measured in the same rounds. "
+                   "G and N keep whole prefixes: their runtime uploads an input only once "
+                   "a layer reads it (default: 0 = prefixes of the whole model)")
 
 
 def add_host_freq_option(p: argparse.ArgumentParser) -> None:

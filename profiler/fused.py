@@ -94,7 +94,8 @@ whichever is larger) or when the time budget is spent. A layer whose interval st
 reaches zero is flagged below resolution: its figure is an upper bound, never a
 confident number.
 
-**Windows** (``window`` = W > 0, `profiler.slicing.prefix`): for deep models on CPUs.
+**Windows** (``window`` = W > 0, `profiler.slicing.prefix`): for deep models on CPU
+clusters (`settings_for` keeps whole prefixes on a GPU or NPU, and says why).
 The layers are cut into segments of W; the first segment is measured by the prefixes
 above, every later segment a..b by prefixes of its own that start at its lead layer
 a-1, with the segment's inputs computed by one run of the model: the lead layer alone
@@ -121,7 +122,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -411,6 +412,9 @@ class FusedProfiler:
             inputs = [random_input(io.shape, io.dtype, rng) for io in self.subs[0].inputs]
         self.inputs = [np.ascontiguousarray(x) for x in inputs]
         windowed = any(p.role == "whole" for p in self.prefixes)
+        if windowed and read_outputs:
+            raise ValueError("windows are for processors whose outputs stay in host memory "
+                             "(settings_for)")
         # Where each layer's prefix is ([]: prefixes of the whole model, layer k at k + 1).
         self.positions = [i for i, p in enumerate(self.prefixes) if p.role == "layer"] \
             if windowed else []
@@ -551,6 +555,16 @@ def downloads(kind: str) -> bool:
     return kind in ("gpu", "npu")
 
 
+def settings_for(settings: FusedSettings, kind: str) -> FusedSettings:
+    """``settings`` for a processor of this kind: windows on CPU clusters only. On a GPU
+    or NPU a window is handed its segment's inputs, and LiteRT's GPU accelerator uploads
+    an input only once a layer of the call reads it, so a difference would carry the
+    upload of a residual's skip tensor: on an H100, windows of 6 over ResNet50 summed to
+    7.04 ms with the fixed row against 4.65 ms for the whole model in the same rounds
+    (`data/validation/h100-run/windows-gpu/`). Whole prefixes suffice there."""
+    return replace(settings, window=0) if settings.window and downloads(kind) else settings
+
+
 def default_method(kind: str) -> str:
     """fused for accelerators (G, N: a fixed per-call cost dwarfs small layers), sliced
     for CPU clusters (microseconds per call; sliced also gives the hand-overs)."""
@@ -576,7 +590,7 @@ def measure_model(executor: Executor, data: bytes, sliced: Any,
     from profiler.slicing.prefix import REDUCE_ABOVE_BYTES, prefix_models
 
     down = downloads(executor.proc.kind)
-    s = settings or FusedSettings()
+    s = settings_for(settings or FusedSettings(), executor.proc.kind)
     prefixes = prefix_models(data, sliced, reduce_above_bytes=REDUCE_ABOVE_BYTES if down else None,
                              window=s.window)
     prof = FusedProfiler(prefixes, executor, seed=seed, clock=clock, model_name=model_name,

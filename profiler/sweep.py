@@ -38,6 +38,7 @@ from profiler.fused import (
     default_method,
     downloads,
     energy_by_prefix,
+    settings_for,
 )
 from profiler.jsonfile import write_json_atomic
 from profiler.results import LAYER_END, TRANSFER_START, LayerInfo, LayerRun, LayerTimings, RunInfo
@@ -338,7 +339,7 @@ class Sweep:
                                dict(energy.totals) if energy is not None else {})
                 rows, tot, fused_info = layer_table(run), totals(run), None
                 if prof is not None:
-                    fused = prof.measure(self.settings.fused)
+                    fused = prof.measure(settings_for(self.settings.fused, proc.kind))
                     # The fused energies come from the prefixes (profiler.fused).
                     f_energy = energy_by_prefix(fused, self.power.call_powers(prof.calls)) \
                         if self.power is not None else None
@@ -366,7 +367,7 @@ class Sweep:
         data = read_model_bytes(self.model_path)
         prefixes = prefix_models(data, job.sliced,
                                  reduce_above_bytes=REDUCE_ABOVE_BYTES if down else None,
-                                 window=self.settings.fused.window)
+                                 window=settings_for(self.settings.fused, proc.kind).window)
         return FusedProfiler(prefixes, executor, seed=self.settings.seed, read_outputs=down,
                              model_name=self.model_path.name, model_data=data)
 

@@ -105,7 +105,7 @@ def test_sweep_mixes_sliced_cpu_and_fused_g(tmp_path: Path) -> None:
     meta = json.loads((tmp_path / "sw" / "sweep.json").read_text())
     g = next(v for k, v in meta["pairs"].items() if k.startswith("G"))
     assert g["fused"]["rounds"] == 5 and g["fused"]["fixed_ms"] > 0.9
-    assert g["fused"]["settings"]["window"] == 2
+    assert g["fused"]["settings"]["window"] == 0  # a GPU keeps whole prefixes (settings_for)
     assert "fused" not in next(v for k, v in meta["pairs"].items() if k.startswith("B"))
     assert "fused" in r.stdout and "sliced" in r.stdout
 
@@ -130,3 +130,15 @@ def test_predict_from_fused_tables_charges_one_fixed_cost_per_stage(g_run: Path)
     assert st_b["fixed_ms"] == 0.0
     assert st_b["compute_ms"] == pytest.approx(b.time_ms_mean.iloc[2:].sum())
     assert pred["latency_ms"] == pytest.approx(st_g["time_ms"] + st_b["time_ms"])
+
+
+def test_sweep_measures_a_cpu_in_windows(tmp_path: Path) -> None:
+    r = cli("sweep", "--board", "sim", "--processors", "B", "--freqs", "5", "--frames", "2",
+            "--warmup", "0", "--method", "fused", *FAST, "--window", "4", "-o", "sw",
+            cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    meta = json.loads((tmp_path / "sw" / "sweep.json").read_text())
+    (b,) = meta["pairs"].values()
+    assert b["fused"]["settings"]["window"] == 4 and "segments of 4" in b["fused"]["scheme"]
+    df = pd.read_csv(tmp_path / "sw" / "sweep.csv")
+    assert len(df) == 15 and df.time_ms_fused.notna().all()
