@@ -535,6 +535,8 @@ def mapped_phase(name: str, path: Path, n_layers: int, out: Path, record: dict[s
         if letter == "G" and source_open:
             cmd += ["--power", "nvml", "--counter-updates", str(args.energy_updates),
                     "--baseline-s", "2"]
+        if letter == "B" and args.b_window:
+            cmd += ["--window", str(args.b_window)]
         if cli(cmd, record["commands"]) == 0:
             tables[letter] = csv_p
     split = n_layers // 2
@@ -655,6 +657,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--sim-frames", type=int, default=150)
     ap.add_argument("--g-budget-s", type=float, default=12.0,
                     help="mapped phase: fused rounds' budget for G (doubled for ResNet50)")
+    ap.add_argument("--b-window", type=int, default=0,
+                    help="mapped: B's fused table in windows of this many layers (0: whole "
+                    "prefixes)")
     ap.add_argument("--b-budget-s", type=float, default=8.0,
                     help="mapped phase: fused rounds' budget for B (doubled for ResNet50)")
     ap.add_argument("--run-frames", type=int, default=60,
