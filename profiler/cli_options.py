@@ -159,7 +159,9 @@ def add_method_options(p: argparse.ArgumentParser, *, method_help: str | None = 
                    "instead of n/2, and a layer's interval comes from calls W layers long, "
                    "not the whole model. For deep models on CPU clusters, e.g. --window 3 "
                    "for ResNet50; the layers then add up to the whole model only within "
-                   "their intervals, and the whole model is measured in the same rounds. "
+                   "their intervals, and the whole model is measured in the same rounds: "
+                   "compare the two, since a window's weights stay in cache across a "
+                   "visit's calls and read low where the model's outgrow the cache. "
                    "G and N keep whole prefixes: their runtime uploads an input only once "
                    "a layer reads it (default: 0 = prefixes of the whole model)")
 

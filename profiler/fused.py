@@ -111,7 +111,13 @@ median interval of +-1.1 ms after 10 rounds in 60 s; windows of 3, +-0.05 to +-0
 after 60 rounds in 300 s, the sum within 1 % of the whole model, and the median layer
 of 1 ms or more 0.9-1.2 % from its sliced time (`benchmarks/slicing_overhead.py`). On a
 GPU whole prefixes suffice (an H100's intervals were 0.04-0.14 ms) and keep the exact
-sum.
+sum. The caveat is the cache: a visit calls a window back to back, so its few layers'
+weights stay in cache, where in the whole model run frame after frame they would not if
+the model's weights outgrow the last-level cache. On the H100's host (ResNet50, B on 15
+threads) windows of 3 summed to 9.95 ms against 10.79 ms for the whole model in the
+same rounds, and priced layers 27-53 at 5.56 ms against 6.43 ms measured as a stage
+(`data/validation/h100-run/host-split-5-bwindow/`). Compare the sum with the whole row
+before trusting windows on a machine.
 
 `FusedProfiler(prefixes, executor).measure(settings)` returns a `FusedResult`. The
 clock is a parameter (`profiler.clock`), so the maths is checked exactly in tests.
