@@ -162,8 +162,9 @@ def add_method_options(p: argparse.ArgumentParser, *, method_help: str | None = 
                    "their intervals, and the whole model is measured in the same rounds: "
                    "compare the two, since a window's weights stay in cache across a "
                    "visit's calls and read low where the model's outgrow the cache. "
-                   "G and N keep whole prefixes: their runtime uploads an input only once "
-                   "a layer reads it (default: 0 = prefixes of the whole model)")
+                   "G and N keep whole prefixes: on an H100 windows over-counted by half, most "
+                   "likely from uploads of tensors a window's first calls do not read "
+                   "(default: 0 = prefixes of the whole model)")
 
 
 def add_host_freq_option(p: argparse.ArgumentParser) -> None:

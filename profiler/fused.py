@@ -563,11 +563,12 @@ def downloads(kind: str) -> bool:
 
 def settings_for(settings: FusedSettings, kind: str) -> FusedSettings:
     """``settings`` for a processor of this kind: windows on CPU clusters only. On a GPU
-    or NPU a window is handed its segment's inputs, and LiteRT's GPU accelerator uploads
-    an input only once a layer of the call reads it, so a difference would carry the
-    upload of a residual's skip tensor: on an H100, windows of 6 over ResNet50 summed to
-    7.04 ms with the fixed row against 4.65 ms for the whole model in the same rounds
-    (`data/validation/h100-run/windows-gpu/`). Whole prefixes suffice there."""
+    or NPU a window is handed its segment's inputs, and if the runtime uploads an input
+    only once a layer of the call reads it (the likeliest cause of what we measured), a
+    difference carries the upload of a residual's skip tensor: on an H100, windows of 6
+    over ResNet50 summed to 7.04 ms with the fixed row against 4.65 ms for the whole
+    model in the same rounds (`data/validation/h100-run/windows-gpu/`). Whole prefixes
+    suffice there."""
     return replace(settings, window=0) if settings.window and downloads(kind) else settings
 
 
