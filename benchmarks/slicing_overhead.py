@@ -103,8 +103,8 @@ def ratio(data: bytes, executor: CpuExecutor, frames: int, warmup: int) -> dict[
     }
 
 
-def fused_vs(data: bytes, executor: CpuExecutor, sliced_r: dict[str, Any],
-             budget_s: float, window: int) -> dict[str, Any]:
+def fused_vs(data: bytes, executor: CpuExecutor, budget_s: float, window: int,
+             ) -> dict[str, Any]:
     """The fused method on the same core. Each round also visits the whole model (one
     untimed invoke, then the fastest of two timed invokes, as the prefixes are visited),
     so the whole invoke it is compared with shares the rounds' drift and load, and runs
@@ -171,7 +171,7 @@ def fused_vs(data: bytes, executor: CpuExecutor, sliced_r: dict[str, Any],
     }
 
 
-def print_fused(name: str, f: dict[str, Any], whole_ms: float, sliced_ratio: float) -> None:
+def print_fused(name: str, f: dict[str, Any], sliced_ratio: float) -> None:
     dev = abs(f["fused_sum_over_whole"] - 1)
     print(f"{name}: side by side: sliced sum / whole invoke = {sliced_ratio:.3f} (frames "
           f"interleaved); fused sum {f['fused_layer_sum_ms']:.3f} ms / whole invoke "
@@ -274,9 +274,9 @@ def main(argv: list[str] | None = None) -> int:
               f" = ratio {r['ratio']:.3f} (target <= {TARGETS['default']:.2f}: "
               f"{verdict(r['ratio'], TARGETS['default'])}; {args.frames} frames)")
         if not args.skip_fused:
-            f = fused_vs(default.read_bytes(), ex, r, args.fused_budget_s, args.window)
+            f = fused_vs(default.read_bytes(), ex, args.fused_budget_s, args.window)
             out["default"]["fused"] = f
-            print_fused(default.name, f, r["median_whole_ms"], r["ratio"])
+            print_fused(default.name, f, r["ratio"])
 
         if not args.skip_resnet:
             data = zoo.build("resnet50", size=args.resnet_size)
@@ -294,9 +294,9 @@ def main(argv: list[str] | None = None) -> int:
                   f"(target <= {TARGETS['resnet50']:.2f}: {verdict(r['ratio'], TARGETS['resnet50'])}; "
                   f"{args.resnet_frames} frames)")
             if not args.skip_fused:
-                f = fused_vs(data, ex, r, args.resnet_fused_budget_s, args.resnet_window)
+                f = fused_vs(data, ex, args.resnet_fused_budget_s, args.resnet_window)
                 out["resnet50"]["fused"] = f
-                print_fused("resnet50", f, r["median_whole_ms"], r["ratio"])
+                print_fused("resnet50", f, r["ratio"])
 
         c = instrumentation(ex, args.chain, frames=300)
         out["instrumentation"] = c

@@ -424,6 +424,9 @@ class FusedProfiler:
         # Where each layer's prefix is ([]: prefixes of the whole model, layer k at k + 1).
         self.positions = [i for i, p in enumerate(self.prefixes) if p.role == "layer"] \
             if windowed else []
+        # the segment length the prefixes were cut with (the first segment's layers)
+        self.window = sum(p.role == "layer" and p.first == 0 for p in self.prefixes) \
+            if windowed else 0
         values = self._window_values(model_data) if windowed else {}
         self.sub_inputs = [values[p.first] if p.first else self.inputs for p in self.prefixes]
         for sub, xs in zip(self.subs, self.sub_inputs, strict=True):
@@ -539,6 +542,7 @@ class FusedProfiler:
     def result(self, round_ns: np.ndarray, settings: FusedSettings, elapsed_s: float,
                converged: bool, alone_ns: np.ndarray | None = None) -> FusedResult:
         fixed, layers, whole = layer_estimates(round_ns, positions=self.positions)
+        settings = replace(settings, window=self.window)  # what the prefixes were cut with
         alone = None
         if alone_ns is not None:
             mean, half = trimmed_estimate(alone_ns)

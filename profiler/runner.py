@@ -135,7 +135,7 @@ class LayerRunner:
             idx, dst = int(spec.index), int(det["index"])
             if idx in self._producer:
                 src_pos, src = self._producer[idx]
-                feeds.append(_view_copy(self.interpreters[src_pos], src, interp, dst))
+                feeds.append(_hand_over(self.interpreters[src_pos], src, interp, dst))
             elif idx in self.inputs:
                 feeds.append(_set_input(interp, dst, self.inputs[idx]))
             else:
@@ -222,7 +222,7 @@ class LayerRunner:
         return out
 
 
-def _view_copy(src_interp: Any, src: int, dst_interp: Any, dst: int) -> Callable[[], Any]:
+def _hand_over(src_interp: Any, src: int, dst_interp: Any, dst: int) -> Callable[[], Any]:
     """One copy from a producer's output buffer into a consumer's input buffer: a fresh
     view of the producer's buffer, written by set_tensor (which checks type and shape).
     On an accelerator sub-model that write is the upload, which belongs to the

@@ -16,7 +16,7 @@ Tensors cross through `multiprocessing.shared_memory` blocks allocated on the fi
 frame (the pipe carries only frame ids and timestamps); both sides use the same
 monotonic clock (``perf_counter_ns``), so the child's timestamps join the parent's.
 
-What the child cannot do, the stage keeps on a thread (`can_run_apart`): per-layer
+What the child cannot do, the stage keeps on a thread (`profiler.pipeline._runs_apart`): per-layer
 DVFS requests (the governors live in the parent), activity hooks (the simulated
 board's power model lives in the parent), a caller's own executor factory or clock.
 """
@@ -217,7 +217,7 @@ class StageProcess:
                 f"the process running processor {self.spec.letter}'s stage ended "
                 f"(exit code {code})") from None
         if isinstance(got, _Failed):
-            if got.error is not None and isinstance(got.error, ProfilerError):
+            if isinstance(got.error, ProfilerError):
                 raise got.error
             raise StageProcessError(f"processor {self.spec.letter}'s stage failed in its "
                                     f"process:\n{got.text}")

@@ -339,7 +339,7 @@ class Sweep:
                                dict(energy.totals) if energy is not None else {})
                 rows, tot, fused_info = layer_table(run), totals(run), None
                 if prof is not None:
-                    fused = prof.measure(settings_for(self.settings.fused, proc.kind))
+                    fused = prof.measure(self.settings.fused)
                     # The fused energies come from the prefixes (profiler.fused).
                     f_energy = energy_by_prefix(fused, self.power.call_powers(prof.calls)) \
                         if self.power is not None else None
