@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
+from contextlib import ExitStack
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -19,6 +20,7 @@ from profiler.errors import BadInputError, BoardError
 if TYPE_CHECKING:
     from governors import Governor
     from profiler.cli_progress import TaskProgress
+    from profiler.freq_trace import FreqSampler
     from profiler.fused import FusedSettings
     from profiler.mapping import FreqPlan
     from profiler.markers.base import Marker
@@ -208,6 +210,28 @@ def open_power(args: argparse.Namespace, board: Board, trace_dir: Path | None = 
         return None, None
     return PowerSession(source, marker, baseline_s=args.baseline_s,
                         counter_updates=getattr(args, "counter_updates", 20)), model
+
+
+def clock_samplers(stack: ExitStack, board: Board, letters: Sequence[str],
+                   root: Path | None) -> dict[str, FreqSampler]:
+    """letter -> a sampler of its clock (reader opened on ``stack``, not started), for
+    each of ``letters`` whose clock can be read (`profiler.freq_trace.freq_reader_for`).
+    A reader that cannot open leaves its processor unsampled, with a note."""
+    from profiler.errors import ProfilerError
+    from profiler.freq_trace import FreqSampler, freq_reader_for
+
+    samplers: dict[str, FreqSampler] = {}
+    for letter in dict.fromkeys(letters):
+        reader = freq_reader_for(board, board.processor(letter), root)
+        if reader is None:
+            continue
+        try:
+            stack.enter_context(reader)
+        except ProfilerError as err:
+            say(f"{letter}'s clock is not sampled: {err}")
+            continue
+        samplers[letter] = FreqSampler(reader)
+    return samplers
 
 
 # ---------------------------------------------------------------------------

@@ -54,7 +54,7 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 import pandas as pd
@@ -64,9 +64,12 @@ from profiler.errors import BadInputError
 from profiler.executors.base import Executor
 from profiler.executors.factory import make_executor
 from profiler.executors.worker import ProcessorWorker
+from profiler.freq_trace import FreqSampler, FreqTrace, clock_while
 from profiler.mapping import Call, FreqPlan, Mapping, calls
 from profiler.power.session import MarkerHooks, PowerSession, StreamCapture
 from profiler.transfer import Activity, NoActivity, measure_transfer_matrix
+
+T = TypeVar("T")
 
 LAYER_FIX = ("pass the CSVs written by `coupprof layers` (one per processor), with their "
              ".json, or a `coupprof sweep` directory")
@@ -84,6 +87,8 @@ class LayerCosts:
     fixed_ms: dict[tuple[str, int | None], float] = field(default_factory=dict)
     # (processor, level) -> the fixed row's energy per call (mJ), where measured
     fixed_energy_mj: dict[tuple[str, int | None], float] = field(default_factory=dict)
+    # (processor, level) -> the clock while the table was measured, where it was read
+    freq_traces: dict[tuple[str, int | None], FreqTrace] = field(default_factory=dict)
 
     def fixed_for(self, letter: str, level: int | None) -> float:
         """The fixed per-call cost a call on `letter` pays once (0 for sliced tables)."""
@@ -91,6 +96,11 @@ class LayerCosts:
 
     def fixed_energy_for(self, letter: str, level: int | None) -> float | None:
         return _by_level(self.fixed_energy_mj, letter, level)
+
+    def freq_trace_for(self, letter: str, level: int | None) -> FreqTrace | None:
+        """The clock `letter`'s table for ``level`` was measured at: that level's, else
+        the one of the table `lookup` falls back to, as the prediction does."""
+        return _by_level(self.freq_traces, letter, level)
 
     def fused(self, letter: str) -> bool:
         """Whether `letter`'s table is fused (has a fixed row)."""
@@ -114,8 +124,8 @@ class LayerCosts:
         return "energy_mj" in self.table.columns and self.table["energy_mj"].notna().any()
 
 
-def _by_level(table: dict[tuple[str, int | None], float], letter: str,
-              level: int | None) -> float | None:
+def _by_level(table: dict[tuple[str, int | None], T], letter: str,
+              level: int | None) -> T | None:
     if (letter, level) in table:
         return table[(letter, level)]
     same = [v for (p, _), v in table.items() if p == letter]
@@ -321,6 +331,7 @@ def read_layer_tables(paths: Sequence[str | Path]) -> LayerCosts:
     shas: dict[str, str] = {}
     fixed: dict[tuple[str, int | None], float] = {}
     fixed_e: dict[tuple[str, int | None], float] = {}
+    traces: dict[tuple[str, int | None], FreqTrace] = {}
     for raw in paths:
         p = Path(raw)
         if _is_sweep(p):
@@ -339,13 +350,16 @@ def read_layer_tables(paths: Sequence[str | Path]) -> LayerCosts:
             if not letter:
                 raise BadInputError(f"{p}: its sidecar names no processor", LAYER_FIX)
             fused = "time_ms_fused" in df.columns and "fixed_ms" in rt.totals
+            level = rt.info.get("freq_level")
+            key = (letter, None if level is None else int(level))
+            trace = (rt.info.get("extra") or {}).get("freq_trace")
+            if trace:
+                traces[key] = FreqTrace.from_dict(trace)
             part = pd.DataFrame({"processor": letter, "level": rt.info.get("freq_level"),
                                  "layer": df["layer"].astype(int),
                                  "time_ms": df["time_ms_fused" if fused else "time_ms_mean"],
                                  "transfer_ms": df.get("transfer_ms_mean", 0.0)})
             if fused:
-                level = rt.info.get("freq_level")
-                key = (letter, None if level is None else int(level))
                 fixed[key] = float(rt.totals["fixed_ms"])
                 if "fixed_energy_mj" in rt.totals:
                     fixed_e[key] = float(rt.totals["fixed_energy_mj"])
@@ -385,7 +399,7 @@ def read_layer_tables(paths: Sequence[str | Path]) -> LayerCosts:
                             "measure every processor on the same model")
     table = pd.concat(frames, ignore_index=True)
     table["level"] = table["level"].astype("Int64")
-    return LayerCosts(table, base, [str(p) for p in paths], fixed, fixed_e)
+    return LayerCosts(table, base, [str(p) for p in paths], fixed, fixed_e, traces)
 
 
 def _is_sweep(p: Path) -> bool:
@@ -468,6 +482,7 @@ def measure_costs(
     method: str = "sliced",
     model_bytes: bytes | None = None,
     fused: Any = None,
+    clock: dict[str, FreqSampler] | None = None,
 ) -> tuple[LayerCosts, pd.DataFrame]:
     """Layer and transfer tables for what `mapping` needs, measured as `coupprof layers`
     and `coupprof transfer-matrix` would: the whole model chained on each processor the
@@ -481,6 +496,10 @@ def measure_costs(
     per-call cost, and the hand-overs are measured as `coupprof transfer-matrix --method
     fused` does (with the producer's extra read-back at a cut). Fused rounds run at the
     levels set before (per-processor SPECs); per-layer levels apply to the sliced frames.
+
+    ``clock``: letter -> a sampler of its clock (`profiler.freq_trace`), run while the
+    figures its table keeps are measured (the fused rounds, or the sliced frames); the
+    tables' ``freq_traces`` hold what each read.
 
     Energy: with a streaming source, the marker is high around each layer's invoke and
     each layer's energy is attributed over those windows (as `coupprof layers`), with
@@ -525,6 +544,7 @@ def measure_costs(
 
     fused_energy: dict[str, Any] = {}
     fixed_e: dict[tuple[str, int | None], float] = {}
+    samplers = clock or {}
 
     def fused_times(ex: Executor, letter: str) -> np.ndarray | None:
         if method != "fused":
@@ -533,9 +553,10 @@ def measure_costs(
 
         # With a power source, each layer's energy is a difference of prefix energies
         # (each prefix run back to back while the source resolves its power).
-        res, energy = measure_model(
-            ex, model_bytes or b"", sliced, fused, seed=seed, model_name=model_name,
-            prefix_powers=power.call_powers if power is not None else None)
+        with clock_while(samplers.get(letter)):
+            res, energy = measure_model(
+                ex, model_bytes or b"", sliced, fused, seed=seed, model_name=model_name,
+                prefix_powers=power.call_powers if power is not None else None)
         pos = mapping.order.index(letter)
         key = (letter, freq.level[pos] if freq is not None else None)
         fixed[key] = res.fixed.time_ms
@@ -549,7 +570,8 @@ def measure_costs(
         hooks = Hooks(letter, cap)
         runner = LayerRunner(sliced, ex, hooks=hooks, seed=seed, model_name=model_name)
         try:
-            timings = runner.run(frames=frames, warmup=warmup)
+            with clock_while(samplers.get(letter) if method != "fused" else None):
+                timings = runner.run(frames=frames, warmup=warmup)
         finally:
             if cap is not None:
                 cap.stop()
@@ -596,9 +618,14 @@ def measure_costs(
         return rows
 
     rows: list[dict[str, Any]] = []
+    traces: dict[tuple[str, int | None], FreqTrace] = {}
     for letter in mapping.processors:
         with ProcessorWorker(lambda letter=letter: build(board, letter), name=letter) as w:
             rows += w.call(lambda ex, letter=letter: profile(ex, letter))
+        trace = samplers[letter].trace() if letter in samplers else None
+        if trace is not None:
+            pos = mapping.order.index(letter)
+            traces[(letter, freq.level[pos] if freq is not None else None)] = trace
     table = pd.DataFrame(rows)
     table["level"] = table["level"].astype("Int64")
     transfers = mapping_transfers(sliced, board, mapping, freq=freq, frames=frames,
@@ -606,7 +633,7 @@ def measure_costs(
                                   seed=seed, model_name=model_name, method=method,
                                   model_bytes=model_bytes, fused=fused)
     return (LayerCosts(table, baselines, [f"measured by coupprof run ({method})"], fixed,
-                       fixed_e), transfers)
+                       fixed_e, traces), transfers)
 
 
 def handover_points(mapping: Mapping, freq: FreqPlan | None = None,

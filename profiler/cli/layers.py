@@ -29,6 +29,7 @@ from profiler.cli_options import (
 )
 from profiler.cli_plumbing import (
     choose_board,
+    clock_samplers,
     fused_settings,
     load_model,
     method_for,
@@ -40,6 +41,7 @@ from profiler.cli_plumbing import (
 )
 from profiler.cli_progress import step, task_progress
 from profiler.errors import ProfilerError
+from profiler.freq_trace import clock_while
 from profiler.results import LayerInfo, LayerRun, RunInfo, environment
 from profiler.tflite.model_io import sha256_bytes
 
@@ -132,11 +134,15 @@ def run(args: argparse.Namespace) -> int:
         runner = LayerRunner(sliced, executor, seed=args.seed, model_name=model.name)
         if session is not None:
             runner.hooks = session.hooks(args.frames, len(sliced.layers))
+        # The clock (where it can be read) while the figures the table reports are
+        # measured: the frames, or the fused rounds.
+        sampler = clock_samplers(stack, board, [proc.letter], root).get(proc.letter)
         try:
-            timings = runner.run(
-                frames=args.frames, warmup=args.warmup,
-                progress=step(bar, "frames"),
-            )
+            with clock_while(sampler if settings is None else None):
+                timings = runner.run(
+                    frames=args.frames, warmup=args.warmup,
+                    progress=step(bar, "frames"),
+                )
         except BaseException:
             if session is not None:
                 session.abort()
@@ -156,10 +162,11 @@ def run(args: argparse.Namespace) -> int:
         if settings is not None:
             powers = (lambda calls: session.call_powers(calls, step(bar, "energy per prefix"))) \
                 if prefix_energy and session is not None else None
-            fused, fused_energy = measure_model(
-                executor, data, sliced, settings, seed=args.seed,
-                progress=step(bar, "fused rounds"), model_name=model.name,
-                prefix_powers=powers)
+            with clock_while(sampler):
+                fused, fused_energy = measure_model(
+                    executor, data, sliced, settings, seed=args.seed,
+                    progress=step(bar, "fused rounds"), model_name=model.name,
+                    prefix_powers=powers)
 
     extra: dict[str, Any] = {"board_description": board.description, "seed": args.seed,
                              "cores_text": format_cpu_list(executor.cores),
@@ -168,6 +175,14 @@ def run(args: argparse.Namespace) -> int:
         extra["governor"] = {"kind": gov.kind, "requested_khz": level[1] if level else None,
                              "effective_khz": gov_result.effective_khz,
                              "warning": gov_result.warning}
+    if sampler is not None:
+        trace = sampler.trace()
+        extra["freq_trace"] = trace.to_dict() if trace is not None else None
+        if sampler.error:
+            extra["freq_trace_error"] = sampler.error
+        say(f"{proc.letter}'s clock while measured: "
+            f"{trace.text() if trace else 'no sample read'}"
+            f"{f' (sampling stopped: {sampler.error})' if sampler.error else ''}")
     if power is not None:
         extra.update(power.info)
         if power.error is not None:

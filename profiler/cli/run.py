@@ -42,6 +42,7 @@ from profiler.cli_options import (
 from profiler.cli_plumbing import (
     apply_setup_levels,
     choose_board,
+    clock_samplers,
     fused_settings,
     governors_for,
     load_model,
@@ -221,6 +222,7 @@ def render(run: Any, pred: Any, stages: pd.DataFrame, summ: pd.DataFrame, title:
 def run(args: argparse.Namespace) -> int:
     from governors import RestoreGuard
     from profiler.executors.logs import quiet_native_exit
+    from profiler.freq_trace import FreqSampler, clock_mismatch
     from profiler.mapping import parse_freq, parse_order
     from profiler.pipeline import MappingRunConfig, run_mapping
     from profiler.predict import (
@@ -256,12 +258,15 @@ def run(args: argparse.Namespace) -> int:
         if plan.mode == "per-processor":
             for w in apply_setup_levels(plan, govs):
                 say(f"warning: {w}")
+        # Accelerators' clocks (where they can be read): while their tables are measured
+        # here, and while the mapping runs, so a run at another clock is said to be one.
+        table_clock = clock_samplers(stack, board, mapping.processors, sysfs_root(args))
         if not args.no_predict and layer_costs is None:
             layer_costs, measured_transfers = measure_costs(
                 sliced, board, mapping, freq=plan, governors=govs, frames=args.profile_frames,
                 warmup=min(args.warmup, 3), power=meter, activity=sim_model, seed=args.seed,
                 model_name=model.name, method=method, model_bytes=data,
-                fused=fused_settings(args))
+                fused=fused_settings(args), clock=table_clock)
             notes.append(f"prediction from layer times measured just before the run ({method})")
             if transfers is None:
                 transfers = measured_transfers
@@ -275,11 +280,16 @@ def run(args: argparse.Namespace) -> int:
                 fused=fused_settings(args))
             notes.append("transfers measured just before the run")
         total = args.warmup + args.frames
-        result = run_mapping(sliced, board, MappingRunConfig(
-            mapping, args.mode, frames=args.frames, warmup=args.warmup, freq=plan,
-            governors=govs, queue_depth=args.queue_depth, power=meter, activity=sim_model,
-            seed=args.seed, model_name=model.name, method=method, model_bytes=data,
-            progress=(lambda d, n: bar("frames", d, total)) if bar else None))
+        run_clock = {letter: FreqSampler(s.reader) for letter, s in table_clock.items()}
+        with ExitStack() as sampling:
+            for sampler in run_clock.values():
+                sampling.enter_context(sampler)
+            result = run_mapping(sliced, board, MappingRunConfig(
+                mapping, args.mode, frames=args.frames, warmup=args.warmup, freq=plan,
+                governors=govs, queue_depth=args.queue_depth, power=meter, activity=sim_model,
+                seed=args.seed, model_name=model.name, method=method, model_bytes=data,
+                progress=(lambda d, n: bar("frames", d, total)) if bar else None))
+    run_traces = {letter: s.trace() for letter, s in run_clock.items()}
     pred = None if args.no_predict or layer_costs is None else \
         predict(mapping, args.mode, layer_costs, transfers, plan, method)
     if pred is not None:
@@ -311,6 +321,12 @@ def run(args: argparse.Namespace) -> int:
             notes.append(f"stages {shared} share host cores, so they contend when they run "
                          "at once; the prediction assumes they do not (give the processors "
                          "disjoint cores in the board profile)")
+    if pred is not None and layer_costs is not None:
+        for letter, trace in run_traces.items():
+            level = plan.level[mapping.order.index(letter)]
+            note = clock_mismatch(letter, layer_costs.freq_trace_for(letter, level), trace)
+            if note:
+                notes.append(note)
     if board.simulated:
         notes.append(_host_note(result))
     if pred is not None and plan.mode == "per-layer":
@@ -345,6 +361,10 @@ def run(args: argparse.Namespace) -> int:
         "host_loadavg": list(os.getloadavg()),
         "power_source": meter.name if meter is not None else "none",
         "power": _power_meta(result, meter), "executors": result.executors,
+        "freq_traces": {
+            "run": {k: t.to_dict() if t else None for k, t in run_traces.items()},
+            "tables": {f"{k[0]}@{k[1]}" if k[1] is not None else k[0]: t.to_dict()
+                       for k, t in (layer_costs.freq_traces if layer_costs else {}).items()}},
         "prediction": pred.to_dict() if pred else None,
         "prediction_inputs": {"layers": layer_costs.sources if layer_costs else None,
                               "transfers": str(args.transfers) if args.transfers else
