@@ -249,6 +249,6 @@ def clock_mismatch(letter: str, table: FreqTrace | None, run: FreqTrace | None,
     if abs(run.median_khz - table.median_khz) <= rel * table.median_khz:
         return None
     return (f"{letter} ran at {run.text()}; its table was measured at {table.text()}. "
-            f"{letter}'s times move with its clock, so its prediction does not hold for "
+            f"{letter}'s times move with its clock, so its prediction may not hold for "
             "this run (measure its table at the run's level with --freq where a governor "
             "sets it; where none can, as on an NVIDIA GPU, the driver picks the clock)")
