@@ -88,6 +88,9 @@ class _Fast:
         else:
             e_lay = np.zeros_like(same)
         self.PE = np.concatenate([zero, np.cumsum(e_lay, axis=2)], axis=2)
+        # [unit, level index]: what a measured fixed-row energy adds to idle-power pricing
+        self.fix_x = np.array([[t.fixed_extra_mj(u, lv) for lv in t.levels[u]]
+                               + [0.0] * (K - len(t.levels[u])) for u in range(U)])
 
     def cross(self, a: int, src: int, dst: int) -> tuple[float, float]:
         """Hand-over into layer a (> 0) between different units: (ms, mJ as counted)."""
@@ -106,7 +109,7 @@ class _Fast:
         # one call per stage: its fixed cost, and the read-back of its outputs at a cut
         per_call = self.t.fixed_ms[u] + self.t.readout(b, u)
         ms = self.P[u, :, b + 1] - self.P[u, :, a] + per_call
-        en = self.PE[u, :, b + 1] - self.PE[u, :, a]
+        en = self.PE[u, :, b + 1] - self.PE[u, :, a] + self.fix_x[u]
         if not self.exact_energy:  # those at idle power (0 above idle)
             en = en + self.idle * per_call
         if prev is not None:  # the hand-over into its first layer

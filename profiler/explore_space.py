@@ -17,7 +17,8 @@ one `coupprof predict` gives for the same tables:
   stage (a maximal run of layers on one unit) is one call, cut again where a switch
   candidate changes the level within it. Each call pays the unit's fixed per-call cost
   at its first layer's level once (fused tables, `time_ms_fused`, give it; sliced ones
-  0, their layer times hold it), in time and, at the idle power, in energy, as predict.
+  0, their layer times hold it), in time and in energy: the fixed row's energy where a
+  counter measured it (``fixed_energy_mj``), else the idle power over its time, as predict.
   A fused call that ends at a cut also pays the read-back of its outputs in full, which
   its layer times (measured with reduced outputs) leave out: the transfer matrix's
   ``readout_ms`` for (boundary, src), at least 0, at the idle power, as predict.
@@ -88,6 +89,9 @@ class CostTables:
     # it ends at a cut (the transfer matrix's readout_ms; predict adds the same; 0 where
     # not measured, or the unit's table is sliced: its layers hold their read-back)
     readout_ms: np.ndarray | None = None
+    # [unit, level index]: the fixed row's energy per call where a counter measured it
+    # (fused tables with --power nvml|rapl|hwmon); nan where not (priced at idle power)
+    fixed_energy_mj: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         n_u = len(self.units)
@@ -112,6 +116,14 @@ class CostTables:
         """The fixed per-call cost of a stage on unit u at `level` (0 for sliced tables)."""
         assert self.fixed_ms is not None
         return float(self.fixed_ms[u, self.level_index(u, level)])
+
+    def fixed_extra_mj(self, u: int, level: int) -> float:
+        """A call's fixed-row energy beyond the idle power over its fixed time: what a
+        measured fixed energy adds to the idle-power pricing (0 where none was measured)."""
+        if self.fixed_energy_mj is None:
+            return 0.0
+        e = float(self.fixed_energy_mj[u, self.level_index(u, level)])
+        return 0.0 if math.isnan(e) else e - (self.idle_power_w or 0.0) * self.fixed(u, level)
 
     def readout(self, last: int, u: int) -> float:
         """The read-back a call on unit u ending at layer `last` pays at a cut."""
@@ -265,8 +277,10 @@ def evaluate(t: CostTables, c: Candidate) -> Evaluation:
             d_total += t.delay(dom, last[dom], lv)
             last[dom] = lv
     # fused tables: each call pays its fixed per-call cost once, and the read-back of its
-    # outputs where it ends at a cut (both at idle power)
+    # outputs where it ends at a cut (both at idle power, plus what a measured fixed
+    # energy adds to it)
     per_call = {i: t.fixed(c.units[i], c.levels[i]) for i in sorted(starts)}  # by layer
+    fixed_x = sum(t.fixed_extra_mj(c.units[i], c.levels[i]) for i in starts)
     for i in sorted(starts - {0}):
         per_call[i - 1] = per_call.get(i - 1, 0.0) + t.readout(i - 1, c.units[i - 1])
     stage_ms = tuple(sum(per_call.get(i, 0.0) for i in range(a, b + 1)) + sum(t_ms[a:b + 1])
@@ -278,7 +292,7 @@ def evaluate(t: CostTables, c: Candidate) -> Evaluation:
         latency = serial + d_total
         fps = 1000.0 / latency if latency > 0 else INF
         if e_mj:
-            energy = sum(e_mj) + sum(he) + idle * (d_total + sum(per_call.values()))
+            energy = sum(e_mj) + sum(he) + idle * (d_total + sum(per_call.values())) + fixed_x
     else:
         latency = serial
         slowest = max(stage_ms)
@@ -286,9 +300,10 @@ def evaluate(t: CostTables, c: Candidate) -> Evaluation:
         if e_mj:
             if dyn and t.idle_power_w is not None:
                 energy = sum(dyn) + sum(x - idle * h for x, h in zip(he, h_ms, strict=True)) \
-                    + idle * (1000.0 / fps)
+                    + idle * (1000.0 / fps) + fixed_x
             else:
-                energy, upper = sum(e_mj) + sum(he) + idle * sum(per_call.values()), True
+                energy = sum(e_mj) + sum(he) + idle * sum(per_call.values()) + fixed_x
+                upper = True
     return Evaluation(c, latency, fps, energy, stage_ms, d_total, tuple(missing), upper)
 
 

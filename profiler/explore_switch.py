@@ -108,6 +108,7 @@ def _space(t: CostTables) -> _Space:
     udom = [doms.index(u.domain) for u in t.units]
     U, n = len(t.units), t.n_layers
     J = max(len(d) for d in dlev)
+    idle = t.idle_power_w or 0.0
     lay = np.full((U, J, n), INF)
     lay_e = np.zeros((U, J, n))
     feed = np.zeros((U, J, n))
@@ -119,12 +120,13 @@ def _space(t: CostTables) -> _Space:
                 feed[u, j] = t.feed_ms[u, k]
                 if t.energy_mj is not None:
                     lay_e[u, j] = t.energy_mj[u, k]
-    idle = t.idle_power_w or 0.0
     fix = np.zeros((U, J))  # fixed per-call cost of a stage starting at this (unit, level)
+    fix_e = np.zeros((U, J))  # ... its energy: idle power over it, or the measured row's
     for u in range(U):
         for j, lv in enumerate(dlev[udom[u]]):
             if lv in t.levels[u]:
                 fix[u, j] = t.fixed(u, lv)
+                fix_e[u, j] = idle * fix[u, j] + t.fixed_extra_mj(u, lv)
     lat, en, lat_in, en_in = [], [], [], []
     for i in range(1, n):
         h = np.zeros((U, U, J))
@@ -139,17 +141,18 @@ def _space(t: CostTables) -> _Space:
                 elif a == b:  # same unit: the layer table's feed (as predict does)
                     h[a, b] = feed[b, :, i]
                     he[a, b] = idle * feed[b, :, i]
-        # a new call (another unit, or a level change) pays its fixed per-call cost, and
-        # the call it follows the read-back of its outputs (at idle power)
+        # a new call (another unit, or a level change) pays its fixed per-call cost (its
+        # energy: fix_e), and the call it follows the read-back of its outputs (at idle
+        # power)
         ro = np.array([t.readout(i - 1, a) for a in range(U)])[:, None, None]
         lat.append(h + ro + lay[None, :, :, i] + fix[None, :, :])
-        en.append(he + idle * ro + lay_e[None, :, :, i] + idle * fix[None, :, :])
+        en.append(he + idle * ro + lay_e[None, :, :, i] + fix_e[None, :, :])
         lat_in.append(lay[:, :, i])
         en_in.append(lay_e[:, :, i])
     delay = [np.array([[t.delay(d, a, b) for b in lv] for a in lv]) for d, lv in
              zip(doms, dlev, strict=True)]
     return _Space(doms, dlev, udom, feed[:, :, 0] + lay[:, :, 0] + fix,
-                  lay_e[:, :, 0] + idle * (feed[:, :, 0] + fix), lat, en, lat_in, en_in,
+                  lay_e[:, :, 0] + idle * feed[:, :, 0] + fix_e, lat, en, lat_in, en_in,
                   delay, idle)
 
 

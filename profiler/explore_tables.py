@@ -47,12 +47,14 @@ def from_frames(layers: pd.DataFrame, board: Board, transfers: pd.DataFrame | No
                 model: str = "model", sources: Sequence[str] = (),
                 processors: Sequence[str] | None = None,
                 levels: Sequence[int] | str | None = None,
-                fixed_ms: dict[tuple[str, int], float] | None = None) -> CostTables:
+                fixed_ms: dict[tuple[str, int], float] | None = None,
+                fixed_energy_mj: dict[tuple[str, int], float] | None = None) -> CostTables:
     """Cost tables from a layer DataFrame (one row per processor, level, layer), kept to
     `processors` and `levels` where given (``"max"``: each processor's top level in
     the table, ARM-CO-UP's Table 8 setting). Rows with ``time_ms_fused`` (the fused
     method) use it as the layer's time, and ``fixed_ms`` {(processor, level): ms} gives
-    the fixed per-call cost a stage on them pays once."""
+    the fixed per-call cost a stage on them pays once, ``fixed_energy_mj`` (same keys)
+    its energy where a counter measured it."""
     need = {"processor", "freq_level", "layer", "time_ms_mean"}
     if not need <= set(layers.columns):
         raise BadInputError("the layer table lacks the columns "
@@ -184,17 +186,20 @@ def from_frames(layers: pd.DataFrame, board: Board, transfers: pd.DataFrame | No
             if int(a) < size and int(b) < size:
                 arr[int(a), int(b)] = float(us) / 1000.0
     fixed = np.zeros(shape[:2])
-    for (proc, lv), ms in (fixed_ms or {}).items():
-        for u, unit in enumerate(units):
-            if unit.letter == str(proc).upper() and int(lv) in lvls[u]:
-                fixed[u, lvls[u].index(int(lv))] = float(ms)
+    fixed_e = np.full(shape[:2], np.nan)
+    for dst, src in ((fixed, fixed_ms), (fixed_e, fixed_energy_mj)):
+        for (proc, lv), v in (src or {}).items():
+            for u, unit in enumerate(units):
+                if unit.letter == str(proc).upper() and int(lv) in lvls[u]:
+                    dst[u, lvls[u].index(int(lv))] = float(v)
     freq_khz = {}
     for u in units:
         dom = board.dvfs_domain(u.letter)
         freq_khz[dom.letter] = {i + 1: f for i, f in enumerate(dom.freqs_khz)}
     return CostTables(units, lvls, time_ms, feed_ms, energy, dyn, tr_ms, tr_mj, delay_ms,
                       idle_power_w, freq_khz, model, board.name, [*sources, *notes],
-                      notes=list(notes), fixed_ms=fixed, readout_ms=readout)
+                      notes=list(notes), fixed_ms=fixed, readout_ms=readout,
+                      fixed_energy_mj=fixed_e)
 
 
 def load_tables(sweep: str | Path, board: Board, transfers: str | Path | None = None,
@@ -212,7 +217,7 @@ def load_tables(sweep: str | Path, board: Board, transfers: str | Path | None = 
     sources = [str(sweep), *([str(transfers)] if transfers else []), *map(str, delays)]
     base = list(data.baseline_power_w().values())
     return from_frames(df, board, tr, dl, float(np.mean(base)) if base else None, model,
-                       sources, processors, levels, data.fixed_ms())
+                       sources, processors, levels, data.fixed_ms(), data.fixed_energy_mj())
 
 
 

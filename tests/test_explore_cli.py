@@ -94,6 +94,14 @@ def test_pipeline_front_is_exact_and_written(tables_dir: Path) -> None:
     for p in pairs.values():
         want = (p.get("fused") or {}).get("fixed_ms", 0.0)
         assert t.fixed(t.unit_index(p["processor"]), p["level"]) == pytest.approx(want)
+    # ... and the fixed rows' energies, which predict adds to a stage's energy too
+    from profiler.sweep_schema import read_sweep
+
+    fixed_e = read_sweep(tables_dir / "sw").fixed_energy_mj()
+    assert fixed_e and t.fixed_energy_mj is not None
+    for (proc, lv), e in fixed_e.items():
+        u = t.unit_index(proc)
+        assert t.fixed_energy_mj[u, t.level_index(u, lv)] == pytest.approx(e)
     from profiler.explore_pipeline import enumerate_front
 
     best = max(e.fps_per_w for e in enumerate_front(t).front)

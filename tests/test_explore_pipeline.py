@@ -65,9 +65,10 @@ def values(front: list) -> set:
     return {(round(e.throughput_fps, 9), round(e.fps_per_w, 9)) for e in front}
 
 
-@pytest.mark.parametrize("seed, procs", [(0, "BGN"), (1, "LBG"), (2, "LBGN")])
-def test_exact_front_is_the_brute_force_front(seed: int, procs: str) -> None:
-    t = small(seed, n=5, procs=procs)
+@pytest.mark.parametrize("seed, procs, fixed_energy", [(0, "BGN", False), (1, "LBG", False),
+                                                       (2, "LBGN", False), (3, "BGN", True)])
+def test_exact_front_is_the_brute_force_front(seed: int, procs: str, fixed_energy: bool) -> None:
+    t = small(seed, n=5, procs=procs, fixed_energy=fixed_energy)
     want, count = brute_front(t)
     res = enumerate_front(t)
     assert res.space == count == space_size(t)
@@ -138,13 +139,15 @@ def test_missing_pymoo_is_one_line_with_the_pip_command(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("mode", ["switch", "pipeline"])
-def test_costs_equal_coupprof_predict_on_the_same_tables(mode: str) -> None:
+@pytest.mark.parametrize("fixed_energy", [False, True])
+def test_costs_equal_coupprof_predict_on_the_same_tables(mode: str, fixed_energy: bool) -> None:
     """explore's evaluate and profiler.predict.predict agree (no DVFS delays: predict
-    leaves them out) on random mappings of the same layer and transfer tables."""
+    leaves them out) on random mappings of the same layer and transfer tables, with and
+    without a counter's fixed-row energies."""
     from profiler.mapping import Mapping, parse_freq
     from profiler.predict import LayerCosts, predict
 
-    t = small(4, n=6, procs="LBGN", delays=False)
+    t = small(4, n=6, procs="LBGN", delays=False, fixed_energy=fixed_energy)
     rows = [{"processor": t.units[u].letter, "level": lv, "layer": i,
              "time_ms": t.time_ms[u, k, i], "transfer_ms": t.feed_ms[u, k, i],
              "energy_mj": t.energy_mj[u, k, i], "dynamic_energy_mj": t.dynamic_energy_mj[u, k, i]}
@@ -155,7 +158,13 @@ def test_costs_equal_coupprof_predict_on_the_same_tables(mode: str) -> None:
     fixed = {(t.units[u].letter, lv): t.fixed(u, lv) for u in range(len(t.units))
              for lv in t.levels[u]}
     assert any(fixed.values())  # G and N fused: a stage pays its fixed cost once
-    layers = LayerCosts(table, {u.letter: t.idle_power_w for u in t.units}, fixed_ms=fixed)
+    assert t.fixed_energy_mj is not None
+    fixed_e = {(t.units[u].letter, lv): float(t.fixed_energy_mj[u, k])
+               for u in range(len(t.units)) for k, lv in enumerate(t.levels[u])
+               if not math.isnan(t.fixed_energy_mj[u, k])}
+    assert bool(fixed_e) == fixed_energy
+    layers = LayerCosts(table, {u.letter: t.idle_power_w for u in t.units}, fixed_ms=fixed,
+                        fixed_energy_mj=fixed_e)
     assert t.readout_ms is not None and t.readout_ms.any()  # G and N pay a read-back at a cut
     transfers = pd.DataFrame([{"boundary": b, "src": t.units[a].letter, "dst": t.units[c].letter,
                                "time_ms_mean": t.transfer_ms[b, a, c],
@@ -183,18 +192,24 @@ def test_costs_equal_coupprof_predict_on_the_same_tables(mode: str) -> None:
 
 def test_the_fast_stage_costs_equal_evaluate() -> None:
     """The exact search's array costs of a stage (fixed cost, read-back at its cut,
-    layers, the hand-over into it) are evaluate's stage times, on random pipelines of
-    tables where G and N pay read-backs."""
+    layers, the hand-over into it) are evaluate's stage times, and its stage energies
+    plus the idle power over the period are evaluate's energy, on random pipelines of
+    tables where G and N pay read-backs and a counter measured their fixed rows."""
     from profiler.explore_pipeline import _Fast
 
-    t = small(5, n=7, procs="LBGN")
+    t = small(5, n=7, procs="LBGN", fixed_energy=True)
     assert t.readout_ms is not None and t.readout_ms.any()
     fast = _Fast(t)
+    assert fast.exact_energy and fast.fix_x.any()
     rng = np.random.default_rng(2)
     for _ in range(40):
         c = decode(t, rng.integers(0, genes(t) + 1))
         ev = evaluate(t, c)
         st = stages_of(c.units)
+        energy = 0.0
         for j, (u, a, b) in enumerate(st):
-            ms, _ = fast.stage(u, a, b, st[j - 1][0] if j else None)
-            assert ms[t.level_index(u, c.levels[a])] == pytest.approx(ev.stage_ms[j], rel=1e-12)
+            ms, en = fast.stage(u, a, b, st[j - 1][0] if j else None)
+            k = t.level_index(u, c.levels[a])
+            assert ms[k] == pytest.approx(ev.stage_ms[j], rel=1e-12)
+            energy += float(en[k])
+        assert energy + fast.idle * max(ev.stage_ms) == pytest.approx(ev.energy_mj, rel=1e-12)

@@ -34,7 +34,7 @@ def brute(t: CostTables) -> list:
 
 
 def small(seed: int, n: int = 4, procs: str = "BGN", delays: bool = True,
-          readout: bool = True) -> CostTables:
+          readout: bool = True, fixed_energy: bool = False) -> CostTables:
     t = synthetic_tables(BOARD, n, seed, processors=list(procs), delays=delays)
     # keep levels 1, 3, 5 so brute force stays small (9 states per layer)
     df = pd.DataFrame([{"processor": t.units[u].letter, "freq_level": lv, "layer": i,
@@ -61,7 +61,12 @@ def small(seed: int, n: int = 4, procs: str = "BGN", delays: bool = True,
                            for d in t.domains() for a in (1, 3, 5) for b in (1, 3, 5) if a != b])
     fixed = {(t.units[u].letter, lv): t.fixed(u, lv) for u in range(len(t.units))
              for lv in t.levels[u] if lv in (1, 3, 5)}
-    return from_frames(df, BOARD, tr, dl, t.idle_power_w, t.model, fixed_ms=fixed)
+    # a counter's fixed-row energy: above the idle power over the fixed time, and more so
+    # at high levels, so it can move the optimum
+    fixed_e = {key: (t.idle_power_w or 0.0) * ms * 1.5 + 0.4 * key[1]
+               for key, ms in fixed.items() if ms > 0} if fixed_energy else None
+    return from_frames(df, BOARD, tr, dl, t.idle_power_w, t.model, fixed_ms=fixed,
+                       fixed_energy_mj=fixed_e)
 
 
 def close(a: float, b: float) -> bool:
@@ -69,9 +74,11 @@ def close(a: float, b: float) -> bool:
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2, 3])
-@pytest.mark.parametrize("delays", [True, False])
-def test_every_exact_result_equals_brute_force(seed: int, delays: bool) -> None:
-    t = small(seed, delays=delays)
+@pytest.mark.parametrize(("delays", "fixed_energy"), [(True, False), (False, False),
+                                                     (True, True)])
+def test_every_exact_result_equals_brute_force(seed: int, delays: bool,
+                                               fixed_energy: bool) -> None:
+    t = small(seed, delays=delays, fixed_energy=fixed_energy)
     allp = brute(t)
     lat_opt = min(e.latency_ms for e in allp)
     en_opt = min(e.energy_mj for e in allp)
