@@ -47,8 +47,9 @@ def from_frames(layers: pd.DataFrame, board: Board, transfers: pd.DataFrame | No
                 model: str = "model", sources: Sequence[str] = (),
                 processors: Sequence[str] | None = None,
                 levels: Sequence[int] | str | None = None,
-                fixed_ms: dict[tuple[str, int], float] | None = None,
-                fixed_energy_mj: dict[tuple[str, int], float] | None = None) -> CostTables:
+                fixed_ms: dict[tuple[str, int | None], float] | None = None,
+                fixed_energy_mj: dict[tuple[str, int | None], float] | None = None,
+                ) -> CostTables:
     """Cost tables from a layer DataFrame (one row per processor, level, layer), kept to
     `processors` and `levels` where given (``"max"``: each processor's top level in
     the table, ARM-CO-UP's Table 8 setting). Rows with ``time_ms_fused`` (the fused
@@ -190,7 +191,7 @@ def from_frames(layers: pd.DataFrame, board: Board, transfers: pd.DataFrame | No
     for dst, src in ((fixed, fixed_ms), (fixed_e, fixed_energy_mj)):
         for (proc, lv), v in (src or {}).items():
             for u, unit in enumerate(units):
-                if unit.letter == str(proc).upper() and int(lv) in lvls[u]:
+                if unit.letter == str(proc).upper() and lv is not None and int(lv) in lvls[u]:
                     dst[u, lvls[u].index(int(lv))] = float(v)
     freq_khz = {}
     for u in units:

@@ -87,19 +87,20 @@ class NvmlFreqReader(FreqReader):
         self._handle: Any = None
 
     def open(self) -> None:
-        from profiler.power.sources.nvml import _import_pynvml, _translate
+        from profiler.power.sources.nvml import import_pynvml, translate_nvml_error
 
-        pynvml = _import_pynvml()
+        pynvml = import_pynvml()
         try:
             pynvml.nvmlInit()
         except pynvml.NVMLError as err:
-            raise _translate(pynvml, err, "initialising NVML", setup=True) from err
+            raise translate_nvml_error(pynvml, err, "initialising NVML", setup=True) from err
         self._nvml = pynvml
         try:
             self._handle = pynvml.nvmlDeviceGetHandleByIndex(self.index)
         except pynvml.NVMLError as err:
             self.close()
-            raise _translate(pynvml, err, f"opening GPU {self.index}", setup=True) from err
+            raise translate_nvml_error(pynvml, err, f"opening GPU {self.index}",
+                                       setup=True) from err
 
     def close(self) -> None:
         if self._nvml is not None:
@@ -108,14 +109,14 @@ class NvmlFreqReader(FreqReader):
         self._nvml = self._handle = None
 
     def read_khz(self) -> int | None:
-        from profiler.power.sources.nvml import _translate
+        from profiler.power.sources.nvml import translate_nvml_error
 
         try:
             return int(self._nvml.nvmlDeviceGetClockInfo(self._handle,
                                                          self._nvml.NVML_CLOCK_SM)) * 1000
         except self._nvml.NVMLError as err:
-            raise _translate(self._nvml, err, f"reading GPU {self.index}'s clock",
-                             setup=False) from err
+            raise translate_nvml_error(self._nvml, err, f"reading GPU {self.index}'s clock",
+                                       setup=False) from err
 
 
 class GovernorFreqReader(FreqReader):

@@ -335,11 +335,12 @@ def read_layer_tables(paths: Sequence[str | Path]) -> LayerCosts:
     for raw in paths:
         p = Path(raw)
         if _is_sweep(p):
-            part, sweep_fixed, sweep_fixed_e, sweep_base = _sweep_part(p)
-            fixed.update(sweep_fixed)
-            fixed_e.update(sweep_fixed_e)
-            base.update(sweep_base)
-            frames.append(part)
+            sw = _sweep_part(p)
+            fixed.update(sw.fixed_ms)
+            fixed_e.update(sw.fixed_energy_mj)
+            traces.update(sw.freq_traces)
+            base.update(sw.baseline_power_w)
+            frames.append(sw.rows)
             continue
         if not p.is_file():
             raise BadInputError(f"layer table not found: {p}", LAYER_FIX)
@@ -412,8 +413,18 @@ def _is_sweep(p: Path) -> bool:
     return _sidecar_format(sidecar) == SWEEP_FORMAT
 
 
-def _sweep_part(p: Path) -> tuple[pd.DataFrame, dict[tuple[str, int | None], float],
-                                  dict[tuple[str, int | None], float], dict[str, float]]:
+@dataclass
+class _SweepPart:
+    """What predict takes from a sweep directory."""
+
+    rows: pd.DataFrame
+    fixed_ms: dict[tuple[str, int | None], float]
+    fixed_energy_mj: dict[tuple[str, int | None], float]
+    baseline_power_w: dict[str, float]
+    freq_traces: dict[tuple[str, int | None], FreqTrace]
+
+
+def _sweep_part(p: Path) -> _SweepPart:
     """A sweep's layer rows at every (processor, level) it measured, as predict's table
     rows: fused times (and each fused pair's fixed row) where the pair is fused."""
     from profiler.sweep_schema import read_sweep
@@ -427,7 +438,7 @@ def _sweep_part(p: Path) -> tuple[pd.DataFrame, dict[tuple[str, int | None], flo
             raise BadInputError(f"{p}: processor {letter} at level {level} was measured at "
                                 "several host levels, and predict takes one",
                                 "sweep it at one --host-freq, or use coupprof explore")
-    fixed: dict[tuple[str, int | None], float] = dict(data.fixed_ms().items())
+    fixed = data.fixed_ms()
     level = df["freq_level"].astype("Int64")
     keys = list(zip(df["processor"].astype(str), level, strict=True))
     fused = np.array([(letter, None if pd.isna(lv) else int(lv)) in fixed
@@ -444,9 +455,8 @@ def _sweep_part(p: Path) -> tuple[pd.DataFrame, dict[tuple[str, int | None], flo
     base: dict[str, list[float]] = {}
     for (letter, _), w in data.baseline_power_w().items():
         base.setdefault(letter, []).append(w)
-    fixed_e: dict[tuple[str, int | None], float] = dict(data.fixed_energy_mj().items())
-    return (part.reset_index(drop=True), fixed, fixed_e,
-            {k: float(np.mean(v)) for k, v in base.items()})
+    return _SweepPart(part.reset_index(drop=True), fixed, data.fixed_energy_mj(),
+                      {k: float(np.mean(v)) for k, v in base.items()}, data.freq_traces())
 
 
 def _multi_row_sidecar(json_path: Path) -> bool:

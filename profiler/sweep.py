@@ -31,7 +31,8 @@ from pathlib import Path
 from typing import Any
 
 from profiler.boards.model import Board, ProcessorSpec
-from profiler.errors import BadInputError
+from profiler.errors import BadInputError, ProfilerError
+from profiler.freq_trace import FreqReader, FreqSampler, FreqTrace, clock_while, freq_reader_for
 from profiler.fused import (
     FusedProfiler,
     FusedSettings,
@@ -311,10 +312,11 @@ class Sweep:
         any_fused = any(self.settings.method_for(self.board.processor(p.processor)) == "fused"
                         for p in self.pairs)
         any_host = any(host_domain(self.board, p.processor) is not None for p in self.pairs)
-        with self._executor(proc) as executor:
+        with self._executor(proc) as executor, ExitStack() as stack:
             runner = LayerRunner(job.sliced, executor, hooks=self.hooks, seed=self.settings.seed,
                                  model_name=self.model_path.name)  # hooks: per pair
             prof = self._fused_profiler(proc, executor, job)
+            reader = self._clock_reader(proc, stack, job.progress)
             for pair in pairs:
                 job.progress.pair_started(job.index, pair)
                 t0 = time.perf_counter_ns()
@@ -322,8 +324,11 @@ class Sweep:
                 host = read_host_level(self.board, letter, self.sysfs_root,
                                        requested=self.settings.host_freq is not None)
                 late_before = late_runs(runner.interpreters)
-                timings, energy = self._measure(runner, proc, pair, job.progress,
-                                                prefix_energy=prof is not None)
+                # the clock while the figures the pair's rows report are measured
+                sampler = FreqSampler(reader) if reader is not None else None
+                with clock_while(sampler if prof is None else None):
+                    timings, energy = self._measure(runner, proc, pair, job.progress,
+                                                    prefix_energy=prof is not None)
                 info = self._info(pair, proc, executor, job)
                 columns = dict(energy.columns) if energy is not None else {}
                 if host is not None:
@@ -339,7 +344,8 @@ class Sweep:
                                dict(energy.totals) if energy is not None else {})
                 rows, tot, fused_info = layer_table(run), totals(run), None
                 if prof is not None:
-                    fused = prof.measure(self.settings.fused)
+                    with clock_while(sampler):
+                        fused = prof.measure(self.settings.fused)
                     # The fused energies come from the prefixes (profiler.fused).
                     f_energy = energy_by_prefix(fused, self.power.call_powers(prof.calls)) \
                         if self.power is not None else None
@@ -353,7 +359,20 @@ class Sweep:
                 job.output.csv.append(rows)
                 self._record(job, PairResult(pair, effective, warning, tot, len(rows),
                                              frame_time_ns(timings), time.perf_counter_ns() - t0),
-                             energy, fused_info)
+                             energy, fused_info, sampler.trace() if sampler else None)
+
+    def _clock_reader(self, proc: ProcessorSpec, stack: ExitStack,
+                      progress: SweepProgress) -> FreqReader | None:
+        """The processor's clock reader, opened on ``stack`` (None: not sampled)."""
+        reader = freq_reader_for(self.board, proc, self.sysfs_root)
+        if reader is None:
+            return None
+        try:
+            stack.enter_context(reader)
+        except ProfilerError as err:
+            progress.note(f"{proc.letter}'s clock is not sampled: {err}")
+            return None
+        return reader
 
     def _fused_profiler(self, proc: ProcessorSpec, executor: Any, job: _Job,
                         ) -> FusedProfiler | None:
@@ -428,13 +447,16 @@ class Sweep:
         )
 
     def _record(self, job: _Job, pr: PairResult, energy: Any,
-                fused_info: dict[str, Any] | None = None) -> None:
+                fused_info: dict[str, Any] | None = None,
+                freq_trace: FreqTrace | None = None) -> None:
         """The pair's rows are on disk: note it in the sidecar, the result and progress."""
         entry = pr.to_dict()
         if energy is not None:
             entry["power"] = energy.info
         if fused_info is not None:
             entry["fused"] = fused_info
+        if freq_trace is not None:
+            entry["freq_trace"] = freq_trace.to_dict()
         job.output.meta["pairs"][sidecar_key(pr.pair.processor, pr.pair.level)] = entry
         write_json_atomic(self.json_path, job.output.meta)
         job.result.done.append(pr)

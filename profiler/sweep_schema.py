@@ -28,6 +28,7 @@ import pandas as pd
 
 from profiler.boards.model import PROCESSOR_LETTERS
 from profiler.errors import BadInputError
+from profiler.freq_trace import FreqTrace
 from profiler.tables import ID_COLUMNS, NULLABLE_INT_COLUMNS
 
 SWEEP_FORMAT = "coupprof-sweep/1"
@@ -178,24 +179,36 @@ class SweepData:
             raise BadInputError(f"{where} holds no layer rows", fix)
         return df
 
-    def _pair_totals(self, key: str) -> dict[tuple[str, int], float]:
-        """{(processor, level): the pair's fused figure (or total) named `key`}."""
-        out = {}
+    def _pair_totals(self, key: str) -> dict[tuple[str, int | None], float]:
+        """{(processor, level): the pair's fused figure (or total) named `key`}; level None
+        for a pair measured at the current frequency (a processor without levels)."""
+        out: dict[tuple[str, int | None], float] = {}
         for p in self.meta.get("pairs", {}).values():
             v = (p.get("fused") or {}).get(key, p.get("totals", {}).get(key))
-            if v is not None and p.get("level") is not None and not math.isnan(float(v)):
-                out[(str(p["processor"]), int(p["level"]))] = float(v)
+            if v is not None and not math.isnan(float(v)):
+                level = p.get("level")
+                out[(str(p["processor"]), None if level is None else int(level))] = float(v)
         return out
 
-    def fixed_ms(self) -> dict[tuple[str, int], float]:
+    def fixed_ms(self) -> dict[tuple[str, int | None], float]:
         """{(processor, level): fixed per-call ms} of the sweep's fused pairs."""
         return self._pair_totals("fixed_ms")
 
-    def fixed_energy_mj(self) -> dict[tuple[str, int], float]:
+    def fixed_energy_mj(self) -> dict[tuple[str, int | None], float]:
         """{(processor, level): the fixed row's energy} of fused pairs with a power source."""
         return self._pair_totals("fixed_energy_mj")
 
-    def baseline_power_w(self) -> dict[tuple[str, int], float]:
+    def freq_traces(self) -> dict[tuple[str, int | None], FreqTrace]:
+        """{(processor, level): the clock while the pair was measured}, where it was read."""
+        out: dict[tuple[str, int | None], FreqTrace] = {}
+        for p in self.meta.get("pairs", {}).values():
+            if p.get("freq_trace"):
+                level = p.get("level")
+                out[(str(p["processor"]), None if level is None else int(level))] = \
+                    FreqTrace.from_dict(p["freq_trace"])
+        return out
+
+    def baseline_power_w(self) -> dict[tuple[str, int | None], float]:
         """{(processor, level): the idle power its power session measured}."""
         return self._pair_totals("baseline_power_w")
 

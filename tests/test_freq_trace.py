@@ -189,3 +189,34 @@ def test_run_says_when_a_stage_ran_at_another_clock_than_its_table(
     assert said == (level == "2")
     if said:
         assert f"its table was measured at {khz4 // 1000} MHz median" in out
+
+
+def test_a_sweep_keeps_each_pairs_clock_and_predict_reads_pairs_without_a_level(
+        tmp_path: Path) -> None:
+    """``--freqs current`` (as on a processor without levels, the host's GPU): each pair
+    has level None. predict must still take G's fused times and fixed row from it (it
+    once dropped the fixed rows of such pairs and priced G at its sliced times), and the
+    clock G was measured at."""
+    import pandas as pd
+
+    from profiler.predict import read_layer_tables
+
+    r = cli("sweep", "--board", "sim", "--processors", "B,G", "--freqs", "current",
+            "--frames", "2", "--warmup", "0", "--cuts", "6,12", *FAST, "-o", "sw",
+            cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    meta = json.loads((tmp_path / "sw" / "sweep.json").read_text())
+    pairs = {p["processor"]: p for p in meta["pairs"].values()}
+    g, b = pairs["G"], pairs["B"]
+    assert g["level"] is None and b["level"] is None
+    assert g["freq_trace"]["median_khz"] in load_board("sim").processor("G").freqs_khz
+    assert "freq_trace" not in b
+    costs = read_layer_tables([tmp_path / "sw"])
+    assert costs.fused("G") and not costs.fused("B")
+    assert costs.fixed_for("G", None) == pytest.approx(g["fused"]["fixed_ms"])
+    df = pd.read_csv(tmp_path / "sw" / "sweep.csv")
+    g_rows = df[(df.processor == "G") & (df.kind == "layer")] if "kind" in df.columns \
+        else df[df.processor == "G"]
+    mine = costs.table[costs.table.processor == "G"].sort_values("layer")
+    assert mine.time_ms.to_numpy() == pytest.approx(g_rows.time_ms_fused.to_numpy())
+    assert costs.freq_trace_for("G", None) == FreqTrace.from_dict(g["freq_trace"])

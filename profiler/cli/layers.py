@@ -52,7 +52,10 @@ def register(subparsers: Any) -> None:
         help=command_help(__name__),
         description="Run a .tflite model layer by layer (one sub-model per layer) on one "
         "processor of a board and report per-layer time, transfer time and bytes. "
-        "Writes a tidy CSV and a JSON sidecar.",
+        "Writes a tidy CSV and a JSON sidecar. For a G or N whose clock can be read "
+        "(NVML's SM clock for LiteRT's GPU, or the board's governor) the sidecar keeps the "
+        "clock the table was measured at (extra.freq_trace), which `coupprof run` compares "
+        "with its own.",
     )
     add_model_options(p)
     add_board_args(p)

@@ -72,7 +72,10 @@ def register(subparsers: Any) -> None:
         "layers a stage with its own thread pinned to its processor's host cores, joined "
         "by bounded queues. Reports per-stage time, throughput, end-to-end latency and "
         "energy per frame (with --power) beside the prediction from layer and transfer "
-        "tables (--layers/--transfers, or measured first) and the error.",
+        "tables (--layers/--transfers, or measured first) and the error. Where a G's or "
+        "N's clock can be read (NVML's SM clock for LiteRT's GPU, or the board's governor), "
+        "it is sampled while the tables and the run are measured, and the run says when "
+        "they differ by more than 15 %: the prediction then may not hold.",
         epilog=FREQ_HELP,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )

@@ -7,7 +7,8 @@ Needs ``pip install 'coupprof[nvml]'`` and an NVIDIA driver; without either,
 opening raises `RuntimeUnavailableError` (exit 3) saying which is missing. The
 module imports without pynvml, so the factory can list and detect it anywhere.
 
-NVML errors are translated in one place, `_translate`.
+NVML errors are translated in one place, `translate_nvml_error` (the clock reader,
+`profiler.freq_trace`, uses it too).
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from profiler.power.sources.base import CounterSource, PowerIntegrator, SourceIn
 UPDATE_INTERVAL_NS = 100_000_000
 
 
-def _import_pynvml() -> Any:
+def import_pynvml() -> Any:
     try:
         import pynvml
     except ImportError as err:
@@ -42,7 +43,7 @@ def _import_pynvml() -> Any:
     return pynvml
 
 
-def _translate(pynvml: Any, err: Exception, what: str, setup: bool) -> ProfilerError:
+def translate_nvml_error(pynvml: Any, err: Exception, what: str, setup: bool) -> ProfilerError:
     """The one place NVML errors become coupprof errors."""
     code = getattr(err, "value", None)
     if code == getattr(pynvml, "NVML_ERROR_LIBRARY_NOT_FOUND", -1):
@@ -79,11 +80,11 @@ class NvmlSource(CounterSource):
         self._integrator: PowerIntegrator | None = None
 
     def _open_device(self) -> None:
-        pynvml = _import_pynvml()
+        pynvml = import_pynvml()
         try:
             pynvml.nvmlInit()
         except pynvml.NVMLError as err:
-            raise _translate(pynvml, err, "initialising NVML", setup=True) from err
+            raise translate_nvml_error(pynvml, err, "initialising NVML", setup=True) from err
         self._nvml = pynvml
         try:
             count = pynvml.nvmlDeviceGetCount()
@@ -101,7 +102,7 @@ class NvmlSource(CounterSource):
                 self._integrator.start()
         except pynvml.NVMLError as err:
             self._shutdown()
-            raise _translate(pynvml, err, f"opening GPU {self.index}", setup=True) from err
+            raise translate_nvml_error(pynvml, err, f"opening GPU {self.index}", setup=True) from err
         except BaseException:
             self._shutdown()
             raise
@@ -126,7 +127,7 @@ class NvmlSource(CounterSource):
         try:
             return self._nvml.nvmlDeviceGetPowerUsage(self._handle) / 1000.0
         except self._nvml.NVMLError as err:
-            raise _translate(self._nvml, err, f"reading GPU {self.index} power",
+            raise translate_nvml_error(self._nvml, err, f"reading GPU {self.index} power",
                              setup=False) from err
 
     def read_energy_mj(self) -> float:
@@ -137,7 +138,7 @@ class NvmlSource(CounterSource):
             return float(self._nvml.nvmlDeviceGetTotalEnergyConsumption(self._handle)
                          - self._base_mj)
         except self._nvml.NVMLError as err:
-            raise _translate(self._nvml, err, f"reading GPU {self.index} energy",
+            raise translate_nvml_error(self._nvml, err, f"reading GPU {self.index} energy",
                              setup=False) from err
 
     def info(self) -> SourceInfo:
