@@ -56,6 +56,7 @@ validation-mapped.json.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import platform
@@ -222,7 +223,8 @@ def profile_fused(sliced: Any, board: Any, letter: str, model_path: Path, data: 
     and after the rounds); with NVML, each layer's power from its repeat window, its
     energy = that power x its fused time, the fixed row's from the empty prefix, and the
     whole model's energy per call, to compare."""
-    from profiler.executors import make_executor
+    from profiler.executors import fallback_flags, make_executor
+    from profiler.freq_trace import FreqSampler, clock_while, freq_reader_for
     from profiler.fused import FusedProfiler, FusedSettings, downloads, energy_by_prefix
     from profiler.power.repeat import measure_repeated
     from profiler.results import LayerInfo, LayerRun, RunInfo, environment
@@ -235,7 +237,9 @@ def profile_fused(sliced: Any, board: Any, letter: str, model_path: Path, data: 
     ex = make_executor(board, letter)
     t_start = time.monotonic()
     settings = FusedSettings(budget_s=budget_s)
-    with ex:
+    reader = freq_reader_for(board, proc)
+    sampler = FreqSampler(reader) if reader is not None else None
+    with ex, reader or contextlib.nullcontext():
         runner = LayerRunner(sliced, ex, seed=0, model_name=model_path.name)
         timings = runner.run(frames=frames, warmup=warmup)
         down = downloads(proc.kind)
@@ -244,7 +248,8 @@ def profile_fused(sliced: Any, board: Any, letter: str, model_path: Path, data: 
                              ex, read_outputs=down, model_name=model_path.name)
         visit = (settings.visit_calls, settings.visit_warm)
         before = whole_alone(ex, data, prof.inputs, visit=visit)
-        fused = prof.measure(settings)
+        with clock_while(sampler):  # the clock the table is measured at, as `layers` keeps
+            fused = prof.measure(settings)
         after = whole_alone(ex, data, prof.inputs, visit=visit)
         energy: dict[str, Any] = {}
         fe = None
@@ -278,10 +283,15 @@ def profile_fused(sliced: Any, board: Any, letter: str, model_path: Path, data: 
         cores=tuple(ex.cores), threads=ex.threads, frames=frames, warmup=warmup,
         granularity=sliced.granularity, cuts=tuple(sliced.cuts), method="fused",
         power_source=source.spec if source is not None else "none",
-        extra={"tag": tag, "energy": energy or None},
+        extra={"tag": tag, "energy": energy or None,
+               "freq_trace": (t.to_dict() if (t := sampler.trace()) else None)
+               if sampler is not None else None},
         **{**environment(), "command": shlex.join(["python", "benchmarks/validation_gpu.py",
                                                    *sys.argv[1:]])})
     extras: dict[str, Any] = {}
+    fallback = fallback_flags(runner.interpreters)
+    if any(f is not None for f in fallback):  # as the sliced phase and `coupprof layers`
+        extras["fallback"] = [bool(f) for f in fallback]
     totals: dict[str, float] = {}
     if energy:
         totals["baseline_power_w"] = baseline_w or 0.0

@@ -70,6 +70,9 @@ from profiler.power.session import MarkerHooks, PowerSession, StreamCapture
 from profiler.transfer import Activity, NoActivity, measure_transfer_matrix
 
 T = TypeVar("T")
+#: A fused table whose whole model's 95 % interval is wider than this share of it is
+#: noted: half the 10 % a prediction is meant to hold to.
+RESOLUTION_REL = 0.05
 
 LAYER_FIX = ("pass the CSVs written by `coupprof layers` (one per processor), with their "
              ".json, or a `coupprof sweep` directory")
@@ -89,6 +92,8 @@ class LayerCosts:
     fixed_energy_mj: dict[tuple[str, int | None], float] = field(default_factory=dict)
     # (processor, level) -> the clock while the table was measured, where it was read
     freq_traces: dict[tuple[str, int | None], FreqTrace] = field(default_factory=dict)
+    # (processor, level) -> a fused table's whole model in its rounds: (ms, 95 % half-width)
+    whole_ms: dict[tuple[str, int | None], tuple[float, float]] = field(default_factory=dict)
 
     def fixed_for(self, letter: str, level: int | None) -> float:
         """The fixed per-call cost a call on `letter` pays once (0 for sliced tables)."""
@@ -96,6 +101,17 @@ class LayerCosts:
 
     def fixed_energy_for(self, letter: str, level: int | None) -> float | None:
         return _by_level(self.fixed_energy_mj, letter, level)
+
+    def resolution_note(self, letter: str, level: int | None) -> str | None:
+        """A note when `letter`'s fused table knew its whole model no better than
+        ``RESOLUTION_REL`` (its rounds' 95 % interval): no prediction from it is closer."""
+        got = _by_level(self.whole_ms, letter, level)
+        if got is None or got[0] <= 0 or got[1] <= RESOLUTION_REL * got[0]:
+            return None
+        ms, ci = got
+        return (f"{letter}'s table knows its whole model only to +-{100 * ci / ms:.1f} % "
+                f"({ms:.3f} +- {ci:.3f} ms in its rounds), so predictions from it are no "
+                "closer than that (measure it longer: coupprof layers --budget-s)")
 
     def freq_trace_for(self, letter: str, level: int | None) -> FreqTrace | None:
         """The clock `letter`'s table for ``level`` was measured at: that level's, else
@@ -264,7 +280,11 @@ def predict(mapping: Mapping, mode: str, layers: LayerCosts,
     extra_mj = [None if e is None else e + 0.0 for e in fixed_e]
     energy, note = _energy(mode, order, e_mj, dyn_mj, te_mj, t_ms, h_ms, fps, layers,
                            extra_ms, extra_mj, readout_c)
-    notes = []
+    def level_of(letter: str) -> int | None:
+        return freq.level[order.index(letter)] if freq is not None else None
+
+    notes = [n for n in (layers.resolution_note(p, level_of(p)) for p in mapping.processors)
+             if n]
     if method == "fused":
         sliced_only = [p for p in mapping.processors if not layers.fused(p)]
         if sliced_only and len(mapping.order) > len(run_calls):
@@ -332,6 +352,7 @@ def read_layer_tables(paths: Sequence[str | Path]) -> LayerCosts:
     fixed: dict[tuple[str, int | None], float] = {}
     fixed_e: dict[tuple[str, int | None], float] = {}
     traces: dict[tuple[str, int | None], FreqTrace] = {}
+    whole: dict[tuple[str, int | None], tuple[float, float]] = {}
     for raw in paths:
         p = Path(raw)
         if _is_sweep(p):
@@ -339,6 +360,7 @@ def read_layer_tables(paths: Sequence[str | Path]) -> LayerCosts:
             fixed.update(sw.fixed_ms)
             fixed_e.update(sw.fixed_energy_mj)
             traces.update(sw.freq_traces)
+            whole.update(sw.whole_ms)
             base.update(sw.baseline_power_w)
             frames.append(sw.rows)
             continue
@@ -364,6 +386,8 @@ def read_layer_tables(paths: Sequence[str | Path]) -> LayerCosts:
                 fixed[key] = float(rt.totals["fixed_ms"])
                 if "fixed_energy_mj" in rt.totals:
                     fixed_e[key] = float(rt.totals["fixed_energy_mj"])
+                if "whole_ms_ci95" in rt.totals:
+                    whole[key] = (float(rt.totals["whole_ms"]), float(rt.totals["whole_ms_ci95"]))
             for col in ("energy_mj", "dynamic_energy_mj"):
                 if col in df.columns:
                     part[col] = df[col].to_numpy()
@@ -400,7 +424,7 @@ def read_layer_tables(paths: Sequence[str | Path]) -> LayerCosts:
                             "measure every processor on the same model")
     table = pd.concat(frames, ignore_index=True)
     table["level"] = table["level"].astype("Int64")
-    return LayerCosts(table, base, [str(p) for p in paths], fixed, fixed_e, traces)
+    return LayerCosts(table, base, [str(p) for p in paths], fixed, fixed_e, traces, whole)
 
 
 def _is_sweep(p: Path) -> bool:
@@ -422,6 +446,7 @@ class _SweepPart:
     fixed_energy_mj: dict[tuple[str, int | None], float]
     baseline_power_w: dict[str, float]
     freq_traces: dict[tuple[str, int | None], FreqTrace]
+    whole_ms: dict[tuple[str, int | None], tuple[float, float]]
 
 
 def _sweep_part(p: Path) -> _SweepPart:
@@ -455,8 +480,10 @@ def _sweep_part(p: Path) -> _SweepPart:
     base: dict[str, list[float]] = {}
     for (letter, _), w in data.baseline_power_w().items():
         base.setdefault(letter, []).append(w)
+    ci = data.whole_ms_ci95()
     return _SweepPart(part.reset_index(drop=True), fixed, data.fixed_energy_mj(),
-                      {k: float(np.mean(v)) for k, v in base.items()}, data.freq_traces())
+                      {k: float(np.mean(v)) for k, v in base.items()}, data.freq_traces(),
+                      {k: (ms, ci[k]) for k, ms in data.whole_ms().items() if k in ci})
 
 
 def _multi_row_sidecar(json_path: Path) -> bool:
@@ -555,6 +582,7 @@ def measure_costs(
     fused_energy: dict[str, Any] = {}
     fixed_e: dict[tuple[str, int | None], float] = {}
     samplers = clock or {}
+    whole: dict[tuple[str, int | None], tuple[float, float]] = {}
 
     def fused_times(ex: Executor, letter: str) -> np.ndarray | None:
         if method != "fused":
@@ -570,6 +598,7 @@ def measure_costs(
         pos = mapping.order.index(letter)
         key = (letter, freq.level[pos] if freq is not None else None)
         fixed[key] = res.fixed.time_ms
+        whole[key] = (res.whole.time_ms, res.whole.ci95_ms)
         if energy is not None:
             fused_energy[letter] = energy
             fixed_e[key] = energy.fixed_energy_mj
@@ -643,7 +672,7 @@ def measure_costs(
                                   seed=seed, model_name=model_name, method=method,
                                   model_bytes=model_bytes, fused=fused)
     return (LayerCosts(table, baselines, [f"measured by coupprof run ({method})"], fixed,
-                       fixed_e, traces), transfers)
+                       fixed_e, traces, whole), transfers)
 
 
 def handover_points(mapping: Mapping, freq: FreqPlan | None = None,

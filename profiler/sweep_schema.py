@@ -198,6 +198,14 @@ class SweepData:
         """{(processor, level): the fixed row's energy} of fused pairs with a power source."""
         return self._pair_totals("fixed_energy_mj")
 
+    def whole_ms(self) -> dict[tuple[str, int | None], float]:
+        """{(processor, level): a fused pair's whole model in its rounds (ms)}."""
+        return self._pair_totals("whole_ms")
+
+    def whole_ms_ci95(self) -> dict[tuple[str, int | None], float]:
+        """{(processor, level): the 95 % half-width of that figure (ms)}."""
+        return self._pair_totals("whole_ms_ci95")
+
     def freq_traces(self) -> dict[tuple[str, int | None], FreqTrace]:
         """{(processor, level): the clock while the pair was measured}, where it was read."""
         out: dict[tuple[str, int | None], FreqTrace] = {}

@@ -220,3 +220,6 @@ def test_a_sweep_keeps_each_pairs_clock_and_predict_reads_pairs_without_a_level(
     mine = costs.table[costs.table.processor == "G"].sort_values("layer")
     assert mine.time_ms.to_numpy() == pytest.approx(g_rows.time_ms_fused.to_numpy())
     assert costs.freq_trace_for("G", None) == FreqTrace.from_dict(g["freq_trace"])
+    # the whole model in G's rounds, for predict's resolution note
+    assert costs.whole_ms[("G", None)] == pytest.approx(
+        (g["fused"]["whole_ms"], g["fused"]["whole_ms_ci95"]))

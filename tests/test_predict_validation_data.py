@@ -101,3 +101,31 @@ def test_a_mapping_over_the_measured_processors_predicts() -> None:
         for mode in ("switch", "pipeline"):
             p = predict(Mapping(order), mode, costs, df)
             assert p.latency_ms > 0 and p.throughput_fps > 0 and not p.missing
+
+
+FUSED_CSVS = [p for p in LAYER_CSVS if p.name.endswith("-fused.csv")]
+
+
+@pytest.mark.skipif(not FUSED_CSVS, reason=f"no fused layer tables under {DIR}")
+def test_a_prediction_from_a_table_that_knows_its_whole_model_poorly_says_so() -> None:
+    """Noted exactly when the table's whole model in its rounds has a 95 % interval wider
+    than 5 % of it (ResNet50 on B in host-split-2 and -6: 10 and 14 rounds)."""
+    from profiler.predict import RESOLUTION_REL
+
+    noted = 0
+    for csv in FUSED_CSVS:
+        tot = json.loads(csv.with_suffix(".json").read_text())["totals"]
+        if "whole_ms_ci95" not in tot:
+            continue
+        costs = read_layer_tables([csv])
+        letter = str(costs.table["processor"].iloc[0])
+        n = int(costs.table["layer"].max()) + 1
+        p = predict(Mapping(letter * n), "switch", costs)
+        wide = tot["whole_ms_ci95"] > RESOLUTION_REL * tot["whole_ms"]
+        said = [x for x in p.notes if "knows its whole model only to" in x]
+        assert bool(said) == wide, (csv, tot["whole_ms"], tot["whole_ms_ci95"])
+        if wide:
+            noted += 1
+            assert f"+-{100 * tot['whole_ms_ci95'] / tot['whole_ms']:.1f} %" in said[0]
+    if DIR == REPO_ROOT / "data" / "validation":
+        assert noted >= 2
