@@ -49,13 +49,18 @@ def from_frames(layers: pd.DataFrame, board: Board, transfers: pd.DataFrame | No
                 levels: Sequence[int] | str | None = None,
                 fixed_ms: dict[tuple[str, int | None], float] | None = None,
                 fixed_energy_mj: dict[tuple[str, int | None], float] | None = None,
+                call_factor: dict[tuple[str, int | None], float] | None = None,
                 ) -> CostTables:
     """Cost tables from a layer DataFrame (one row per processor, level, layer), kept to
     `processors` and `levels` where given (``"max"``: each processor's top level in
     the table, ARM-CO-UP's Table 8 setting). Rows with ``time_ms_fused`` (the fused
     method) use it as the layer's time, and ``fixed_ms`` {(processor, level): ms} gives
     the fixed per-call cost a stage on them pays once, ``fixed_energy_mj`` (same keys)
-    its energy where a counter measured it."""
+    its energy where a counter measured it, ``call_factor`` (same keys) the factor a fused
+    CPU pair's times and fixed row are priced at, as predict prices them
+    (`profiler.fused`, "Disturbed calls")."""
+    factor = call_factor or {}
+    fixed_ms = {k: v * factor.get(k, 1.0) for k, v in (fixed_ms or {}).items()}
     need = {"processor", "freq_level", "layer", "time_ms_mean"}
     if not need <= set(layers.columns):
         raise BadInputError("the layer table lacks the columns "
@@ -138,6 +143,10 @@ def from_frames(layers: pd.DataFrame, board: Board, transfers: pd.DataFrame | No
             notes.append(f"{int(below.sum())} fused layer time(s) below 0 (below "
                          "resolution) counted as 0")
         df["time_ms_mean"] = fused.clip(lower=0.0).where(fused.notna(), df["time_ms_mean"])
+        if factor:
+            kappa = [factor.get((str(p).upper(), None if pd.isna(lv) else int(lv)), 1.0)
+                     for p, lv in zip(df["processor"], df["freq_level"], strict=True)]
+            df["time_ms_mean"] = df["time_ms_mean"] * np.where(fused.notna(), kappa, 1.0)
     cols = ["time_ms_mean"] + [c for c in ("transfer_ms_mean", "energy_mj",
                                             "dynamic_energy_mj") if c in df.columns]
     g = df.groupby(["unit", "freq_level", "layer"])[cols].mean()
@@ -218,7 +227,8 @@ def load_tables(sweep: str | Path, board: Board, transfers: str | Path | None = 
     sources = [str(sweep), *([str(transfers)] if transfers else []), *map(str, delays)]
     base = list(data.baseline_power_w().values())
     return from_frames(df, board, tr, dl, float(np.mean(base)) if base else None, model,
-                       sources, processors, levels, data.fixed_ms(), data.fixed_energy_mj())
+                       sources, processors, levels, data.fixed_ms(), data.fixed_energy_mj(),
+                       data.call_factor())
 
 
 

@@ -94,6 +94,19 @@ whichever is larger) or when the time budget is spent. A layer whose interval st
 reaches zero is flagged below resolution: its figure is an upper bound, never a
 confident number.
 
+**Disturbed calls** (``call_factor``). A visit keeps its fastest call, so the layers are
+the undisturbed cost. An application's frames are not all undisturbed: on a busy host a
+call whose 15 worker threads meet at every operator waits for the one that was
+preempted, and its mean is what `coupprof run` reports. On an H100's host (ResNet50, B on
+15 threads) 400 back-to-back calls had a mean 13-17 % above the trimmed mean of each
+pair's fastest (`data/validation/h100-run/b-calls/`), and `run` measured the mean. So
+on a processor that hands nothing back (a CPU cluster) the calls alone after the rounds
+also give the factor mean / fastest (at least 1), which `profiler.predict` applies to
+the fixed row and the layers of every call on it. Disturbances come at a rate in time,
+so the factor scales a call's time; energy is left as measured. Accelerators get none:
+a GPU's calls alone after the rounds move with its clock (`profiler.freq_trace`), which
+a factor would fold in silently.
+
 **Windows** (``window`` = W > 0, `profiler.slicing.prefix`): for deep models on CPU
 clusters (`settings_for` keeps whole prefixes on a GPU or NPU, and says why).
 The layers are cut into segments of W; the first segment is measured by the prefixes
@@ -227,8 +240,14 @@ class FusedResult:
     prefix_read_bytes: list[int] = field(default_factory=list)
     prefix_reduced: list[int] = field(default_factory=list)
     round_ns: np.ndarray | None = field(default=None, repr=False)  # (rounds, n + 1)
-    alone_ns: np.ndarray | None = field(default=None, repr=False)  # the whole model's calls alone
-    whole_alone: Estimate | None = None  # their trimmed mean (information only)
+    # the whole model's calls alone: (groups, calls) ns, or each group's fastest (groups,)
+    alone_ns: np.ndarray | None = field(default=None, repr=False)
+    whole_alone: Estimate | None = None  # their groups' fastest, trimmed mean (information)
+    whole_alone_mean_ms: float | None = None  # every one of those calls, plain mean
+    # Where the processor hands nothing back (a CPU cluster): how much longer a call takes
+    # on average than undisturbed, whole_alone_mean_ms / whole_alone (>= 1; module
+    # docstring, "Disturbed calls"). None: not measured, or an accelerator.
+    call_factor: float | None = None
     # Simulated processors: per prefix (0 = the empty one), its calls that took the host's
     # time because this machine was slower than the model (`PacedSubModel`).
     prefix_late_runs: list[int] = field(default_factory=list)
@@ -286,6 +305,8 @@ class FusedResult:
             "whole_alone_ms": None if self.whole_alone is None else self.whole_alone.time_ms,
             "whole_alone_ms_ci95": None if self.whole_alone is None
             else self.whole_alone.ci95_ms,
+            "whole_alone_mean_ms": self.whole_alone_mean_ms,
+            "call_factor": self.call_factor,
             "layer_sum_ms": self.layer_sum_ms,
             "prefix_read_bytes": list(self.prefix_read_bytes),
             "prefix_reduced_outputs": list(self.prefix_reduced),
@@ -410,6 +431,8 @@ class FusedProfiler:
         self.prefixes = list(prefixes)
         self.clock = clock
         self.read_outputs = read_outputs
+        # a CPU cluster's calls alone give a call factor; an accelerator's move with its clock
+        self.factor_from_alone = not downloads(executor.proc.kind)
         self.subs: list[SubModel] = [
             executor.load(p.model_bytes, name=f"prefix {p.first}..{p.last} of {model_name}")
             for p in self.prefixes]
@@ -529,24 +552,28 @@ class FusedProfiler:
         return res
 
     def alone(self, settings: FusedSettings) -> np.ndarray | None:
-        """The whole model called alone, back to back: each group's fastest call (ns)."""
+        """The whole model called alone, back to back: (groups, calls a group) ns."""
         if settings.alone_calls == 0:
             return None
         call = self._calls[-1]
         for _ in range(settings.alone_warm):
             call()
         timed = settings.visit_calls - settings.visit_warm
-        return np.array([min(call() for _ in range(timed)) for _ in range(settings.alone_calls)],
+        return np.array([[call() for _ in range(timed)] for _ in range(settings.alone_calls)],
                         dtype=np.int64)
 
     def result(self, round_ns: np.ndarray, settings: FusedSettings, elapsed_s: float,
                converged: bool, alone_ns: np.ndarray | None = None) -> FusedResult:
         fixed, layers, whole = layer_estimates(round_ns, positions=self.positions)
         settings = replace(settings, window=self.window)  # what the prefixes were cut with
-        alone = None
+        alone = alone_mean = factor = None
         if alone_ns is not None:
-            mean, half = trimmed_estimate(alone_ns)
+            fastest = alone_ns.min(axis=1) if alone_ns.ndim == 2 else alone_ns
+            mean, half = trimmed_estimate(fastest)
             alone = Estimate(float(mean), float(half))
+            alone_mean = float(alone_ns.mean()) / 1e6
+            if self.factor_from_alone and alone.time_ms > 0:
+                factor = max(1.0, alone_mean / alone.time_ms)
         return FusedResult(
             layers=[FusedLayer(k, e.time_ms, e.ci95_ms, e.below_resolution,
                                within_target(e, settings)) for k, e in enumerate(layers)],
@@ -555,6 +582,7 @@ class FusedProfiler:
             prefix_read_bytes=[p.read_bytes for p in self.prefixes],
             prefix_reduced=[p.reduced for p in self.prefixes],
             round_ns=round_ns, alone_ns=alone_ns, whole_alone=alone,
+            whole_alone_mean_ms=alone_mean, call_factor=factor,
             layer_positions=list(self.positions),
         )
 

@@ -94,6 +94,9 @@ class LayerCosts:
     freq_traces: dict[tuple[str, int | None], FreqTrace] = field(default_factory=dict)
     # (processor, level) -> a fused table's whole model in its rounds: (ms, 95 % half-width)
     whole_ms: dict[tuple[str, int | None], tuple[float, float]] = field(default_factory=dict)
+    # (processor, level) -> the factor its fused times and fixed row were priced at
+    # (`profiler.fused`, "Disturbed calls": mean over undisturbed calls; CPU tables)
+    call_factor: dict[tuple[str, int | None], float] = field(default_factory=dict)
 
     def fixed_for(self, letter: str, level: int | None) -> float:
         """The fixed per-call cost a call on `letter` pays once (0 for sliced tables)."""
@@ -285,6 +288,12 @@ def predict(mapping: Mapping, mode: str, layers: LayerCosts,
 
     notes = [n for n in (layers.resolution_note(p, level_of(p)) for p in mapping.processors)
              if n]
+    for p in mapping.processors:
+        kappa = _by_level(layers.call_factor, p, level_of(p))
+        if kappa is not None and kappa >= 1.005:
+            notes.append(f"{p}: its calls priced x{kappa:.3f}, the mean of its whole model's "
+                         "calls back to back over their undisturbed time (its table's; "
+                         "the layers' figures are undisturbed)")
     if method == "fused":
         sliced_only = [p for p in mapping.processors if not layers.fused(p)]
         if sliced_only and len(mapping.order) > len(run_calls):
@@ -353,6 +362,7 @@ def read_layer_tables(paths: Sequence[str | Path]) -> LayerCosts:
     fixed_e: dict[tuple[str, int | None], float] = {}
     traces: dict[tuple[str, int | None], FreqTrace] = {}
     whole: dict[tuple[str, int | None], tuple[float, float]] = {}
+    factors: dict[tuple[str, int | None], float] = {}
     for raw in paths:
         p = Path(raw)
         if _is_sweep(p):
@@ -361,6 +371,7 @@ def read_layer_tables(paths: Sequence[str | Path]) -> LayerCosts:
             fixed_e.update(sw.fixed_energy_mj)
             traces.update(sw.freq_traces)
             whole.update(sw.whole_ms)
+            factors.update(sw.call_factor)
             base.update(sw.baseline_power_w)
             frames.append(sw.rows)
             continue
@@ -378,12 +389,16 @@ def read_layer_tables(paths: Sequence[str | Path]) -> LayerCosts:
             trace = (rt.info.get("extra") or {}).get("freq_trace")
             if trace:
                 traces[key] = FreqTrace.from_dict(trace)
+            kappa = float(rt.totals.get("call_factor", 1.0)) if fused else 1.0
             part = pd.DataFrame({"processor": letter, "level": rt.info.get("freq_level"),
                                  "layer": df["layer"].astype(int),
-                                 "time_ms": df["time_ms_fused" if fused else "time_ms_mean"],
+                                 "time_ms": df["time_ms_fused"] * kappa if fused
+                                 else df["time_ms_mean"],
                                  "transfer_ms": df.get("transfer_ms_mean", 0.0)})
             if fused:
-                fixed[key] = float(rt.totals["fixed_ms"])
+                fixed[key] = float(rt.totals["fixed_ms"]) * kappa
+                if kappa != 1.0:
+                    factors[key] = kappa
                 if "fixed_energy_mj" in rt.totals:
                     fixed_e[key] = float(rt.totals["fixed_energy_mj"])
                 if "whole_ms_ci95" in rt.totals:
@@ -424,7 +439,8 @@ def read_layer_tables(paths: Sequence[str | Path]) -> LayerCosts:
                             "measure every processor on the same model")
     table = pd.concat(frames, ignore_index=True)
     table["level"] = table["level"].astype("Int64")
-    return LayerCosts(table, base, [str(p) for p in paths], fixed, fixed_e, traces, whole)
+    return LayerCosts(table, base, [str(p) for p in paths], fixed, fixed_e, traces, whole,
+                      factors)
 
 
 def _is_sweep(p: Path) -> bool:
@@ -447,6 +463,7 @@ class _SweepPart:
     baseline_power_w: dict[str, float]
     freq_traces: dict[tuple[str, int | None], FreqTrace]
     whole_ms: dict[tuple[str, int | None], tuple[float, float]]
+    call_factor: dict[tuple[str, int | None], float]
 
 
 def _sweep_part(p: Path) -> _SweepPart:
@@ -469,9 +486,13 @@ def _sweep_part(p: Path) -> _SweepPart:
     fused = np.array([(letter, None if pd.isna(lv) else int(lv)) in fixed
                       for letter, lv in keys], dtype=bool)
     t_fused = df["time_ms_fused"] if "time_ms_fused" in df.columns else df["time_ms_mean"]
+    factors = data.call_factor()
+    kappa = np.array([factors.get((letter, None if pd.isna(lv) else int(lv)), 1.0)
+                      for letter, lv in keys])
+    fixed = {k: v * factors.get(k, 1.0) for k, v in fixed.items()}
     part = pd.DataFrame({"processor": df["processor"].astype(str).str.upper(), "level": level,
                          "layer": df["layer"].astype(int),
-                         "time_ms": np.where(fused, t_fused, df["time_ms_mean"]),
+                         "time_ms": np.where(fused, t_fused * kappa, df["time_ms_mean"]),
                          "transfer_ms": df["transfer_ms_mean"].fillna(0.0)
                          if "transfer_ms_mean" in df.columns else 0.0})
     for col in ("energy_mj", "dynamic_energy_mj"):
@@ -483,7 +504,8 @@ def _sweep_part(p: Path) -> _SweepPart:
     ci = data.whole_ms_ci95()
     return _SweepPart(part.reset_index(drop=True), fixed, data.fixed_energy_mj(),
                       {k: float(np.mean(v)) for k, v in base.items()}, data.freq_traces(),
-                      {k: (ms, ci[k]) for k, ms in data.whole_ms().items() if k in ci})
+                      {k: (ms, ci[k]) for k, ms in data.whole_ms().items() if k in ci},
+                      factors)
 
 
 def _multi_row_sidecar(json_path: Path) -> bool:
@@ -583,6 +605,7 @@ def measure_costs(
     fixed_e: dict[tuple[str, int | None], float] = {}
     samplers = clock or {}
     whole: dict[tuple[str, int | None], tuple[float, float]] = {}
+    factors: dict[tuple[str, int | None], float] = {}
 
     def fused_times(ex: Executor, letter: str) -> np.ndarray | None:
         if method != "fused":
@@ -597,12 +620,15 @@ def measure_costs(
                 prefix_powers=power.call_powers if power is not None else None)
         pos = mapping.order.index(letter)
         key = (letter, freq.level[pos] if freq is not None else None)
-        fixed[key] = res.fixed.time_ms
+        kappa = res.call_factor or 1.0
+        fixed[key] = res.fixed.time_ms * kappa
         whole[key] = (res.whole.time_ms, res.whole.ci95_ms)
+        if kappa != 1.0:
+            factors[key] = kappa
         if energy is not None:
             fused_energy[letter] = energy
             fixed_e[key] = energy.fixed_energy_mj
-        return res.times_ms()
+        return res.times_ms() * kappa
 
     def profile(ex: Executor, letter: str) -> list[dict[str, Any]]:
         cap = power.capture().start() if power is not None and streaming else None
@@ -672,7 +698,7 @@ def measure_costs(
                                   seed=seed, model_name=model_name, method=method,
                                   model_bytes=model_bytes, fused=fused)
     return (LayerCosts(table, baselines, [f"measured by coupprof run ({method})"], fixed,
-                       fixed_e, traces, whole), transfers)
+                       fixed_e, traces, whole, factors), transfers)
 
 
 def handover_points(mapping: Mapping, freq: FreqPlan | None = None,

@@ -198,6 +198,11 @@ class SweepData:
         """{(processor, level): the fixed row's energy} of fused pairs with a power source."""
         return self._pair_totals("fixed_energy_mj")
 
+    def call_factor(self) -> dict[tuple[str, int | None], float]:
+        """{(processor, level): a fused CPU pair's factor for disturbed calls}
+        (`profiler.fused`, "Disturbed calls")."""
+        return self._pair_totals("call_factor")
+
     def whole_ms(self) -> dict[tuple[str, int | None], float]:
         """{(processor, level): a fused pair's whole model in its rounds (ms)}."""
         return self._pair_totals("whole_ms")

@@ -270,6 +270,8 @@ def with_fused(tables: RunTables, fused: FusedResult,
         "whole_ms_ci95": fused.whole.ci95_ms,
         "rounds": float(fused.rounds),
     })
+    if fused.call_factor is not None:
+        tot["call_factor"] = fused.call_factor
     info = dict(tables.info)
     info["method"] = "fused"
     info["fused"] = fused.info()
@@ -550,6 +552,10 @@ def _fused_caption(tables: RunTables) -> str:
     alone = fused.get("whole_alone_ms")
     if alone is not None:
         text += f"; the whole model alone after the rounds: {alone:.3f} ms/call"
+        mean, factor = fused.get("whole_alone_mean_ms"), fused.get("call_factor")
+        if mean is not None and factor is not None:
+            text += (f" undisturbed, {mean:.3f} on average (predictions price this "
+                     f"processor's calls x{factor:.3f})")
     if "whole_energy_mj" in tot:
         text += ("; energy = differences of prefix energies per call (each prefix's power "
                  "run back to back x its time), fixed row included in the total")

@@ -34,7 +34,8 @@ def brute(t: CostTables) -> list:
 
 
 def small(seed: int, n: int = 4, procs: str = "BGN", delays: bool = True,
-          readout: bool = True, fixed_energy: bool = False) -> CostTables:
+          readout: bool = True, fixed_energy: bool = False,
+          call_factor: dict | None = None) -> CostTables:
     t = synthetic_tables(BOARD, n, seed, processors=list(procs), delays=delays)
     # keep levels 1, 3, 5 so brute force stays small (9 states per layer)
     df = pd.DataFrame([{"processor": t.units[u].letter, "freq_level": lv, "layer": i,
@@ -66,7 +67,22 @@ def small(seed: int, n: int = 4, procs: str = "BGN", delays: bool = True,
     fixed_e = {key: (t.idle_power_w or 0.0) * ms * 1.5 + 0.4 * key[1]
                for key, ms in fixed.items() if ms > 0} if fixed_energy else None
     return from_frames(df, BOARD, tr, dl, t.idle_power_w, t.model, fixed_ms=fixed,
-                       fixed_energy_mj=fixed_e)
+                       fixed_energy_mj=fixed_e, call_factor=call_factor)
+
+
+def test_a_call_factor_scales_that_pairs_fused_times_and_fixed_row_only() -> None:
+    """As predict reads a sweep: a fused pair's layer times and fixed row x its factor."""
+    plain = small(0)
+    scaled = small(0, call_factor={("G", 3): 1.25, ("B", 3): 1.5})
+    g, b = plain.unit_index("G"), plain.unit_index("B")
+    k = plain.level_index(g, 3)
+    np.testing.assert_allclose(scaled.time_ms[g, k], 1.25 * plain.time_ms[g, k])
+    assert scaled.fixed(g, 3) == pytest.approx(1.25 * plain.fixed(g, 3)) and plain.fixed(g, 3) > 0
+    for lv in (1, 5):  # other levels of G as they were
+        kk = plain.level_index(g, lv)
+        np.testing.assert_allclose(scaled.time_ms[g, kk], plain.time_ms[g, kk])
+    # B's rows are sliced (no fused time): a factor for them changes nothing
+    np.testing.assert_allclose(scaled.time_ms[b], plain.time_ms[b])
 
 
 def close(a: float, b: float) -> bool:

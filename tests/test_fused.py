@@ -359,6 +359,16 @@ def test_cpu_prefixes_telescope_to_the_whole_model(default_model) -> None:
     assert all(np.isfinite([layer.ci95_ms for layer in res.layers]))
     info = res.info()
     assert info["method"] == "fused" and info["rounds"] == 5 and info["settings"]["budget_s"] == 60
+    # The calls alone after the rounds: every call kept, groups of the timed calls of a
+    # visit; a CPU's call factor is their mean over their groups' fastest (>= 1).
+    s = FusedSettings()
+    alone = res.alone_ns
+    assert alone is not None and alone.shape == (s.alone_calls, s.visit_calls - s.visit_warm)
+    fastest = float(trimmed_estimate(alone.min(axis=1))[0])
+    assert res.whole_alone.time_ms == pytest.approx(fastest)
+    assert res.whole_alone_mean_ms == pytest.approx(alone.mean() / 1e6)
+    assert res.call_factor == pytest.approx(max(1.0, alone.mean() / 1e6 / fastest))
+    assert info["call_factor"] == res.call_factor
 
 
 @pytest.mark.parametrize("window", [0, 4])
@@ -381,6 +391,8 @@ def test_accelerator_path_reads_back_reduced_outputs(default_model, window) -> N
     assert res.prefix_reduced[0] == 1 and sum(res.prefix_reduced[1:]) >= 10
     assert res.fixed.time_ms + res.layer_sum_ms == pytest.approx(res.whole.time_ms)
     assert res.settings.window == 0 and res.layer_positions == []
+    # an accelerator's calls alone move with its clock: no call factor is made of them
+    assert res.whole_alone_mean_ms is not None and res.call_factor is None
     if window:
         with AcceleratorExecutor(proc, accelerator="cpu", threads=1) as ex, \
                 pytest.raises(ValueError, match="windows"):

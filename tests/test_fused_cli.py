@@ -132,6 +132,31 @@ def test_predict_from_fused_tables_charges_one_fixed_cost_per_stage(g_run: Path)
     assert pred["latency_ms"] == pytest.approx(st_g["time_ms"] + st_b["time_ms"])
 
 
+def test_predict_prices_a_fused_cpu_tables_calls_at_its_call_factor(tmp_path: Path) -> None:
+    """A fused CPU table keeps its call factor (the mean of the whole model's calls alone
+    over their undisturbed time); predict prices that processor's fixed row and layers
+    at it, and says so when it is above 1."""
+    r = cli("layers", "--board", "sim", "--processor", "B", "--freq", "5", "--frames", "3",
+            "--warmup", "1", "--cuts", "6,12,18", "--method", "fused", *FAST, "--power", "none",
+            "--csv", "b.csv", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    side = json.loads((tmp_path / "b.json").read_text())
+    kappa = side["totals"]["call_factor"]
+    assert kappa >= 1.0 and kappa == side["fused"]["call_factor"]
+    alone, mean = side["fused"]["whole_alone_ms"], side["fused"]["whole_alone_mean_ms"]
+    assert kappa == pytest.approx(max(1.0, mean / alone))
+    r = cli("predict", "--order", "BBBB", "--mode", "switch", "--layers", "b.csv",
+            "--json", "pred.json", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    b = pd.read_csv(tmp_path / "b.csv")
+    fixed = float(b[b.kind == "fixed"].time_ms_fused.iloc[0])
+    layers = b[b.kind == "layer"].time_ms_fused.sum()
+    (st,) = json.loads((tmp_path / "pred.json").read_text())["stages"]
+    assert st["fixed_ms"] == pytest.approx(kappa * fixed)
+    assert st["compute_ms"] == pytest.approx(kappa * (fixed + layers))
+    assert ("its calls priced x" in " ".join(r.stdout.split())) == (kappa >= 1.005)
+
+
 def test_sweep_measures_a_cpu_in_windows(tmp_path: Path) -> None:
     r = cli("sweep", "--board", "sim", "--processors", "B", "--freqs", "5", "--frames", "2",
             "--warmup", "0", "--method", "fused", *FAST, "--window", "4", "-o", "sw",
