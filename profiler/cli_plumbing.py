@@ -217,20 +217,13 @@ def clock_samplers(stack: ExitStack, board: Board, letters: Sequence[str],
     """letter -> a sampler of its clock (reader opened on ``stack``, not started), for
     each of ``letters`` whose clock can be read (`profiler.freq_trace.freq_reader_for`).
     A reader that cannot open leaves its processor unsampled, with a note."""
-    from profiler.errors import ProfilerError
-    from profiler.freq_trace import FreqSampler, freq_reader_for
+    from profiler.freq_trace import FreqSampler, open_freq_reader
 
     samplers: dict[str, FreqSampler] = {}
     for letter in dict.fromkeys(letters):
-        reader = freq_reader_for(board, board.processor(letter), root)
-        if reader is None:
-            continue
-        try:
-            stack.enter_context(reader)
-        except ProfilerError as err:
-            say(f"{letter}'s clock is not sampled: {err}")
-            continue
-        samplers[letter] = FreqSampler(reader)
+        reader = open_freq_reader(stack, board, board.processor(letter), root, say)
+        if reader is not None:
+            samplers[letter] = FreqSampler(reader)
     return samplers
 
 

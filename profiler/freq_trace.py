@@ -154,6 +154,21 @@ def freq_reader_for(board: Board, proc: ProcessorSpec,
     return GovernorFreqReader(make_governor(board, proc, sysfs_root))
 
 
+def open_freq_reader(stack: contextlib.ExitStack, board: Board, proc: ProcessorSpec,
+                     sysfs_root: Path | None, note: Callable[[str], None]) -> FreqReader | None:
+    """`freq_reader_for`'s reader of ``proc``, opened on ``stack``; None where there is
+    none, or where it cannot open (``note`` says why: the measurement goes on)."""
+    reader = freq_reader_for(board, proc, sysfs_root)
+    if reader is None:
+        return None
+    try:
+        stack.enter_context(reader)
+    except ProfilerError as err:
+        note(f"{proc.letter}'s clock is not sampled: {err}")
+        return None
+    return reader
+
+
 @dataclass(frozen=True)
 class FreqTrace:
     """A clock over a measurement: its median and 10th-90th percentiles (kHz)."""

@@ -17,8 +17,11 @@ A call c on processor P costs
     C_c = F_P + sum of t_i over its layers + R_c + h_{first layer of c}
 
 where F_P is P's fixed per-call cost (the fixed row of a fused table, `coupprof layers
---method fused`; 0 for sliced tables, whose t_i already hold a call's cost each), t_i
-the fused time (time_ms_fused) or the sliced one (time_ms_mean), and R_c the extra
+--method fused`, times its call factor as t_i below; 0 for sliced tables, whose t_i
+already hold a call's cost each), t_i
+the fused time (time_ms_fused; for a CPU table, times its call factor: the mean of its
+whole model's calls back to back over their undisturbed time, `profiler.fused`,
+"Disturbed calls") or the sliced one (time_ms_mean), and R_c the extra
 read-back of the call's outputs at a cut: the fused transfer table's ``readout_ms``
 for its last boundary (`coupprof transfer-matrix --method fused`: an accelerator
 downloads the whole boundary tensor, which the fused layer times, measured with

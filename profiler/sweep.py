@@ -31,8 +31,8 @@ from pathlib import Path
 from typing import Any
 
 from profiler.boards.model import Board, ProcessorSpec
-from profiler.errors import BadInputError, ProfilerError
-from profiler.freq_trace import FreqReader, FreqSampler, FreqTrace, clock_while, freq_reader_for
+from profiler.errors import BadInputError
+from profiler.freq_trace import FreqSampler, FreqTrace, clock_while, open_freq_reader
 from profiler.fused import (
     FusedProfiler,
     FusedSettings,
@@ -316,7 +316,8 @@ class Sweep:
             runner = LayerRunner(job.sliced, executor, hooks=self.hooks, seed=self.settings.seed,
                                  model_name=self.model_path.name)  # hooks: per pair
             prof = self._fused_profiler(proc, executor, job)
-            reader = self._clock_reader(proc, stack, job.progress)
+            reader = open_freq_reader(stack, self.board, proc, self.sysfs_root,
+                                      job.progress.note)
             for pair in pairs:
                 job.progress.pair_started(job.index, pair)
                 t0 = time.perf_counter_ns()
@@ -360,19 +361,6 @@ class Sweep:
                 self._record(job, PairResult(pair, effective, warning, tot, len(rows),
                                              frame_time_ns(timings), time.perf_counter_ns() - t0),
                              energy, fused_info, sampler.trace() if sampler else None)
-
-    def _clock_reader(self, proc: ProcessorSpec, stack: ExitStack,
-                      progress: SweepProgress) -> FreqReader | None:
-        """The processor's clock reader, opened on ``stack`` (None: not sampled)."""
-        reader = freq_reader_for(self.board, proc, self.sysfs_root)
-        if reader is None:
-            return None
-        try:
-            stack.enter_context(reader)
-        except ProfilerError as err:
-            progress.note(f"{proc.letter}'s clock is not sampled: {err}")
-            return None
-        return reader
 
     def _fused_profiler(self, proc: ProcessorSpec, executor: Any, job: _Job,
                         ) -> FusedProfiler | None:
