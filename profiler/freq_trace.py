@@ -87,13 +87,9 @@ class NvmlFreqReader(FreqReader):
         self._handle: Any = None
 
     def open(self) -> None:
-        from profiler.power.sources.nvml import import_pynvml, translate_nvml_error
+        from profiler.power.sources.nvml import init_nvml, translate_nvml_error
 
-        pynvml = import_pynvml()
-        try:
-            pynvml.nvmlInit()
-        except pynvml.NVMLError as err:
-            raise translate_nvml_error(pynvml, err, "initialising NVML", setup=True) from err
+        pynvml = init_nvml()
         self._nvml = pynvml
         try:
             self._handle = pynvml.nvmlDeviceGetHandleByIndex(self.index)

@@ -33,13 +33,23 @@ from profiler.power.sources.base import CounterSource, PowerIntegrator, SourceIn
 UPDATE_INTERVAL_NS = 100_000_000
 
 
-def import_pynvml() -> Any:
+def _import_pynvml() -> Any:
     try:
         import pynvml
     except ImportError as err:
         raise RuntimeUnavailableError("the nvml power source needs the NVML bindings "
                                       "(nvidia-ml-py), which are not installed",
                                       fix="pip install 'coupprof[nvml]'") from err
+    return pynvml
+
+
+def init_nvml() -> Any:
+    """The NVML bindings, initialised (pair with ``nvmlShutdown``); errors translated."""
+    pynvml = _import_pynvml()
+    try:
+        pynvml.nvmlInit()
+    except pynvml.NVMLError as err:
+        raise translate_nvml_error(pynvml, err, "initialising NVML", setup=True) from err
     return pynvml
 
 
@@ -80,11 +90,7 @@ class NvmlSource(CounterSource):
         self._integrator: PowerIntegrator | None = None
 
     def _open_device(self) -> None:
-        pynvml = import_pynvml()
-        try:
-            pynvml.nvmlInit()
-        except pynvml.NVMLError as err:
-            raise translate_nvml_error(pynvml, err, "initialising NVML", setup=True) from err
+        pynvml = init_nvml()
         self._nvml = pynvml
         try:
             count = pynvml.nvmlDeviceGetCount()
