@@ -285,13 +285,23 @@ def run(args: argparse.Namespace) -> int:
         total = args.warmup + args.frames
         run_clock = {letter: FreqSampler(s.reader) for letter, s in table_clock.items()}
         with ExitStack() as sampling:
-            for sampler in run_clock.values():
-                sampling.enter_context(sampler)
+
+            def frames_done(done: int, _total: int) -> None:
+                # the clock over the measured frames: sampling starts once the warm-up is done
+                if done >= args.warmup and run_clock and not sampling_started:
+                    sampling_started.append(True)
+                    for sampler in run_clock.values():
+                        sampling.enter_context(sampler)
+                if bar:
+                    bar("frames", done, total)
+
+            sampling_started: list[bool] = []
+            frames_done(0, total)
             result = run_mapping(sliced, board, MappingRunConfig(
                 mapping, args.mode, frames=args.frames, warmup=args.warmup, freq=plan,
                 governors=govs, queue_depth=args.queue_depth, power=meter, activity=sim_model,
                 seed=args.seed, model_name=model.name, method=method, model_bytes=data,
-                progress=(lambda d, n: bar("frames", d, total)) if bar else None))
+                progress=frames_done))
     run_traces = {letter: s.trace() for letter, s in run_clock.items()}
     pred = None if args.no_predict or layer_costs is None else \
         predict(mapping, args.mode, layer_costs, transfers, plan, method)
