@@ -39,9 +39,8 @@ import numpy as np
 from profiler import zoo
 from profiler.boards.model import ProcessorSpec
 from profiler.executors.cpu import CpuExecutor
-from profiler.fused import FusedProfiler, FusedSettings, trimmed_estimate
+from profiler.fused import FusedSettings, fused_profiler, trimmed_estimate
 from profiler.runner import LayerRunner
-from profiler.slicing.prefix import prefix_models
 from profiler.slicing.slicer import slice_model
 from profiler.tflite.model_io import serialize_model
 from profiler.zoo.emit import draw_constants, to_model
@@ -112,8 +111,7 @@ def fused_vs(data: bytes, executor: CpuExecutor, budget_s: float, window: int,
     sliced = slice_model(data, cache_dir=False)
     settings = FusedSettings(budget_s=budget_s, target_ms=0.001, target_rel=0.01,
                              window=window)
-    prof = FusedProfiler(prefix_models(data, sliced, reduce_above_bytes=None, window=window),
-                         executor, read_outputs=False, model_data=data)
+    prof = fused_profiler(executor, data, sliced, settings)
     runner = LayerRunner(sliced, executor, seed=0)
     whole = executor.load(data, name="whole model")
     for i, x in enumerate(prof.inputs):

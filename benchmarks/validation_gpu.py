@@ -225,11 +225,10 @@ def profile_fused(sliced: Any, board: Any, letter: str, model_path: Path, data: 
     whole model's energy per call, to compare."""
     from profiler.executors import fallback_flags, make_executor
     from profiler.freq_trace import FreqSampler, clock_while, freq_reader_for
-    from profiler.fused import FusedProfiler, FusedSettings, downloads, energy_by_prefix
+    from profiler.fused import FusedSettings, energy_by_prefix, fused_profiler
     from profiler.power.repeat import measure_repeated
     from profiler.results import LayerInfo, LayerRun, RunInfo, environment
     from profiler.runner import LayerRunner
-    from profiler.slicing.prefix import REDUCE_ABOVE_BYTES, prefix_models
     from profiler.tables import run_tables, with_fused, write_tables
     from profiler.tflite.model_io import sha256_bytes
 
@@ -242,10 +241,7 @@ def profile_fused(sliced: Any, board: Any, letter: str, model_path: Path, data: 
     with ex, reader or contextlib.nullcontext():
         runner = LayerRunner(sliced, ex, seed=0, model_name=model_path.name)
         timings = runner.run(frames=frames, warmup=warmup)
-        down = downloads(proc.kind)
-        prof = FusedProfiler(prefix_models(data, sliced,
-                                           reduce_above_bytes=REDUCE_ABOVE_BYTES if down else None),
-                             ex, read_outputs=down, model_name=model_path.name)
+        prof = fused_profiler(ex, data, sliced, settings, model_name=model_path.name)
         visit = (settings.visit_calls, settings.visit_warm)
         before = whole_alone(ex, data, prof.inputs, visit=visit)
         with clock_while(sampler):  # the clock the table is measured at, as `layers` keeps

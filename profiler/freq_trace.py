@@ -89,6 +89,8 @@ class NvmlFreqReader(FreqReader):
     def open(self) -> None:
         from profiler.power.sources.nvml import init_nvml, translate_nvml_error
 
+        if self._nvml is not None:  # already open (`freq_reader_for` opens to probe)
+            return
         pynvml = init_nvml()
         self._nvml = pynvml
         try:
@@ -126,24 +128,40 @@ class GovernorFreqReader(FreqReader):
         return self.governor.read_khz()
 
 
+def _open_nvml_reader(index: int) -> NvmlFreqReader | None:
+    """An open reader of GPU ``index``'s clock, or None without the bindings, a driver,
+    that GPU or a readable clock."""
+    reader = NvmlFreqReader(index)
+    try:
+        reader.open()
+        if reader.read_khz() is not None:
+            return reader
+    except ProfilerError:
+        pass
+    reader.close()
+    return None
+
+
 def nvml_present(index: int = 0) -> bool:
     """Whether NVML's bindings and a driver with GPU ``index`` are here."""
-    try:
-        with NvmlFreqReader(index) as reader:
-            return reader.read_khz() is not None
-    except ProfilerError:
+    reader = _open_nvml_reader(index)
+    if reader is None:
         return False
+    reader.close()
+    return True
 
 
 def freq_reader_for(board: Board, proc: ProcessorSpec,
                     sysfs_root: Path | None = None) -> FreqReader | None:
     """The reader of ``proc``'s clock, by the order in the module docstring; None for a
-    CPU cluster or where nothing can be read."""
+    CPU cluster or where nothing can be read. An NVML reader comes back open (opening it
+    is how NVML's presence is known; opening it again costs nothing): close it, or enter
+    it on a stack."""
     if proc.kind not in ("gpu", "npu"):
         return None
     if proc.governor is None or proc.governor.kind == "none":
-        if proc.accelerator == "gpu" and not board.simulated and nvml_present(0):
-            return NvmlFreqReader(0)
+        if proc.accelerator == "gpu" and not board.simulated:
+            return _open_nvml_reader(0)
         return None
     from governors.factory import make_governor
 

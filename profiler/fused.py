@@ -240,7 +240,7 @@ class FusedResult:
     prefix_read_bytes: list[int] = field(default_factory=list)
     prefix_reduced: list[int] = field(default_factory=list)
     round_ns: np.ndarray | None = field(default=None, repr=False)  # (rounds, n + 1)
-    # the whole model's calls alone: (groups, calls) ns, or each group's fastest (groups,)
+    # the whole model's calls alone: (groups, calls a group) ns
     alone_ns: np.ndarray | None = field(default=None, repr=False)
     whole_alone: Estimate | None = None  # their groups' fastest, trimmed mean (information)
     whole_alone_mean_ms: float | None = None  # every one of those calls, plain mean
@@ -568,8 +568,7 @@ class FusedProfiler:
         settings = replace(settings, window=self.window)  # what the prefixes were cut with
         alone = alone_mean = factor = None
         if alone_ns is not None:
-            fastest = alone_ns.min(axis=1) if alone_ns.ndim == 2 else alone_ns
-            mean, half = trimmed_estimate(fastest)
+            mean, half = trimmed_estimate(alone_ns.min(axis=1))
             alone = Estimate(float(mean), float(half))
             alone_mean = float(alone_ns.mean()) / 1e6
             if self.factor_from_alone and alone.time_ms > 0:
@@ -613,6 +612,22 @@ def default_method(kind: str) -> str:
 PrefixPowers = Callable[[Sequence[Callable[[], int]]], Sequence[float]]
 
 
+def fused_profiler(executor: Executor, data: bytes, sliced: Any, settings: FusedSettings,
+                   *, seed: int = 0, clock: Clock = perf_clock,
+                   model_name: str = "model") -> FusedProfiler:
+    """The prefixes of ``data`` cut as ``sliced``, loaded on the open ``executor``: outputs
+    reduced and read back where the processor downloads them (`downloads`), in windows
+    where ``settings`` asks and the processor allows (`settings_for`)."""
+    from profiler.slicing.prefix import REDUCE_ABOVE_BYTES, prefix_models
+
+    down = downloads(executor.proc.kind)
+    window = settings_for(settings, executor.proc.kind).window
+    prefixes = prefix_models(data, sliced, reduce_above_bytes=REDUCE_ABOVE_BYTES if down else None,
+                             window=window)
+    return FusedProfiler(prefixes, executor, seed=seed, clock=clock, model_name=model_name,
+                         read_outputs=down, model_data=data)
+
+
 def measure_model(executor: Executor, data: bytes, sliced: Any,
                   settings: FusedSettings | None = None, *,
                   progress: Callable[[int, int], None] | None = None, seed: int = 0,
@@ -626,14 +641,9 @@ def measure_model(executor: Executor, data: bytes, sliced: Any,
     `profiler.power.session.PowerSession.call_powers`) adds the energies per call.
 
     Memory: every prefix stays loaded, about n/2 copies of the model's weights."""
-    from profiler.slicing.prefix import REDUCE_ABOVE_BYTES, prefix_models
-
-    down = downloads(executor.proc.kind)
     s = settings_for(settings or FusedSettings(), executor.proc.kind)
-    prefixes = prefix_models(data, sliced, reduce_above_bytes=REDUCE_ABOVE_BYTES if down else None,
-                             window=s.window)
-    prof = FusedProfiler(prefixes, executor, seed=seed, clock=clock, model_name=model_name,
-                         read_outputs=down, model_data=data)
+    prof = fused_profiler(executor, data, sliced, s, seed=seed, clock=clock,
+                          model_name=model_name)
     result = prof.measure(s, progress=progress)
     if prefix_powers is None:
         return result, None

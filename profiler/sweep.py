@@ -37,9 +37,8 @@ from profiler.fused import (
     FusedProfiler,
     FusedSettings,
     default_method,
-    downloads,
     energy_by_prefix,
-    settings_for,
+    fused_profiler,
 )
 from profiler.jsonfile import write_json_atomic
 from profiler.results import LAYER_END, TRANSFER_START, LayerInfo, LayerRun, LayerTimings, RunInfo
@@ -367,16 +366,11 @@ class Sweep:
         """The processor's prefixes, loaded once for all its pairs (None: sliced)."""
         if self.settings.method_for(proc) != "fused":
             return None
-        from profiler.slicing.prefix import REDUCE_ABOVE_BYTES, prefix_models
         from profiler.tflite.model_io import read_model_bytes
 
-        down = downloads(proc.kind)
-        data = read_model_bytes(self.model_path)
-        prefixes = prefix_models(data, job.sliced,
-                                 reduce_above_bytes=REDUCE_ABOVE_BYTES if down else None,
-                                 window=settings_for(self.settings.fused, proc.kind).window)
-        return FusedProfiler(prefixes, executor, seed=self.settings.seed, read_outputs=down,
-                             model_name=self.model_path.name, model_data=data)
+        return fused_profiler(executor, read_model_bytes(self.model_path), job.sliced,
+                              self.settings.fused, seed=self.settings.seed,
+                              model_name=self.model_path.name)
 
     def _set_level(self, job: _Job, pair: Pair, gov: Any) -> tuple[int | None, str | None]:
         """Set the pair's level (if it has one) and wait until it is in effect: the

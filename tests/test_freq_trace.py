@@ -135,6 +135,7 @@ def test_readers_per_processor() -> None:
         assert (r is not None) == nvml_present()
         if r is not None:
             assert r.source == "nvml:0 SM clock"
+            r.close()  # it comes back open
 
 
 def cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:

@@ -284,18 +284,19 @@ def run(args: argparse.Namespace) -> int:
             notes.append("transfers measured just before the run")
         total = args.warmup + args.frames
         run_clock = {letter: FreqSampler(s.reader) for letter, s in table_clock.items()}
+        sampling_started = False
         with ExitStack() as sampling:
 
             def frames_done(done: int, _total: int) -> None:
                 # the clock over the measured frames: sampling starts once the warm-up is done
-                if done >= args.warmup and run_clock and not sampling_started:
-                    sampling_started.append(True)
+                nonlocal sampling_started
+                if done >= args.warmup and not sampling_started:
+                    sampling_started = True
                     for sampler in run_clock.values():
                         sampling.enter_context(sampler)
                 if bar:
                     bar("frames", done, total)
 
-            sampling_started: list[bool] = []
             frames_done(0, total)
             result = run_mapping(sliced, board, MappingRunConfig(
                 mapping, args.mode, frames=args.frames, warmup=args.warmup, freq=plan,
