@@ -174,3 +174,13 @@ def add_host_freq_option(p: argparse.ArgumentParser) -> None:
                    "in the board profile; 1-based, or min / max). A GPU's layer times move "
                    "with it (ARM-CO-UP's Freq_Host). Default: leave it alone; the level "
                    "found is recorded in the host_level / host_freq_khz columns either way")
+
+
+def add_queue_depth_option(p: argparse.ArgumentParser) -> None:
+    """--queue-depth: how many frames wait between Pipeline-mode stages (run and predict)."""
+    from profiler.queueing import QUEUE_DEPTH
+
+    p.add_argument("--queue-depth", type=positive_int, default=QUEUE_DEPTH, metavar="N",
+                   help="pipeline: frames each queue between stages holds; every queue before "
+                   "the slowest stage fills, so a frame's latency waits behind them "
+                   f"(default: {QUEUE_DEPTH})")

@@ -35,7 +35,9 @@ one `coupprof predict` gives for the same tables:
   model's choice.
 - pipeline: one level per domain (set once, no transition cost); stage time = its fixed
   cost + its read-back at the cut after it + sum of its (t_i + h_i); throughput = 1000 /
-  slowest stage; energy as predict's pipeline formula.
+  slowest stage; latency = the steady state's, waiting in the full queues (of
+  `coupprof run`'s default depth) before the slowest stage (`profiler.queueing`); energy
+  as predict's pipeline formula.
 """
 
 from __future__ import annotations
@@ -46,6 +48,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from profiler.errors import BadInputError
+from profiler.queueing import QUEUE_DEPTH, steady_latency_ms
 
 INF = math.inf
 
@@ -294,7 +297,7 @@ def evaluate(t: CostTables, c: Candidate) -> Evaluation:
         if e_mj:
             energy = sum(e_mj) + sum(he) + idle * (d_total + sum(per_call.values())) + fixed_x
     else:
-        latency = serial
+        latency = steady_latency_ms(stage_ms, QUEUE_DEPTH)
         slowest = max(stage_ms)
         fps = 1000.0 / slowest if slowest > 0 else INF
         if e_mj:
@@ -353,6 +356,7 @@ def row(t: CostTables, ev: Evaluation, rank: int, board: str = "", model: str = 
             "throughput_fps": ev.throughput_fps, "energy_mj": ev.energy_mj,
             "fps_per_w": ev.fps_per_w, "dvfs_delay_ms": ev.dvfs_delay_ms,
             "slowest_stage_ms": max(ev.stage_ms), "stages": len(ev.stage_ms),
+            "stage_ms": ";".join(f"{x:.6g}" for x in ev.stage_ms),
             "energy_upper_bound": ev.energy_upper_bound,
             "missing_transfers": ";".join(ev.missing),
             "command": run_command(t, c, board, model)}

@@ -103,6 +103,7 @@ from profiler.mapping import (
     pipeline_conflicts,
 )
 from profiler.power.session import PowerSession, StreamCapture
+from profiler.queueing import QUEUE_DEPTH
 from profiler.results import LAYER_END, LAYER_START, TRANSFER_END, TRANSFER_START
 from profiler.stage_process import StageProcess, StageReady, StageSpec
 from profiler.transfer import Activity, NoActivity, model_inputs
@@ -205,7 +206,7 @@ class MappingRunConfig:
     # DVFS domain letter -> governor, for per-layer SPECs (requests only; per-processor
     # levels are the caller's to set before, with read-back).
     governors: dict[str, Any] = field(default_factory=dict)
-    queue_depth: int = 2  # frames each queue between stages holds
+    queue_depth: int = QUEUE_DEPTH  # frames each queue between stages holds
     seed: int = 0  # of the default random input
     inputs: FrameInputs | None = None  # frame -> {model input tensor: array}; default: seeded
     keep_outputs: bool = False  # keep every measured frame's model outputs (tests compare)

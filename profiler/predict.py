@@ -33,8 +33,11 @@ throughput = 1000 / latency.
 
 **Pipeline mode** (AutoDiCE's model): stage k's time S_k = sum of its calls' C_c, so
 the hand-over into a stage is charged to the stage that receives it; throughput =
-1000 / max_k S_k (the slowest stage sets the pace); latency without queueing =
-sum_k S_k.
+1000 / max_k S_k (the slowest stage sets the pace). Latency counts the waiting: stages
+are joined by queues of Q frames (`coupprof run --queue-depth`), so every queue before
+the slowest stage b fills and a frame's latency is b (Q + 1) S_b + sum_{k >= b} S_k in
+the steady state, or the mean over a run of N frames that starts empty
+(`profiler.queueing`); the serial sum sum_k S_k when the first stage is the slowest.
 
 **Energy per frame**: Switch: sum_i e_i + sum_c E(F_c) + sum_i E(h_i), where E(F_c) is the
 fixed row's energy (its power x F, when the table has it; else the idle baseline
@@ -70,6 +73,7 @@ from profiler.executors.worker import ProcessorWorker
 from profiler.freq_trace import FreqSampler, FreqTrace, clock_while
 from profiler.mapping import Call, FreqPlan, Mapping, calls
 from profiler.power.session import MarkerHooks, PowerSession, StreamCapture
+from profiler.queueing import QUEUE_DEPTH, pipeline_latency_ms
 from profiler.transfer import Activity, NoActivity, measure_transfer_matrix
 
 T = TypeVar("T")
@@ -186,6 +190,10 @@ class Prediction:
     calls: list[Call] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     call_ms: list[float] = field(default_factory=list)  # per call: fixed + layers + read-back
+    # Pipeline mode: the queues the latency waits in, and the run it is the mean over
+    queue_depth: int | None = None
+    frames: int | None = None  # None: the steady state
+    queue_wait_ms: float = 0.0  # of latency_ms, waiting in queues (latency - serial sum)
 
     @property
     def bottleneck(self) -> StagePrediction:
@@ -193,7 +201,8 @@ class Prediction:
 
     def to_dict(self) -> dict[str, Any]:
         return {"mode": self.mode, "order": self.order, "method": self.method,
-                "latency_ms": self.latency_ms,
+                "latency_ms": self.latency_ms, "queue_wait_ms": self.queue_wait_ms,
+                "queue_depth": self.queue_depth, "latency_frames": self.frames,
                 "throughput_fps": self.throughput_fps, "energy_mj": self.energy_mj,
                 "energy_note": self.energy_note, "missing_transfers": self.missing,
                 "notes": self.notes,
@@ -216,9 +225,11 @@ def _transfer(transfers: pd.DataFrame | None, b: int, src: str, dst: str) -> pd.
 
 def predict(mapping: Mapping, mode: str, layers: LayerCosts,
             transfers: pd.DataFrame | None = None, freq: FreqPlan | None = None,
-            method: str = "fused") -> Prediction:
+            method: str = "fused", queue_depth: int = QUEUE_DEPTH,
+            frames: int | None = None) -> Prediction:
     """Latency, throughput and energy of `mapping` in `mode`, executed by `method`'s
-    calls (see the module docstring)."""
+    calls (see the module docstring). Pipeline latency waits in queues of `queue_depth`
+    frames: the mean over a run of `frames` that starts empty (None: the steady state)."""
     if mode not in ("switch", "pipeline"):
         raise BadInputError(f"--mode {mode!r} is not switch or pipeline")
     run_calls = calls(mapping, freq, method)
@@ -281,7 +292,8 @@ def predict(mapping: Mapping, mode: str, layers: LayerCosts,
         latency, fps = serial_ms, 1000.0 / serial_ms if serial_ms > 0 else math.inf
     else:
         slowest = max(s.time_ms for s in stages)
-        latency, fps = serial_ms, 1000.0 / slowest if slowest > 0 else math.inf
+        latency = pipeline_latency_ms([s.time_ms for s in stages], queue_depth, frames)
+        fps = 1000.0 / slowest if slowest > 0 else math.inf
     extra_ms = [f + r for f, r in zip(fixed_c, readout_c, strict=True)]
     extra_mj = [None if e is None else e + 0.0 for e in fixed_e]
     energy, note = _energy(mode, order, e_mj, dyn_mj, te_mj, t_ms, h_ms, fps, layers,
@@ -304,8 +316,12 @@ def predict(mapping: Mapping, mode: str, layers: LayerCosts,
                          "priced at a per-call cost per layer (measure --method fused)")
     call_ms = [x + sum(t_ms[i] for i in c.layers)
                for c, x in zip(run_calls, extra_ms, strict=True)]
+    pipeline = mode == "pipeline"
     return Prediction(mode, order, latency, fps, stages, t_ms, h_ms, energy, note, missing,
-                      method, run_calls, notes, call_ms)
+                      method, run_calls, notes, call_ms,
+                      queue_depth=queue_depth if pipeline else None,
+                      frames=frames if pipeline else None,
+                      queue_wait_ms=max(latency - serial_ms, 0.0) if pipeline else 0.0)
 
 
 def _num(v: Any) -> float | None:
@@ -736,9 +752,8 @@ def mapping_transfers(sliced: Any, board: Board, mapping: Mapping, *,
 
 def compare(pred: Prediction, run: Any) -> pd.DataFrame:
     """Rows of metric, predicted, measured, error_pct (measured vs predicted)."""
-    lat = "latency_ms" if pred.mode == "switch" else "latency_ms (predicted without queueing)"
     rows: list[tuple[str, float, float | None]] = [
-        (lat, pred.latency_ms, float(run.latency_ns.mean()) / 1e6),
+        ("latency_ms", pred.latency_ms, float(run.latency_ns.mean()) / 1e6),
         ("throughput_fps", pred.throughput_fps, float(run.throughput_fps)),
     ]
     busy = run.stage_busy_ns.mean(axis=0) / 1e6

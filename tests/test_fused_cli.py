@@ -130,6 +130,19 @@ def test_predict_from_fused_tables_charges_one_fixed_cost_per_stage(g_run: Path)
     assert st_b["fixed_ms"] == 0.0
     assert st_b["compute_ms"] == pytest.approx(b.time_ms_mean.iloc[2:].sum())
     assert pred["latency_ms"] == pytest.approx(st_g["time_ms"] + st_b["time_ms"])
+    # Pipeline: the latency waits in the queue before the slowest stage (here G, second);
+    # queues of 3, a run of 4 frames from empty.
+    r = cli("predict", "--order", "BGGG", "--mode", "pipeline", "--layers", "g.csv,b.csv",
+            "--queue-depth", "3", "--frames", "4", "--json", "pipe.json", cwd=g_run)
+    assert r.returncode == 0, r.stderr
+    pipe = json.loads((g_run / "pipe.json").read_text())
+    s_b, s_g = (st["time_ms"] for st in pipe["stages"])
+    assert s_g > s_b  # frame k, taken by B at k S_B, is done at S_B + (k + 1) S_G
+    want = sum(s_b + (k + 1) * s_g - k * s_b for k in range(4)) / 4
+    assert pipe["latency_ms"] == pytest.approx(want)
+    assert (pipe["queue_depth"], pipe["latency_frames"]) == (3, 4)
+    assert f"{pipe['queue_wait_ms']:.3f} ms of it waiting in queues of 3 frames" in \
+        " ".join(r.stdout.split())
 
 
 def test_predict_prices_a_fused_cpu_tables_calls_at_its_call_factor(tmp_path: Path) -> None:

@@ -89,6 +89,8 @@ def test_pipeline_throughput_is_set_by_the_slowest_stage(tables) -> None:
     assert p.stages[1].transfer_ms == pytest.approx(0.76)  # the B>G hand-over is G's
     assert p.bottleneck.index == 0
     assert p.throughput_fps == pytest.approx(1000 / 3.25)
+    # The first stage is the slowest: no frame waits, the latency is the serial sum.
+    assert p.latency_ms == pytest.approx(3.25 + 2.26) and p.queue_wait_ms == pytest.approx(0)
     # Overlapping stages: dynamic energies + dynamic hand-over energies (measured minus the
     # baseline over their time; 0 where only the baseline is known) + idle power over one
     # period.
@@ -241,6 +243,18 @@ def test_fused_tables_price_one_fixed_cost_per_call_and_the_read_back_at_a_cut(
     assert q.stages[0].time_ms == pytest.approx(1.0 + 0.5 + 0.25 + 0.05)
     assert q.stages[1].time_ms == pytest.approx(0.01 + 2.9 + 3.9 + 0.9)
     assert q.throughput_fps == pytest.approx(1000 / (0.01 + 2.9 + 3.9 + 0.9))
+    # B, second, is the slowest: in the steady state a frame G takes finds queue 1 full
+    # (2 frames) and one in B ahead of it: 3 B periods of waiting, then its own B stage.
+    s_g, s_b = 1.0 + 0.5 + 0.25 + 0.05, 0.01 + 2.9 + 3.9 + 0.9
+    assert q.latency_ms == pytest.approx(3 * s_b + s_b)
+    assert q.queue_wait_ms == pytest.approx(3 * s_b + s_b - s_g - s_b)
+    assert predict(Mapping("GGBB"), "pipeline", costs, transfers,
+                   queue_depth=1).latency_ms == pytest.approx(2 * s_b + s_b)
+    # A run of 3 frames from empty (queue 1 never full yet): G takes frame k at k S_G, B
+    # finishes it at S_G + (k + 1) S_B.
+    lat = [s_g + (k + 1) * s_b - k * s_g for k in range(3)]
+    assert predict(Mapping("GGBB"), "pipeline", costs, transfers,
+                   frames=3).latency_ms == pytest.approx(sum(lat) / 3)
     # Sliced execution of the same tables: every layer is a call and pays a fixed row.
     s = predict(Mapping("BBGG"), "switch", costs, transfers, method="sliced")
     assert len(s.calls) == 4 and [st.fixed_ms for st in s.stages] == pytest.approx([0.02, 2.0])

@@ -129,3 +129,32 @@ def test_a_prediction_from_a_table_that_knows_its_whole_model_poorly_says_so() -
             assert f"+-{100 * tot['whole_ms_ci95'] / tot['whole_ms']:.1f} %" in said[0]
     if DIR == REPO_ROOT / "data" / "validation":
         assert noted >= 2
+
+
+PIPELINE_RUNS = sorted(DIR.rglob("run-*pipeline*.json")) if DIR.is_dir() else []
+
+
+@pytest.mark.skipif(not PIPELINE_RUNS, reason=f"no pipeline runs under {DIR}")
+def test_the_queueing_model_gives_each_recorded_pipelines_latency() -> None:
+    """Every recorded multi-stage Pipeline run whose stages set its pace (its FPS within
+    5 % of 1000 / its slowest measured stage): `profiler.queueing` on the run's own mean
+    stage times, its frames and queue depth, gives its measured mean latency within 10 %
+    (data/validation/pipeline_latency.py prints them all; on the committed H100 runs
+    the worst is 5.4 %, and the serial sum the predictions used before missed by up to
+    79 %, frames waiting in the full queues before the slowest stage)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(
+        "pipeline_latency", REPO_ROOT / "data" / "validation" / "pipeline_latency.py")
+    assert spec is not None and spec.loader is not None
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    checked = waited = 0
+    for r in script.runs(DIR):
+        if not r["paced"] or r["stages"] < 2:
+            continue
+        checked += 1
+        assert r["own_stages_ms"] == pytest.approx(r["measured_ms"], rel=0.10), r
+        waited += r["measured_ms"] > 1.5 * r["serial_ms"]
+    if DIR == REPO_ROOT / "data" / "validation":
+        assert checked >= 25 and waited >= 10, (checked, waited)

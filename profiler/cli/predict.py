@@ -6,8 +6,9 @@
     coupprof predict --single --layers rk/MobileV1/layers.csv --freq max --board rk3399pro
 
 Switch latency = calls (a fixed per-call cost each, with fused tables) + layers +
-hand-overs; Pipeline throughput = 1 / slowest stage (hand-overs included); energy per
-frame. `--method` says how `coupprof run` executes the mapping (fused, the default: a
+hand-overs; Pipeline throughput = 1 / slowest stage (hand-overs included), and its
+latency waits in the queues before the slowest stage (--queue-depth, --frames); energy
+per frame. `--method` says how `coupprof run` executes the mapping (fused, the default: a
 stage is one call). The maths is in profiler/predict.py.
 """
 
@@ -22,7 +23,12 @@ from rich import box
 from rich.table import Table
 
 from profiler.cli import command_help
-from profiler.cli_options import add_board_args, stdout_console
+from profiler.cli_options import (
+    add_board_args,
+    add_queue_depth_option,
+    positive_int,
+    stdout_console,
+)
 
 
 def register(subparsers: Any) -> None:
@@ -32,7 +38,8 @@ def register(subparsers: Any) -> None:
         description="From layer tables (`coupprof layers --csv`, one per processor) and a "
         "transfer table (`coupprof transfer-matrix --csv`), predict a mapping: Switch "
         "latency = sum of layer times + hand-overs (transfers where the processor "
-        "changes); Pipeline throughput = 1 / the slowest stage, its hand-over included; "
+        "changes); Pipeline throughput = 1 / the slowest stage, its hand-over included, "
+        "and latency = the stages plus the wait in the full queues before the slowest; "
         "energy per frame where the tables have energy. The order's length must equal the "
         "tables' layer count. --single predicts every processor the tables cover with all "
         "layers on it, and names the fastest.",
@@ -58,6 +65,11 @@ def register(subparsers: Any) -> None:
     p.add_argument("--method", choices=("fused", "sliced"), default="fused",
                    help="how the mapping is executed (as `coupprof run --method`): fused, each "
                    "stage one call (default); sliced, one call per layer")
+    add_queue_depth_option(p)
+    p.add_argument("--frames", type=positive_int, default=None, metavar="N",
+                   help="pipeline: the mean latency over a run of N frames that starts "
+                   "empty, as `coupprof run --frames N` measures it (default: the steady "
+                   "state, every queue before the slowest stage full)")
     p.add_argument("--json", type=Path, default=None, help="also write the prediction as JSON")
     p.set_defaults(func=run)
 
@@ -93,7 +105,8 @@ def run(args: argparse.Namespace) -> int:
             f"add `coupprof layers --processor {missing[0]} --csv ...` to --layers")
     plan = parse_freq(args.freq, mapping, board) if board is not None else None
     transfers = read_transfer_csv(args.transfers) if args.transfers else None
-    pred = predict(mapping, args.mode, costs, transfers, plan, args.method)
+    pred = predict(mapping, args.mode, costs, transfers, plan, args.method,
+                   queue_depth=args.queue_depth, frames=args.frames)
 
     t = Table(title=f"{mapping.compact} in {args.mode} mode (predicted)", box=box.SIMPLE_HEAD,
               title_justify="left")
@@ -112,8 +125,10 @@ def run(args: argparse.Namespace) -> int:
                   _f(st.compute_ms), _f(st.transfer_ms), _f(st.time_ms) + mark)
     console = stdout_console()
     console.print(t)
+    over = f"over {args.frames} frames from empty" if args.frames else "steady state"
     lines = [f"latency {pred.latency_ms:.3f} ms"
-             + (" (without queueing)" if args.mode == "pipeline" else ""),
+             + (f" ({pred.queue_wait_ms:.3f} ms of it waiting in queues of "
+                f"{args.queue_depth} frames; {over})" if args.mode == "pipeline" else ""),
              f"throughput {pred.throughput_fps:.2f} FPS"
              + (f" (slowest stage {slow}, {pred.stages[slow].processor})"
                 if args.mode == "pipeline" else "")]

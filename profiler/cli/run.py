@@ -35,6 +35,7 @@ from profiler.cli import command_help
 from profiler.cli_options import (
     add_method_options,
     add_multi_processor_options,
+    add_queue_depth_option,
     nonneg_int,
     positive_int,
     stdout_console,
@@ -89,8 +90,7 @@ def register(subparsers: Any) -> None:
                    help="measured frames (default: 50)")
     p.add_argument("--warmup", type=nonneg_int, default=5,
                    help="unrecorded warm-up frames first (default: 5)")
-    p.add_argument("--queue-depth", type=positive_int, default=2,
-                   help="frames each queue between stages holds (default: 2)")
+    add_queue_depth_option(p)
     p.add_argument("--layers", default=None, metavar="CSV|DIR[,...]",
                    help="layer tables from `coupprof layers`, or a `coupprof sweep` "
                    "directory, for the prediction (default: measure each layer on its "
@@ -305,7 +305,8 @@ def run(args: argparse.Namespace) -> int:
                 progress=frames_done))
     run_traces = {letter: s.trace() for letter, s in run_clock.items()}
     pred = None if args.no_predict or layer_costs is None else \
-        predict(mapping, args.mode, layer_costs, transfers, plan, method)
+        predict(mapping, args.mode, layer_costs, transfers, plan, method,
+                queue_depth=args.queue_depth, frames=args.frames)
     if pred is not None:
         notes += pred.notes
     if pred is not None and pred.missing:
@@ -316,7 +317,9 @@ def run(args: argparse.Namespace) -> int:
         fb = [str(i) for i, f in enumerate(result.fallback) if f]
         notes.append(f"CPU fallback in layer(s) {', '.join(fb)}")
     if args.mode == "pipeline":
-        notes.append("* slowest stage; predicted latency assumes no queueing")
+        notes.append(f"* slowest stage; the predicted latency waits in queues of "
+                     f"{args.queue_depth} frames (the mean over {args.frames} frames from an "
+                     "empty pipeline)")
         apart = [st for st in mapping.stages if "process" in result.executors.get(st.index, {})]
         kept = [st for st in mapping.stages if board.processor(st.processor).accelerator
                 and st not in apart]
