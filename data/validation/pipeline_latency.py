@@ -49,7 +49,7 @@ def main() -> None:
     def err(x: float, m: float) -> str:
         return f"{(x - m) / m * 100:+.1f} %"
 
-    print("| run | measured ms | serial (then) | queued (now) | queued, own stages | paced |")
+    print("| run | measured ms | serial sum of predicted stages | queued (now) | queued, own stages | paced |")
     print("|---|---|---|---|---|---|")
     for r in runs(Path(__file__).parent):
         m = float(r["measured_ms"])  # type: ignore[arg-type]
