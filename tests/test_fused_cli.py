@@ -180,3 +180,37 @@ def test_sweep_measures_a_cpu_in_windows(tmp_path: Path) -> None:
     assert b["fused"]["settings"]["window"] == 4 and "segments of 4" in b["fused"]["scheme"]
     df = pd.read_csv(tmp_path / "sw" / "sweep.csv")
     assert len(df) == 15 and df.time_ms_fused.notna().all()
+
+
+def test_run_raw_writes_each_frames_calls_and_latency_beside_its_prediction(g_run: Path) -> None:
+    """`run --raw`: one row per frame and call with the raw timestamps; each frame's
+    latency is its first hand-over to its completion, and beside it the frame's predicted
+    latency (Pipeline: the queues filling from an empty pipeline), whose mean is the
+    run's prediction."""
+    from profiler.queueing import frame_latencies_ms
+
+    if not (g_run / "b.csv").exists():
+        r = cli("layers", "--board", "sim", "--processor", "B", "--freq", "5", "--frames", "3",
+                "--warmup", "1", "--cuts", "6,12,18", "--power", "none", "--csv", "b.csv",
+                cwd=g_run)
+        assert r.returncode == 0, r.stderr
+    r = cli("run", "--board", "sim", "--cuts", "6,12,18", "--order", "BGGG", "--mode",
+            "pipeline", "--freq", "5", "--layers", "g.csv,b.csv", "--frames", "6", "--warmup",
+            "1", "--power", "none", "--raw", "--csv", "raw.csv", cwd=g_run)
+    assert r.returncode == 0, r.stderr
+    df = pd.read_csv(g_run / "raw.csv")
+    fr = df[df.kind == "frame"]
+    assert len(fr) == 6 * 2 and sorted(set(fr.frame)) == list(range(6))  # 2 calls a frame
+    first = fr[fr.call == 0].set_index("frame")
+    last = fr[fr.call == 1].set_index("frame")
+    assert (first.done_ns == last.done_ns).all()
+    assert first.latency_ms.to_numpy() == pytest.approx(
+        (first.done_ns - first.transfer_start_ns).to_numpy() / 1e6)
+    assert (fr.end_ns >= fr.start_ns).all() and (fr.start_ns >= fr.transfer_end_ns).all()
+    assert last.time_ms.to_numpy() == pytest.approx((last.end_ns - last.start_ns).to_numpy() / 1e6)
+    pred = json.loads((g_run / "raw.json").read_text())["prediction"]
+    want = frame_latencies_ms([st["time_ms"] for st in pred["stages"]], 2, 6)
+    assert first.predicted_latency_ms.to_numpy() == pytest.approx(want)
+    summary = df[df.kind == "summary"].set_index("metric")
+    assert summary.loc["latency_ms_mean", "predicted"] == pytest.approx(sum(want) / 6)
+    assert summary.loc["latency_ms_mean", "measured"] == pytest.approx(first.latency_ms.mean())

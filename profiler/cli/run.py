@@ -98,6 +98,9 @@ def register(subparsers: Any) -> None:
     p.add_argument("--transfers", type=Path, default=None, metavar="CSV",
                    help="transfer table from `coupprof transfer-matrix` (default: measure "
                    "the mapping's hand-overs first)")
+    p.add_argument("--raw", action="store_true",
+                   help="also write one CSV row per frame and call (kind frame) with raw "
+                   "timestamps, and each frame's latency beside its predicted one")
     p.add_argument("--no-predict", action="store_true",
                    help="only measure the mapping; skip the prediction")
     p.add_argument("--profile-frames", type=positive_int, default=20,
@@ -194,6 +197,37 @@ def tables(run: Any, pred: Any, sliced: Any) -> tuple[pd.DataFrame, pd.DataFrame
     summ_rows = [{"kind": "summary", "metric": m, "measured": v,
                   "predicted": pv, "error_pct": _err(pv, v)} for m, v, pv in summary]
     return pd.DataFrame(layer_rows), pd.DataFrame(stage_rows), pd.DataFrame(summ_rows)
+
+
+def frame_rows(run: Any, pred: Any) -> pd.DataFrame:
+    """`--raw`: one row per frame and call (``kind = "frame"``) with the raw timestamps, as
+    `coupprof layers --raw` writes them, and the frame's latency beside the predicted one
+    (Pipeline mode: the frame's own, waiting in queues that fill from an empty pipeline)."""
+    from profiler.queueing import frame_latencies_ms
+    from profiler.results import LAYER_END, LAYER_START, TRANSFER_END, TRANSFER_START
+
+    n, ts = run.frames, run.ts_ns
+    if pred is None:
+        want = [math.nan] * n
+    elif run.mode == "pipeline":
+        want = frame_latencies_ms([st.time_ms for st in pred.stages], run.queue_depth, n)
+    else:
+        want = [pred.latency_ms] * n
+    rows = []
+    for f in range(n):
+        for c in run.calls:
+            t = ts[f, c.index]
+            rows.append({
+                "kind": "frame", "frame": f, "call": c.index, "stage": c.stage,
+                "processor": c.processor, "first_layer": c.first, "last_layer": c.last,
+                "time_ms": (t[LAYER_END] - t[LAYER_START]) / 1e6,
+                "transfer_ms": (t[TRANSFER_END] - t[TRANSFER_START]) / 1e6,
+                "start_ns": int(t[LAYER_START]), "end_ns": int(t[LAYER_END]),
+                "transfer_start_ns": int(t[TRANSFER_START]),
+                "transfer_end_ns": int(t[TRANSFER_END]), "done_ns": int(run.done_ns[f]),
+                "latency_ms": float(run.latency_ns[f]) / 1e6, "predicted_latency_ms": want[f],
+            })
+    return pd.DataFrame(rows)
 
 
 def render(run: Any, pred: Any, stages: pd.DataFrame, summ: pd.DataFrame, title: str,
@@ -364,7 +398,8 @@ def run(args: argparse.Namespace) -> int:
         console.print(t)
 
     json_path = args.json or Path(csv_path).with_suffix(".json")
-    df = pd.concat([summ_df, stage_df, layer_df], ignore_index=True)
+    df = pd.concat([summ_df, stage_df, layer_df,
+                    *([frame_rows(result, pred)] if args.raw else [])], ignore_index=True)
     sidecar = {
         "format": SIDECAR_FORMAT, "csv": Path(csv_path).name, "board": board.name,
         "simulated": board.simulated, "model_path": str(model.resolve()),
