@@ -181,6 +181,31 @@ def test_plot_pareto_from_explore_csv(tables_dir: Path) -> None:
     assert bad.returncode == 2 and "needed by the pareto plot" in bad.stderr
 
 
+def test_a_pipeline_rows_latency_waits_in_the_queues_before_its_slowest_stage(
+        tables_dir: Path) -> None:
+    """Explore's pipeline rows keep their stage times; the row's latency is the steady
+    state's behind `coupprof run`'s queues, and `--measure` compares a run of N frames with
+    the mean over N frames from an empty pipeline."""
+    from profiler.cli.explore import _latency_over
+    from profiler.queueing import QUEUE_DEPTH, pipeline_latency_ms, steady_latency_ms
+
+    # B1G2 and G1B2: in one of them the slower processor's stage comes second
+    cli(*INPUTS, "--mode", "pipeline", "--compare", "B1G2", "--compare", "G1B2", "--csv",
+        "q.csv", cwd=tables_dir)
+    rows = pd.read_csv(tables_dir / "q.csv")
+    waited = 0
+    for _, r in rows.iterrows():
+        stage_ms = [float(x) for x in str(r["stage_ms"]).split(";")]
+        assert len(stage_ms) == r["stages"] and max(stage_ms) == pytest.approx(
+            r["slowest_stage_ms"], rel=1e-5)
+        assert r["latency_ms"] == pytest.approx(steady_latency_ms(stage_ms, QUEUE_DEPTH),
+                                                rel=1e-5)
+        waited += r["latency_ms"] > sum(stage_ms) * (1 + 1e-5)
+        assert _latency_over(dict(r), 7) == pytest.approx(
+            pipeline_latency_ms(stage_ms, QUEUE_DEPTH, 7), rel=1e-9)
+    assert waited >= 1  # a point whose slowest stage is not its first
+
+
 def test_top_levels_and_given_mappings(tables_dir: Path) -> None:
     """--levels max keeps each processor's top level (ARM-CO-UP Table 8's setting);
     --compare costs a given mapping on the same tables, as `coupprof predict` would."""
