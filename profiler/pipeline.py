@@ -123,6 +123,15 @@ class _Msg:
     sent_ns: int = 0  # when it had read its tensors out and was about to put the message
 
 
+@dataclass(frozen=True)
+class ProcessHandover:
+    """A stage run in its own process: the time its thread spends handing each frame to
+    the process and taking the results back, beyond the process's own work (`_ApartStage`)."""
+
+    warmup_ms: float | None  # median over the warm-up frames after the first (None: < 2)
+    measured_ms: float  # mean over the measured frames
+
+
 @dataclass
 class MappedRun:
     """What a Switch or Pipeline run measured (warm-up frames excluded)."""
@@ -139,6 +148,8 @@ class MappedRun:
     max_in_flight: int
     queue_depth: int
     energy_mj: float | None = None  # per frame, when a power source measured the run
+    # stage -> its hand-over to its own process and back, per frame (stages run apart only)
+    process_handover: dict[int, ProcessHandover] = field(default_factory=dict)
     stage_cpu_ns: np.ndarray | None = None  # (frames, stages): stage threads' host CPU time
     outputs: dict[int, dict[int, np.ndarray]] = field(default_factory=dict)  # frame -> outputs
     # Streaming sources only:
@@ -328,6 +339,8 @@ class _StageThread(threading.Thread):
         self.ts: dict[int, np.ndarray] = {}  # frame -> (calls, 4) timestamps
         self.busy: dict[int, tuple[int, int, int]] = {}  # frame -> start, read-out start, end
         self.cpu: dict[int, int] = {}  # frame -> this thread's CPU time on it (ns)
+        # frame -> a stage in its own process: handing the frame to it and back (ns)
+        self.handover: dict[int, int] = {}
         self.freq, self.governors, self.clock = config.freq, config.governors, config.clock
         self.model_name = config.model_name
         self.activity = config.activity or NoActivity()
@@ -494,13 +507,19 @@ class _ApartStage(_StageThread):
                 self.q_out.put(_STOP)
                 return
             self.seen.append(msg.frame)
+            taken = clock()
             made, done = self.remote.run_frame(msg.frame, msg.tensors, msg.ready_ns)
             out = {idx: made[idx] if idx in made else msg.tensors[idx]
                    for idx in plan.forwards}
+            back = clock()
             self.ts[msg.frame] = np.array(done.rows, dtype=np.int64)
             self.busy[msg.frame] = done.busy
             self.cpu[msg.frame] = done.cpu_ns
-            self.q_out.put(_Msg(msg.frame, out, done.rows[-1][3], clock()))
+            # This thread holds the frame from `taken` to `back`; the child works from no
+            # earlier than `taken` to its read-out's end: the rest is the hand-over.
+            start, _, end = done.busy
+            self.handover[msg.frame] = (back - taken) - (end - max(start, taken))
+            self.q_out.put(_Msg(msg.frame, out, done.rows[-1][3], back))
 
 
 def _no_executor() -> Executor:
@@ -778,6 +797,13 @@ def _result(config: MappingRunConfig, stages: _Stages, driver: _Driver,
     fallback: list[bool | None] = []
     for t in stages.threads:
         fallback += t.fallbacks()
+    handover = {}
+    for k, t in enumerate(stages.threads):
+        if t.handover:
+            warm = [t.handover[f] for f in range(1, config.warmup) if f in t.handover]
+            handover[k] = ProcessHandover(
+                float(np.median(warm)) / 1e6 if warm else None,
+                float(np.mean([t.handover[f] for f in measured])) / 1e6)
     run = MappedRun(
         mode=config.mode, mapping=config.mapping, ts_ns=all_ts, stage_busy_ns=stage_busy,
         stage_readout_ns=stage_read, stage_cpu_ns=stage_cpu,
@@ -788,7 +814,7 @@ def _result(config: MappingRunConfig, stages: _Stages, driver: _Driver,
         seen=[list(t.seen) for t in stages.threads], max_in_flight=driver.max_in_flight,
         queue_depth=config.queue_depth, energy_mj=energy.per_frame_mj,
         outputs={f: driver.outputs[f] for f in measured if f in driver.outputs},
-        method=config.method, calls=run_calls,
+        method=config.method, calls=run_calls, process_handover=handover,
     )
     if energy.capture is not None:
         run.power_error = energy.capture_error
