@@ -123,15 +123,6 @@ class _Msg:
     sent_ns: int = 0  # when it had read its tensors out and was about to put the message
 
 
-@dataclass(frozen=True)
-class ProcessHandover:
-    """A stage run in its own process: the time its thread spends handing each frame to
-    the process and taking the results back, beyond the process's own work (`_ApartStage`)."""
-
-    warmup_ms: float | None  # median over the warm-up frames after the first (None: < 2)
-    measured_ms: float  # mean over the measured frames
-
-
 @dataclass
 class MappedRun:
     """What a Switch or Pipeline run measured (warm-up frames excluded)."""
@@ -148,8 +139,10 @@ class MappedRun:
     max_in_flight: int
     queue_depth: int
     energy_mj: float | None = None  # per frame, when a power source measured the run
-    # stage -> its hand-over to its own process and back, per frame (stages run apart only)
-    process_handover: dict[int, ProcessHandover] = field(default_factory=dict)
+    # stage -> a stage in its own process: the mean time its thread spends handing a frame
+    # to the process and taking the results back, beyond the process's own work (from no
+    # earlier than the thread took the frame to its read-out's end), measured frames
+    process_handover_ms: dict[int, float] = field(default_factory=dict)
     stage_cpu_ns: np.ndarray | None = None  # (frames, stages): stage threads' host CPU time
     outputs: dict[int, dict[int, np.ndarray]] = field(default_factory=dict)  # frame -> outputs
     # Streaming sources only:
@@ -797,13 +790,8 @@ def _result(config: MappingRunConfig, stages: _Stages, driver: _Driver,
     fallback: list[bool | None] = []
     for t in stages.threads:
         fallback += t.fallbacks()
-    handover = {}
-    for k, t in enumerate(stages.threads):
-        if t.handover:
-            warm = [t.handover[f] for f in range(1, config.warmup) if f in t.handover]
-            handover[k] = ProcessHandover(
-                float(np.median(warm)) / 1e6 if warm else None,
-                float(np.mean([t.handover[f] for f in measured])) / 1e6)
+    handover = {k: float(np.mean([t.handover[f] for f in measured])) / 1e6
+                for k, t in enumerate(stages.threads) if t.handover}
     run = MappedRun(
         mode=config.mode, mapping=config.mapping, ts_ns=all_ts, stage_busy_ns=stage_busy,
         stage_readout_ns=stage_read, stage_cpu_ns=stage_cpu,
@@ -814,7 +802,7 @@ def _result(config: MappingRunConfig, stages: _Stages, driver: _Driver,
         seen=[list(t.seen) for t in stages.threads], max_in_flight=driver.max_in_flight,
         queue_depth=config.queue_depth, energy_mj=energy.per_frame_mj,
         outputs={f: driver.outputs[f] for f in measured if f in driver.outputs},
-        method=config.method, calls=run_calls, process_handover=handover,
+        method=config.method, calls=run_calls, process_handover_ms=handover,
     )
     if energy.capture is not None:
         run.power_error = energy.capture_error

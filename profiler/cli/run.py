@@ -172,9 +172,7 @@ def tables(run: Any, pred: Any, sliced: Any) -> tuple[pd.DataFrame, pd.DataFrame
     for st in mapping.stages:
         b_mean, b_p95 = _stats(run.stage_busy_ns[:, st.index])
         r_mean, _ = _stats(run.stage_readout_ns[:, st.index])
-        # the stage's own work, as its busy time measures it (its process hand-over apart)
-        ps = pred.stages[st.index].time_ms - pred.stages[st.index].process_ms if pred \
-            else math.nan
+        ps = pred.stages[st.index].time_ms if pred else math.nan
         stage_rows.append({
             "kind": "stage", "stage": st.index, "processor": st.processor,
             "first_layer": st.first, "last_layer": st.last, "time_ms_mean": b_mean,
@@ -183,8 +181,8 @@ def tables(run: Any, pred: Any, sliced: Any) -> tuple[pd.DataFrame, pd.DataFrame
         })
         if run.stage_energy_mj is not None:  # switch mode with a streaming source
             stage_rows[-1]["energy_mj"] = float(run.stage_energy_mj[st.index])
-        if st.index in run.process_handover:
-            stage_rows[-1]["process_ms_mean"] = run.process_handover[st.index].measured_ms
+        if st.index in run.process_handover_ms:
+            stage_rows[-1]["process_ms_mean"] = run.process_handover_ms[st.index]
     lat_mean, lat_p95 = _stats(run.latency_ns)
     summary = [
         ("latency_ms_mean", lat_mean, pred.latency_ms if pred else None),
@@ -342,11 +340,9 @@ def run(args: argparse.Namespace) -> int:
                 seed=args.seed, model_name=model.name, method=method, model_bytes=data,
                 progress=frames_done))
     run_traces = {letter: s.trace() for letter, s in run_clock.items()}
-    handover = {k: h.warmup_ms for k, h in result.process_handover.items()
-                if h.warmup_ms is not None}
     pred = None if args.no_predict or layer_costs is None else \
         predict(mapping, args.mode, layer_costs, transfers, plan, method,
-                queue_depth=args.queue_depth, frames=args.frames, process_ms=handover)
+                queue_depth=args.queue_depth, frames=args.frames)
     if pred is not None:
         notes += pred.notes
     if pred is not None and pred.missing:
@@ -367,13 +363,9 @@ def run(args: argparse.Namespace) -> int:
             notes.append(f"stage(s) {', '.join(str(st.index) for st in apart)} ran in a process "
                          "of their own: LiteRT's accelerator call holds Python's GIL while it "
                          "runs, which would hold up the other stages")
-        for k, h in sorted(result.process_handover.items()):
-            priced = (f"{h.warmup_ms:.3f} ms over the warm-up frames, priced in its stage"
-                      if h.warmup_ms is not None else
-                      "not priced: it is measured over the warm-up frames after the first "
-                      "(use --warmup 2 or more)")
-            notes.append(f"stage {k}: handing a frame to its process and back took "
-                         f"{h.measured_ms:.3f} ms beyond its own time ({priced})")
+        for k, ms in sorted(result.process_handover_ms.items()):
+            notes.append(f"stage {k}: handing a frame to its process and back took {ms:.3f} "
+                         "ms beyond the process's own time, which the prediction leaves out")
         if kept and len(mapping.stages) > 1 and not board.simulated:
             notes.append(f"stage(s) {', '.join(str(st.index) for st in kept)} ran on a thread "
                          "(a per-layer --freq inside the stage keeps it there), and LiteRT's "
