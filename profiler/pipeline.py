@@ -139,10 +139,12 @@ class MappedRun:
     max_in_flight: int
     queue_depth: int
     energy_mj: float | None = None  # per frame, when a power source measured the run
-    # stage -> a stage in its own process: the mean time its thread spends handing a frame
-    # to the process and taking the results back, beyond the process's own work (from no
-    # earlier than the thread took the frame to its read-out's end), measured frames
+    # stage -> a stage in its own process: the mean time (measured frames) its thread
+    # spends handing a frame to the process (until the process has it) and taking the
+    # results back (from the process's read-out end); part of the stage's busy time
     process_handover_ms: dict[int, float] = field(default_factory=dict)
+    # the same over the warm-up frames after the first (their median), for the prediction
+    process_handover_warmup_ms: dict[int, float] = field(default_factory=dict)
     stage_cpu_ns: np.ndarray | None = None  # (frames, stages): stage threads' host CPU time
     outputs: dict[int, dict[int, np.ndarray]] = field(default_factory=dict)  # frame -> outputs
     # Streaming sources only:
@@ -494,6 +496,7 @@ class _ApartStage(_StageThread):
 
     def _proxy(self) -> None:
         plan, clock = self.plan, self.clock
+        free_ns = clock()
         while True:
             msg = self.q_in.get()
             if msg is _STOP:
@@ -501,18 +504,23 @@ class _ApartStage(_StageThread):
                 return
             self.seen.append(msg.frame)
             taken = clock()
-            made, done = self.remote.run_frame(msg.frame, msg.tensors, msg.ready_ns)
+            # The stage starts a frame as a thread stage does (`_loop`), its thread being
+            # the stage: when taken from the source; else when the producer finished, or
+            # when this thread became free if it was busy then. The child starts its
+            # first hand-over's clock there, so the hand-over to the process is in it.
+            start = taken if msg.ready_ns < 0 else max(msg.ready_ns, free_ns)
+            made, done = self.remote.run_frame(msg.frame, msg.tensors, start)
             out = {idx: made[idx] if idx in made else msg.tensors[idx]
                    for idx in plan.forwards}
             back = clock()
             self.ts[msg.frame] = np.array(done.rows, dtype=np.int64)
-            self.busy[msg.frame] = done.busy
+            # the read-out ends with the tensors back in this process
+            self.busy[msg.frame] = (done.busy[0], done.busy[1], back)
             self.cpu[msg.frame] = done.cpu_ns
-            # This thread holds the frame from `taken` to `back`; the child works from no
-            # earlier than `taken` to its read-out's end: the rest is the hand-over.
-            start, _, end = done.busy
-            self.handover[msg.frame] = (back - taken) - (end - max(start, taken))
+            # to the process (placing the inputs, the pipe, its wake-up) and back
+            self.handover[msg.frame] = (done.got_ns - taken) + (back - done.busy[2])
             self.q_out.put(_Msg(msg.frame, out, done.rows[-1][3], back))
+            free_ns = clock()
 
 
 def _no_executor() -> Executor:
@@ -792,6 +800,9 @@ def _result(config: MappingRunConfig, stages: _Stages, driver: _Driver,
         fallback += t.fallbacks()
     handover = {k: float(np.mean([t.handover[f] for f in measured])) / 1e6
                 for k, t in enumerate(stages.threads) if t.handover}
+    warm = {k: [t.handover[f] for f in range(1, config.warmup)]
+            for k, t in enumerate(stages.threads) if t.handover}
+    warm_ms = {k: float(np.median(v)) / 1e6 for k, v in warm.items() if v}
     run = MappedRun(
         mode=config.mode, mapping=config.mapping, ts_ns=all_ts, stage_busy_ns=stage_busy,
         stage_readout_ns=stage_read, stage_cpu_ns=stage_cpu,
@@ -803,6 +814,7 @@ def _result(config: MappingRunConfig, stages: _Stages, driver: _Driver,
         queue_depth=config.queue_depth, energy_mj=energy.per_frame_mj,
         outputs={f: driver.outputs[f] for f in measured if f in driver.outputs},
         method=config.method, calls=run_calls, process_handover_ms=handover,
+        process_handover_warmup_ms=warm_ms,
     )
     if energy.capture is not None:
         run.power_error = energy.capture_error

@@ -32,7 +32,10 @@ hand-over.
 throughput = 1000 / latency.
 
 **Pipeline mode** (AutoDiCE's model): stage k's time S_k = sum of its calls' C_c, so
-the hand-over into a stage is charged to the stage that receives it; throughput =
+the hand-over into a stage is charged to the stage that receives it, plus, for a stage
+that runs in a process of its own (an accelerator's, `profiler.pipeline`), the hand-over
+of each frame to that process and back (`coupprof run` measures it over its warm-up
+frames; 0 where not given); throughput =
 1000 / max_k S_k (the slowest stage sets the pace). Latency counts the waiting: stages
 are joined by queues of Q frames (`coupprof run --queue-depth`), so every queue before
 the slowest stage b fills and a frame's latency is b (Q + 1) S_b + sum_{k >= b} S_k in
@@ -168,10 +171,11 @@ class StagePrediction:
     fixed_ms: float = 0.0  # sum over its calls
     calls: int = 1
     readout_ms: float = 0.0  # sum over its calls (included in compute_ms)
+    process_ms: float = 0.0  # a stage in its own process: the hand-over to it and back
 
     @property
     def time_ms(self) -> float:
-        return self.compute_ms + self.transfer_ms
+        return self.compute_ms + self.transfer_ms + self.process_ms
 
 
 @dataclass
@@ -210,6 +214,7 @@ class Prediction:
                 "stages": [{"stage": s.index, "processor": s.processor,
                             "layers": [s.layers[0], s.layers[-1]], "compute_ms": s.compute_ms,
                             "fixed_ms": s.fixed_ms, "readout_ms": s.readout_ms,
+                            "process_ms": s.process_ms,
                             "calls": s.calls,
                             "transfer_ms": s.transfer_ms, "time_ms": s.time_ms}
                            for s in self.stages]}
@@ -226,10 +231,14 @@ def _transfer(transfers: pd.DataFrame | None, b: int, src: str, dst: str) -> pd.
 def predict(mapping: Mapping, mode: str, layers: LayerCosts,
             transfers: pd.DataFrame | None = None, freq: FreqPlan | None = None,
             method: str = "fused", queue_depth: int = QUEUE_DEPTH,
-            frames: int | None = None) -> Prediction:
+            frames: int | None = None, process_ms: dict[int, float] | None = None
+            ) -> Prediction:
     """Latency, throughput and energy of `mapping` in `mode`, executed by `method`'s
     calls (see the module docstring). Pipeline latency waits in queues of `queue_depth`
-    frames: the mean over a run of `frames` that starts empty (None: the steady state)."""
+    frames: the mean over a run of `frames` that starts empty (None: the steady state).
+    `process_ms`: per stage that runs in a process of its own, the hand-over of a frame
+    to that process and back, added to the stage's time (`coupprof run` measures it over
+    its warm-up frames)."""
     if mode not in ("switch", "pipeline"):
         raise BadInputError(f"--mode {mode!r} is not switch or pipeline")
     run_calls = calls(mapping, freq, method)
@@ -286,8 +295,9 @@ def predict(mapping: Mapping, mode: str, layers: LayerCosts,
         stages.append(StagePrediction(st.index, st.processor, st.layers,
                                       fixed + readout + sum(t_ms[i] for i in st.layers),
                                       sum(h_ms[i] for i in st.layers), fixed, len(mine),
-                                      readout))
-    serial_ms = sum(t_ms) + sum(h_ms) + sum(fixed_c) + sum(readout_c)
+                                      readout, (process_ms or {}).get(st.index, 0.0)))
+    serial_ms = sum(t_ms) + sum(h_ms) + sum(fixed_c) + sum(readout_c) \
+        + sum(s.process_ms for s in stages)
     if mode == "switch":
         latency, fps = serial_ms, 1000.0 / serial_ms if serial_ms > 0 else math.inf
     else:

@@ -71,6 +71,7 @@ class FrameDone:
     busy: tuple[int, int, int]  # start, read-out start, read-out end
     cpu_ns: int
     out_layout: Layout | None = None  # on the first frame (or when a shape changes)
+    got_ns: int = -1  # when the child had the frame's message
 
 
 @dataclass
@@ -167,7 +168,7 @@ def _child(conn: Connection, spec: StageSpec) -> None:
             out_layout, outs = _place(produced, outs, blocks)
             t_out1 = clock()
             conn.send(FrameDone(frame, rows, (start, t_out0, t_out1),
-                                thread_time_ns() - cpu0, out_layout))
+                                thread_time_ns() - cpu0, out_layout, got_ns))
             free_ns = clock()
     except BaseException as err:  # noqa: BLE001 - reported to the parent, whatever it is
         try:

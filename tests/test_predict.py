@@ -250,6 +250,12 @@ def test_fused_tables_price_one_fixed_cost_per_call_and_the_read_back_at_a_cut(
     assert q.queue_wait_ms == pytest.approx(3 * s_b + s_b - s_g - s_b)
     assert predict(Mapping("GGBB"), "pipeline", costs, transfers,
                    queue_depth=1).latency_ms == pytest.approx(2 * s_b + s_b)
+    # G in a process of its own, its hand-over to it and back 0.4 ms: G's stage time.
+    h = predict(Mapping("GGBB"), "pipeline", costs, transfers, process_ms={0: 0.4})
+    assert h.stages[0].time_ms == pytest.approx(s_g + 0.4) and h.stages[0].process_ms == 0.4
+    assert h.stages[1].time_ms == pytest.approx(s_b) and h.latency_ms == pytest.approx(4 * s_b)
+    assert predict(Mapping("GGBB"), "switch", costs, transfers, process_ms={0: 0.4}
+                   ).latency_ms == pytest.approx(s_g + 0.4 + s_b)
     # A run of 3 frames from empty (queue 1 never full yet): G takes frame k at k S_G, B
     # finishes it at S_G + (k + 1) S_B.
     lat = [s_g + (k + 1) * s_b - k * s_g for k in range(3)]

@@ -342,7 +342,8 @@ def run(args: argparse.Namespace) -> int:
     run_traces = {letter: s.trace() for letter, s in run_clock.items()}
     pred = None if args.no_predict or layer_costs is None else \
         predict(mapping, args.mode, layer_costs, transfers, plan, method,
-                queue_depth=args.queue_depth, frames=args.frames)
+                queue_depth=args.queue_depth, frames=args.frames,
+                process_ms=result.process_handover_warmup_ms)
     if pred is not None:
         notes += pred.notes
     if pred is not None and pred.missing:
@@ -364,8 +365,12 @@ def run(args: argparse.Namespace) -> int:
                          "of their own: LiteRT's accelerator call holds Python's GIL while it "
                          "runs, which would hold up the other stages")
         for k, ms in sorted(result.process_handover_ms.items()):
+            warm = result.process_handover_warmup_ms.get(k)
+            priced = (f"the prediction adds {warm:.3f} ms, its median over the warm-up frames"
+                      if warm is not None else "not in the prediction: it is measured over "
+                      "the warm-up frames after the first (use --warmup 2 or more)")
             notes.append(f"stage {k}: handing a frame to its process and back took {ms:.3f} "
-                         "ms beyond the process's own time, which the prediction leaves out")
+                         f"ms a frame, part of its time ({priced})")
         if kept and len(mapping.stages) > 1 and not board.simulated:
             notes.append(f"stage(s) {', '.join(str(st.index) for st in kept)} ran on a thread "
                          "(a per-layer --freq inside the stage keeps it there), and LiteRT's "
