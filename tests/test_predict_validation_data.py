@@ -140,7 +140,7 @@ def test_the_queueing_model_gives_each_recorded_pipelines_latency() -> None:
     5 % of 1000 / its slowest measured stage): `profiler.queueing` on the run's own mean
     stage times, its frames and queue depth, gives its measured mean latency within 10 %
     (data/validation/pipeline_latency.py prints them all; on the committed H100 runs
-    the worst is 5.4 %, and the serial sum the predictions used before missed by up to
+    the worst is 7.7 %, and the serial sum the predictions used before missed by up to
     79 %, frames waiting in the full queues before the slowest stage)."""
     import importlib.util
 
@@ -157,4 +157,4 @@ def test_the_queueing_model_gives_each_recorded_pipelines_latency() -> None:
         assert r["own_stages_ms"] == pytest.approx(r["measured_ms"], rel=0.10), r
         waited += r["measured_ms"] > 1.5 * r["serial_ms"]
     if DIR == REPO_ROOT / "data" / "validation":
-        assert checked >= 34 and waited >= 15, (checked, waited)
+        assert checked >= 38 and waited >= 15, (checked, waited)
