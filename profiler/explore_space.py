@@ -362,6 +362,18 @@ def row(t: CostTables, ev: Evaluation, rank: int, board: str = "", model: str = 
             "command": run_command(t, c, board, model)}
 
 
+def row_latency_ms(r: dict[str, object], frames: int) -> float:
+    """A `row`'s predicted latency for a measured run of `frames` (`coupprof run
+    --frames`): a pipeline's from its ``stage_ms``, the mean over frames from an empty
+    pipeline (the row's own latency is the steady state's); a switch row's as it is."""
+    if r["mode"] != "pipeline":
+        return float(r["latency_ms"])  # type: ignore[arg-type]
+    from profiler.queueing import pipeline_latency_ms
+
+    stage_ms = [float(x) for x in str(r["stage_ms"]).split(";")]
+    return pipeline_latency_ms(stage_ms, QUEUE_DEPTH, frames)
+
+
 def candidate_for(t: CostTables, order: str, freq: str, mode: str) -> Candidate:
     """A mapping given as `coupprof run` takes it (``--order G2B4N2``, ``--freq`` as one
     level, per stage ``4/8/3`` or per layer ``4,4,...``) as a candidate on these tables."""

@@ -93,10 +93,13 @@ class LayerCosts:
     """Per (processor, layer): time_ms, transfer_ms and, where measured, energy_mj and
     dynamic_energy_mj; the idle baseline power per processor table where known."""
 
-    table: pd.DataFrame  # columns processor, level, layer, time_ms, transfer_ms[, energy...]
+    # columns processor, level, layer, time_ms, transfer_ms[, energy...]; time_ms as the
+    # table measured it (`lookup` prices it at the table's call factor)
+    table: pd.DataFrame
     baseline_power_w: dict[str, float] = field(default_factory=dict)
     sources: list[str] = field(default_factory=list)
-    # (processor, level) -> the fixed per-call cost of a fused table (ms); absent: sliced
+    # (processor, level) -> the fixed per-call cost of a fused table (ms, as measured);
+    # absent: sliced
     fixed_ms: dict[tuple[str, int | None], float] = field(default_factory=dict)
     # (processor, level) -> the fixed row's energy per call (mJ), where measured
     fixed_energy_mj: dict[tuple[str, int | None], float] = field(default_factory=dict)
@@ -104,13 +107,15 @@ class LayerCosts:
     freq_traces: dict[tuple[str, int | None], FreqTrace] = field(default_factory=dict)
     # (processor, level) -> a fused table's whole model in its rounds: (ms, 95 % half-width)
     whole_ms: dict[tuple[str, int | None], tuple[float, float]] = field(default_factory=dict)
-    # (processor, level) -> the factor its fused times and fixed row were priced at
+    # (processor, level) -> the factor a fused table's times and fixed row are priced at
     # (`profiler.fused`, "Disturbed calls": mean over undisturbed calls; CPU tables)
     call_factor: dict[tuple[str, int | None], float] = field(default_factory=dict)
 
     def fixed_for(self, letter: str, level: int | None) -> float:
-        """The fixed per-call cost a call on `letter` pays once (0 for sliced tables)."""
-        return _by_level(self.fixed_ms, letter, level) or 0.0
+        """The fixed per-call cost a call on `letter` pays once, at its table's call
+        factor (0 for sliced tables)."""
+        key = _level_key(self.fixed_ms, letter, level)
+        return 0.0 if key is None else self.fixed_ms[key] * self.call_factor.get(key, 1.0)
 
     def fixed_energy_for(self, letter: str, level: int | None) -> float | None:
         return _by_level(self.fixed_energy_mj, letter, level)
@@ -147,18 +152,33 @@ class LayerCosts:
         levels = rows["level"].astype("Int64")
         exact = rows[levels.eq(level).fillna(False).astype(bool)] if level is not None \
             else rows[levels.isna()]
-        return (exact if not exact.empty else rows).iloc[0]
+        row = (exact if not exact.empty else rows).iloc[0]
+        # a fused table's layer is priced at its call factor, as its fixed row
+        found = None if pd.isna(row["level"]) else int(row["level"])
+        kappa = self.call_factor.get((letter, found), 1.0) \
+            if (letter, found) in self.fixed_ms else 1.0
+        if kappa != 1.0:
+            row = row.copy()
+            row["time_ms"] = float(row["time_ms"]) * kappa
+        return row
 
     def has_energy(self) -> bool:
         return "energy_mj" in self.table.columns and self.table["energy_mj"].notna().any()
 
 
+def _level_key(table: dict[tuple[str, int | None], T], letter: str,
+               level: int | None) -> tuple[str, int | None] | None:
+    """The key `letter` at `level` reads in `table`: that level's, else the first of
+    `letter`'s; None when `table` has nothing for it."""
+    if (letter, level) in table:
+        return (letter, level)
+    return next((k for k in table if k[0] == letter), None)
+
+
 def _by_level(table: dict[tuple[str, int | None], T], letter: str,
               level: int | None) -> T | None:
-    if (letter, level) in table:
-        return table[(letter, level)]
-    same = [v for (p, _), v in table.items() if p == letter]
-    return same[0] if same else None
+    key = _level_key(table, letter, level)
+    return None if key is None else table[key]
 
 
 @dataclass
@@ -418,16 +438,14 @@ def read_layer_tables(paths: Sequence[str | Path]) -> LayerCosts:
             trace = (rt.info.get("extra") or {}).get("freq_trace")
             if trace:
                 traces[key] = FreqTrace.from_dict(trace)
-            kappa = float(rt.totals.get("call_factor", 1.0)) if fused else 1.0
             part = pd.DataFrame({"processor": letter, "level": rt.info.get("freq_level"),
                                  "layer": df["layer"].astype(int),
-                                 "time_ms": df["time_ms_fused"] * kappa if fused
-                                 else df["time_ms_mean"],
+                                 "time_ms": df["time_ms_fused" if fused else "time_ms_mean"],
                                  "transfer_ms": df.get("transfer_ms_mean", 0.0)})
             if fused:
-                fixed[key] = float(rt.totals["fixed_ms"]) * kappa
-                if kappa != 1.0:
-                    factors[key] = kappa
+                fixed[key] = float(rt.totals["fixed_ms"])
+                if "call_factor" in rt.totals:
+                    factors[key] = float(rt.totals["call_factor"])
                 if "fixed_energy_mj" in rt.totals:
                     fixed_e[key] = float(rt.totals["fixed_energy_mj"])
                 if "whole_ms_ci95" in rt.totals:
@@ -515,13 +533,9 @@ def _sweep_part(p: Path) -> _SweepPart:
     fused = np.array([(letter, None if pd.isna(lv) else int(lv)) in fixed
                       for letter, lv in keys], dtype=bool)
     t_fused = df["time_ms_fused"] if "time_ms_fused" in df.columns else df["time_ms_mean"]
-    factors = data.call_factor()
-    kappa = np.array([factors.get((letter, None if pd.isna(lv) else int(lv)), 1.0)
-                      for letter, lv in keys])
-    fixed = {k: v * factors.get(k, 1.0) for k, v in fixed.items()}
     part = pd.DataFrame({"processor": df["processor"].astype(str).str.upper(), "level": level,
                          "layer": df["layer"].astype(int),
-                         "time_ms": np.where(fused, t_fused * kappa, df["time_ms_mean"]),
+                         "time_ms": np.where(fused, t_fused, df["time_ms_mean"]),
                          "transfer_ms": df["transfer_ms_mean"].fillna(0.0)
                          if "transfer_ms_mean" in df.columns else 0.0})
     for col in ("energy_mj", "dynamic_energy_mj"):
@@ -534,7 +548,7 @@ def _sweep_part(p: Path) -> _SweepPart:
     return _SweepPart(part.reset_index(drop=True), fixed, data.fixed_energy_mj(),
                       {k: float(np.mean(v)) for k, v in base.items()}, data.freq_traces(),
                       {k: (ms, ci[k]) for k, ms in data.whole_ms().items() if k in ci},
-                      factors)
+                      data.call_factor())
 
 
 def _multi_row_sidecar(json_path: Path) -> bool:
@@ -649,15 +663,14 @@ def measure_costs(
                 prefix_powers=power.call_powers if power is not None else None)
         pos = mapping.order.index(letter)
         key = (letter, freq.level[pos] if freq is not None else None)
-        kappa = res.call_factor or 1.0
-        fixed[key] = res.fixed.time_ms * kappa
+        fixed[key] = res.fixed.time_ms
         whole[key] = (res.whole.time_ms, res.whole.ci95_ms)
-        if kappa != 1.0:
-            factors[key] = kappa
+        if res.call_factor is not None:
+            factors[key] = res.call_factor
         if energy is not None:
             fused_energy[letter] = energy
             fixed_e[key] = energy.fixed_energy_mj
-        return res.times_ms() * kappa
+        return res.times_ms()
 
     def profile(ex: Executor, letter: str) -> list[dict[str, Any]]:
         cap = power.capture().start() if power is not None and streaming else None
@@ -676,6 +689,10 @@ def measure_costs(
                                        hooks.fall[:, :, 1])
             baselines[letter] = float(att.baseline_power_w)
         fz = fused_times(ex, letter)
+        first = mapping.order.index(letter)
+        # the layers' power and dynamic energy are taken over the time predict prices
+        # them at (`LayerCosts.lookup`: at the call factor)
+        kappa = factors.get((letter, freq.level[first] if freq is not None else None), 1.0)
         rows = []
         for pos in (i for i, p in enumerate(mapping.order) if p == letter):
             interp = runner.interpreters[pos]
@@ -689,10 +706,11 @@ def measure_costs(
                 "fallback": sub.fallback if sub is not None else None}
             if letter in fused_energy:  # fused: the prefix energies' difference
                 e = float(fused_energy[letter].layer_energy_mj[pos])
+                t_priced = t_ms * kappa
                 row["energy_mj"] = e
-                row["power_w"] = e / t_ms if t_ms > 0 else float("nan")
+                row["power_w"] = e / t_priced if t_priced > 0 else float("nan")
                 if att is not None:
-                    row["dynamic_energy_mj"] = e - float(att.baseline_power_w) * t_ms
+                    row["dynamic_energy_mj"] = e - float(att.baseline_power_w) * t_priced
             elif att is not None:
                 # mean power over the marked window, which is a little longer than the
                 # invoke (time_ms) and, on a busy host, may hold a preemption

@@ -186,8 +186,7 @@ class SweepData:
         for p in self.meta.get("pairs", {}).values():
             v = (p.get("fused") or {}).get(key, p.get("totals", {}).get(key))
             if v is not None and not math.isnan(float(v)):
-                level = p.get("level")
-                out[(str(p["processor"]), None if level is None else int(level))] = float(v)
+                out[_pair_key(p)] = float(v)
         return out
 
     def fixed_ms(self) -> dict[tuple[str, int | None], float]:
@@ -213,13 +212,8 @@ class SweepData:
 
     def freq_traces(self) -> dict[tuple[str, int | None], FreqTrace]:
         """{(processor, level): the clock while the pair was measured}, where it was read."""
-        out: dict[tuple[str, int | None], FreqTrace] = {}
-        for p in self.meta.get("pairs", {}).values():
-            if p.get("freq_trace"):
-                level = p.get("level")
-                out[(str(p["processor"]), None if level is None else int(level))] = \
-                    FreqTrace.from_dict(p["freq_trace"])
-        return out
+        return {_pair_key(p): FreqTrace.from_dict(p["freq_trace"])
+                for p in self.meta.get("pairs", {}).values() if p.get("freq_trace")}
 
     def baseline_power_w(self) -> dict[tuple[str, int | None], float]:
         """{(processor, level): the idle power its power session measured}."""
@@ -247,3 +241,10 @@ __all__ = [
     "make_output_dir", "new_sidecar", "read_sidecar", "read_sweep", "read_sweep_csv",
     "sidecar_key",
 ]
+
+
+def _pair_key(pair: dict[str, Any]) -> tuple[str, int | None]:
+    """A sidecar pair's (processor, level); level None for a pair measured at the current
+    frequency (a processor without levels)."""
+    level = pair.get("level")
+    return str(pair["processor"]), None if level is None else int(level)

@@ -186,7 +186,7 @@ def test_a_pipeline_rows_latency_waits_in_the_queues_before_its_slowest_stage(
     """Explore's pipeline rows keep their stage times; the row's latency is the steady
     state's behind `coupprof run`'s queues, and `--measure` compares a run of N frames with
     the mean over N frames from an empty pipeline."""
-    from profiler.cli.explore import _latency_over
+    from profiler.explore_space import row_latency_ms
     from profiler.queueing import QUEUE_DEPTH, pipeline_latency_ms, steady_latency_ms
 
     # B1G2 and G1B2: in one of them the slower processor's stage comes second
@@ -201,7 +201,7 @@ def test_a_pipeline_rows_latency_waits_in_the_queues_before_its_slowest_stage(
         assert r["latency_ms"] == pytest.approx(steady_latency_ms(stage_ms, QUEUE_DEPTH),
                                                 rel=1e-5)
         waited += r["latency_ms"] > sum(stage_ms) * (1 + 1e-5)
-        assert _latency_over(dict(r), 7) == pytest.approx(
+        assert row_latency_ms(dict(r), 7) == pytest.approx(
             pipeline_latency_ms(stage_ms, QUEUE_DEPTH, 7), rel=1e-9)
     assert waited >= 1  # a point whose slowest stage is not its first
 

@@ -282,7 +282,9 @@ def _measure(args: argparse.Namespace, rows: list[dict[str, Any]], board: str, m
     done = measure_all(jobs, args.cluster,
                        on_result=lambda m: say(f"measured #{m.job.rank} {m.job.order} "
                                                f"on {m.worker} in {m.seconds:.1f} s"))
-    by_rank = {r["rank"]: dict(r, latency_ms=_latency_over(r, args.frames)) for r in rows}
+    from profiler.explore_space import row_latency_ms
+
+    by_rank = {r["rank"]: dict(r, latency_ms=row_latency_ms(r, args.frames)) for r in rows}
     t = Table(title="measured beside predicted", box=box.SIMPLE_HEAD, title_justify="left")
     for col in ("#", "order", "latency ms", "pred", "err %", "FPS", "pred", "err %", "mJ/frame",
                 "pred", "err %", "worker"):
@@ -307,17 +309,6 @@ def _measure(args: argparse.Namespace, rows: list[dict[str, Any]], board: str, m
                    "worker": m.worker, "seconds": m.seconds}
                   for m in sorted(done, key=lambda m: m.job.rank)]).to_csv(mpath, index=False)
     print(f"wrote {mpath}")
-
-
-def _latency_over(r: dict[str, Any], frames: int) -> float:
-    """A row's predicted latency for a measured run of `frames` from an empty pipeline
-    (the row's own is the steady state's), as `coupprof run` predicts it."""
-    if r["mode"] != "pipeline":
-        return float(r["latency_ms"])
-    from profiler.queueing import QUEUE_DEPTH, pipeline_latency_ms
-
-    stage_ms = [float(x) for x in str(r["stage_ms"]).split(";")]
-    return pipeline_latency_ms(stage_ms, QUEUE_DEPTH, frames)
 
 
 def _err(pred: Any, meas: Any) -> str:
