@@ -94,3 +94,35 @@ def test_lomo_table_and_target_misses() -> None:
     assert fit.target_misses(table) == []
     worse = table.assign(layer_time_err_median_pct=[30.0, 1.0, 1.0, 12.0])
     assert fit.target_misses(worse) == ["B: per-layer time median with m0 held out 30.0 % > 20 %"]
+
+
+def test_a_power_parameter_the_data_do_not_bound_is_fitted_as_exactly_zero() -> None:
+    """Where the truth has no static power and no overhead activity, log space can only
+    run towards 0 and stop wherever the optimiser's tolerances leave it (which moves with
+    the NumPy/SciPy stack); the fit says 0, and keeps the parameters that move the
+    readings."""
+    from dataclasses import replace
+
+    global POWER
+    saved = POWER
+    POWER = replace(saved, power=replace(saved.power, static_mw_per_v2=0.0,
+                                         activity_overhead=0.0))
+    try:
+        m = measurements(seed=4, models=3, layers=10)
+    finally:
+        POWER = saved
+    pf = fit.fit_power(m, TRUE)
+    assert pf.power.static_mw_per_v2 == 0.0 and pf.power.activity_overhead == 0.0
+    assert pf.power.ceff_nf == pytest.approx(1.2, rel=0.01)
+    assert pf.power.activity_memory == pytest.approx(0.6, rel=0.02)
+
+
+def test_zeroed_keeps_a_parameter_that_moves_a_prediction() -> None:
+    p = perf.PowerParams(ceff_nf=1.0, static_mw_per_v2=1e-3, activity_memory=2e-9)
+
+    def predict(q: perf.PowerParams) -> np.ndarray:  # one row at 1 V: P = ceff + static + mem
+        return np.array([q.ceff_nf + q.static_mw_per_v2 + q.activity_memory])
+
+    out = fit._zeroed(p, ["static_mw_per_v2", "activity_memory"], predict)
+    # static moves the row by 1e-3 (kept); activity_memory by 2e-9 (below 1e-6: zeroed)
+    assert out.static_mw_per_v2 == 1e-3 and out.activity_memory == 0.0

@@ -27,8 +27,9 @@ too and reported; the simulated board draws P_true.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
+from typing import TypeVar
 
 import numpy as np
 import pandas as pd
@@ -39,11 +40,22 @@ from profiler.sim.work import COMPUTE_KINDS, OpWork
 
 #: Columns of a `Measurements.rows` frame.
 ROW_COLUMNS = ("model", "layer", "f_ghz", "fh_ghz", "volts", "host_volts", "time_ms", "power_w")
+P = TypeVar("P")
 _PRIOR_KINDS = 0.3  # weight of the pull of each kind's MACs per cycle towards conv1x1's
 _PRIOR_FC = 1.0  # weight of the pull of fc weight bandwidth towards activation bandwidth
 _PRIOR_FULL_ROWS = 200  # from this many rows on the priors weigh fully
 _WHOLE_WEIGHT = 0.5  # a whole model's residual weighs sqrt(its layers) x this
 _STARTS = (0.0, 1.0, -1.0)  # log-space offsets of the fit's starting points
+# Parameters the data do not bound run off towards 0 (log space has no 0) and stop
+# wherever the optimiser's tolerances leave them, which moves with the numerical stack:
+# the same Layers.csv gave B's op_kcycles 3.0e-7 on one machine and 1.6e-6 on another
+# (NumPy 2.4.6, SciPy 1.17.1). Where 0 predicts every row the same, the fit says 0, so a
+# calibration writes the same profile everywhere.
+_ZERO_REL = 1e-6  # how far (relative) 0 may move any row's prediction
+_TIMING_ZEROABLE = ("call_us", "call_kcycles", "host_call_kcycles", "op_kcycles",
+                    "host_op_kcycles", "half_occupancy_pixels")
+_POWER_ZEROABLE = ("static_mw_per_v2", "activity_overhead", "activity_memory",
+                   "activity_weights", "host_ceff_nf")
 
 
 @dataclass
@@ -232,7 +244,25 @@ def fit_timing(m: Measurements) -> perf.TimingParams:
                             loss="soft_l1", f_scale=0.1, max_nfev=4000)
         if best is None or res.cost < best.cost:
             best = res
-    return vec.params(best.x)
+    return _zeroed(vec.params(best.x), [n for n in _TIMING_ZEROABLE if n in vec.names],
+                   lambda p: d.split(p).total_ms)
+
+
+def _zeroed(fitted: P, names: Sequence[str], predict: Callable[[P], np.ndarray],
+            at: Callable[[P, str], P] | None = None) -> P:
+    """`fitted` with each of `names` set to 0 where that moves no row's prediction by more
+    than `_ZERO_REL` (see there): a parameter the data do not bound."""
+    def zero(p: P, name: str) -> P:
+        return replace(p, **{name: 0.0})  # type: ignore[type-var]
+
+    at = at or zero
+    ref = predict(fitted)
+    out = fitted
+    for name in names:
+        trial = at(out, name)
+        if np.all(np.abs(predict(trial) / ref - 1.0) <= _ZERO_REL):
+            out = trial
+    return out
 
 
 def predict_split(p: perf.TimingParams, m: Measurements) -> perf.TimeSplit:
@@ -300,11 +330,15 @@ def fit_power(m: Measurements, timing: perf.TimingParams) -> PowerFit:
     def residuals(x: np.ndarray) -> np.ndarray:
         return np.log(sensed_power_w(unpack(x), s, rows) / y)
 
+    def zero(pf: PowerFit, name: str) -> PowerFit:
+        return replace(pf, power=replace(pf.power, **{name: 0.0}))
+
     least_squares = _least_squares()
     x0 = np.log([_POWER_START[n] for n in names])
     res = least_squares(residuals, x0, loss="soft_l1", f_scale=0.05,  # type: ignore[operator]
                         max_nfev=3000)
-    return unpack(res.x)
+    return _zeroed(unpack(res.x), [n for n in _POWER_ZEROABLE if n in names],
+                   lambda pf: sensed_power_w(pf, s, rows), zero)
 
 
 # ---- a processor's whole fit, and leave-one-model-out -----------------------------------
