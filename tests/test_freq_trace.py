@@ -228,13 +228,17 @@ def test_a_sweep_keeps_each_pairs_clock_and_predict_reads_pairs_without_a_level(
 
 def test_run_samples_the_clock_over_its_measured_frames_only(tables: Path) -> None:
     """60 warm-up frames of ~10 ms, then 2 measured ones: sampling every 50 ms from the
-    start would read 12 or more samples; from the end of the warm-up, a few at most (the
+    start would read about 12 samples; from the end of the warm-up, a few at most (the
     first read is at once; 6 leaves room for a slow host's frames)."""
     r = cli("run", "--board", "sim", "--order", "GGB", "--cuts", "6,12", "--mode", "switch",
             "--layers", "G.csv,B.csv", "--freq", "G=4", "--frames", "2", "--warmup", "60",
             "--csv", "short.csv", cwd=tables)
     assert r.returncode == 0, r.stderr
     side = json.loads((tables / "short.json").read_text())
+    # The test tells the two apart only if sampling from the start would read more than
+    # 6: at least 1 + warm_ms // 50 samples, so the warm-up must span 300 ms or more. (It
+    # asked for 600 ms, with frames of "~10 ms" that are measured on this host: one run
+    # predicted 9.92 ms a frame, 595 ms, and failed a precondition the test does not need.)
     warm_ms = side["prediction"]["latency_ms"] * 60
-    assert warm_ms > 600  # the warm-up alone spans 12 sampling intervals
+    assert warm_ms >= 300
     assert 1 <= side["freq_traces"]["run"]["G"]["samples"] <= 6

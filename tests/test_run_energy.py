@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -90,19 +91,29 @@ def test_runs_and_busy_processors_add_up_and_the_truth_integrates_them() -> None
     assert ("G", 1_000_000, 5_000_000) in ivs and ("B", 3_000_000, 4_000_000) in ivs
 
 
-def test_busy_power_follows_the_frequency_in_effect_not_the_one_requested() -> None:
+def test_busy_power_follows_the_frequency_in_effect_not_the_one_requested(
+        tmp_path: Path) -> None:
     """A processor's power between runs follows the sim governor's effective frequency,
     which lags a write by ARM-CO-UP's transition delay (the simulated executor prices
-    its runs the same way)."""
+    its runs the same way). The shipped board's calibration finds no overhead activity
+    on B (ARM-CO-UP's data do not bound it, so the fit writes 0), which would draw
+    nothing between runs at any frequency; this board gives B some."""
     import time
 
     from governors import RestoreGuard, make_governor
+    from profiler.boards.profiles import bundled_profiles
     from profiler.sim import model as sim_model
     from profiler.sim import perf
 
-    model = SimPowerModel(SIM)
-    b = SIM.processor("B")
-    gov = make_governor(SIM, b)
+    text = bundled_profiles()["sim"].read_text()
+    head, tail = text.split("[processors.B.sim.power]", 1)
+    tail = re.sub(r"(?m)^activity_overhead = .*$", "activity_overhead = 0.5", tail, count=1)
+    (tmp_path / "sim.toml").write_text(head + "[processors.B.sim.power]" + tail)
+    board = load_board(tmp_path / "sim.toml")
+    model = SimPowerModel(board)
+    b = board.processor("B")
+    assert sim_model.constants(b).power.activity_overhead == 0.5
+    gov = make_governor(board, b)
     lo, hi = b.freqs_khz[0], b.freqs_khz[-1]
     c = sim_model.constants(b)
 
