@@ -38,7 +38,8 @@ def layer(rng: np.random.Generator) -> list[OpWork]:
     return out
 
 
-def measurements(seed: int, models: int = 4, layers: int = 12) -> fit.Measurements:
+def measurements(seed: int, models: int = 4, layers: int = 12,
+                 power: fit.PowerFit = POWER) -> fit.Measurements:
     rng = np.random.default_rng(seed)
     works, rows = {}, []
     for m in range(models):
@@ -52,7 +53,7 @@ def measurements(seed: int, models: int = 4, layers: int = 12) -> fit.Measuremen
     m = fit.Measurements("B", frame, works, FREQS_GHZ[-1], False)
     split = fit.predict_split(TRUE, m)
     frame["time_ms"] = split.total_ms
-    frame["power_w"] = fit.sensed_power_w(POWER, split, frame)
+    frame["power_w"] = fit.sensed_power_w(power, split, frame)
     return fit.Measurements("B", frame, works, FREQS_GHZ[-1], False)
 
 
@@ -103,15 +104,9 @@ def test_a_power_parameter_the_data_do_not_bound_is_fitted_as_exactly_zero() -> 
     readings."""
     from dataclasses import replace
 
-    global POWER
-    saved = POWER
-    POWER = replace(saved, power=replace(saved.power, static_mw_per_v2=0.0,
+    truth = replace(POWER, power=replace(POWER.power, static_mw_per_v2=0.0,
                                          activity_overhead=0.0))
-    try:
-        m = measurements(seed=4, models=3, layers=10)
-    finally:
-        POWER = saved
-    pf = fit.fit_power(m, TRUE)
+    pf = fit.fit_power(measurements(seed=4, models=3, layers=10, power=truth), TRUE)
     assert pf.power.static_mw_per_v2 == 0.0 and pf.power.activity_overhead == 0.0
     assert pf.power.ceff_nf == pytest.approx(1.2, rel=0.01)
     assert pf.power.activity_memory == pytest.approx(0.6, rel=0.02)
