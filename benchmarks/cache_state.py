@@ -26,12 +26,19 @@ import argparse
 import os
 import statistics
 import time
+from collections.abc import Callable
 
 from profiler import zoo
 from profiler.boards.model import ProcessorSpec
 from profiler.executors.cpu import CpuExecutor
 from profiler.runner import LayerRunner
 from profiler.slicing.slicer import slice_model
+
+
+def _timed(invoke: Callable[[], object]) -> int:
+    t0 = time.perf_counter_ns()
+    invoke()
+    return time.perf_counter_ns() - t0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -47,12 +54,12 @@ def main(argv: list[str] | None = None) -> int:
     core = args.core if args.core is not None else max(os.sched_getaffinity(0))
     data = zoo.build(args.model, size=args.size)
     sliced = slice_model(data, cache_dir=False)
-    clock = time.perf_counter_ns
     print(f"{args.model} {args.size}: {len(sliced.layers)} layers, {len(data) / 1e6:.1f} MB; "
           f"single thread, pinned to core {core}")
     with CpuExecutor(ProcessorSpec("B", "cpu", f"core {core}", (core,)), threads=1) as ex:
         runner = LayerRunner(sliced, ex, seed=0)
-        frames = [runner.run_frame() for _ in range(10)]
+        for _ in range(10):  # warm-up
+            runner.run_frame()
         frames = [runner.run_frame() for _ in range(args.reps)]
         sliced_ms = [statistics.median(f[k][3] - f[k][2] for f in frames) / 1e6
                      for k in range(len(sliced.layers))]
@@ -64,19 +71,13 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{'layer':>5} {'warm ms':>8} {'after a frame':>14} {'sliced ms':>10} "
               f"{'warm/sliced':>12} {'frame/sliced':>13}")
         for k in chosen:
-            sub = runner.interpreters[k]
-
-            def timed(invoke=sub.invoke) -> int:  # noqa: ANN001
-                t0 = clock()
-                invoke()
-                return clock() - t0
-
+            invoke = runner.interpreters[k].invoke
             warm, after = [], []
             for _ in range(args.reps):
-                sub.invoke()
-                warm.append(timed())
+                invoke()
+                warm.append(_timed(invoke))
                 whole.run()
-                after.append(timed())
+                after.append(_timed(invoke))
             w, a = statistics.median(warm) / 1e6, statistics.median(after) / 1e6
             s = sliced_ms[k]
             print(f"{k:>5} {w:>8.3f} {a:>14.3f} {s:>10.3f} {w / s:>12.3f} {a / s:>13.3f}")

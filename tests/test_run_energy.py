@@ -112,10 +112,10 @@ def test_busy_power_follows_the_frequency_in_effect_not_the_one_requested(
     board = load_board(tmp_path / "sim.toml")
     model = SimPowerModel(board)
     b = board.processor("B")
-    assert sim_model.constants(b).power.activity_overhead == 0.5
     gov = make_governor(board, b)
     lo, hi = b.freqs_khz[0], b.freqs_khz[-1]
     c = sim_model.constants(b)
+    assert c.power.activity_overhead == 0.5
 
     def want(khz: int) -> float:  # the overhead activity's share of C_eff V^2 f
         _, v = sim_model.operating_point(b, khz)
