@@ -12,6 +12,9 @@
    the rounds take hits both alike. ResNet50's 54 layers are measured in windows of 3
    (`--resnet-window`, `FusedSettings.window`): whole prefixes of a model that deep cost
    27 model runs a round, and their differences carry the jitter of runs 280 ms long.
+   The fused calls find the caches as `--cache` says (default auto: cold where the
+   model's weights outgrow the core's last-level cache, as ResNet50's 102 MB do on
+   most cores; `profiler.fused`, "Cache state"), and windows start `--lead` layers early.
 2. Wall time to slice ResNet50 (cache off).
 3. Instrumentation cost per layer: a chain of N trivial ADD sub-models, run through
    the runner (clock reads, hand-over copies, timestamp bookkeeping) and bare
@@ -19,6 +22,7 @@
 
     .venv/bin/python benchmarks/slicing_overhead.py [--frames 300] [--resnet-frames 30]
         [--fused-budget-s 60] [--resnet-fused-budget-s 900] [--window 0] [--resnet-window 3]
+        [--cache auto|warm|cold] [--lead 6]
         [--json FILE]
 """
 
@@ -103,14 +107,14 @@ def ratio(data: bytes, executor: CpuExecutor, frames: int, warmup: int) -> dict[
 
 
 def fused_vs(data: bytes, executor: CpuExecutor, budget_s: float, window: int,
-             ) -> dict[str, Any]:
+             cache: str = "auto", lead: int = 6) -> dict[str, Any]:
     """The fused method on the same core. Each round also visits the whole model (one
     untimed invoke, then the fastest of two timed invokes, as the prefixes are visited),
     so the whole invoke it is compared with shares the rounds' drift and load, and runs
     one sliced frame, whose per-layer medians the fused layers are compared with."""
     sliced = slice_model(data, cache_dir=False)
     settings = FusedSettings(budget_s=budget_s, target_ms=0.001, target_rel=0.01,
-                             window=window)
+                             window=window, lead=lead, cache=cache)
     prof = fused_profiler(executor, data, sliced, settings)
     runner = LayerRunner(sliced, executor, seed=0)
     whole = executor.load(data, name="whole model")
@@ -154,7 +158,8 @@ def fused_vs(data: bytes, executor: CpuExecutor, budget_s: float, window: int,
     gaps = [abs(fused_ms[k] - sl_ms[k]) / sl_ms[k] for k in big]
     return {
         "rounds": res.rounds, "elapsed_s": res.elapsed_s, "budget_s": budget_s,
-        "window": window, "sliced_frames": len(sliced_rows),
+        "window": window, "lead": lead, "cache": res.settings.cache,
+        "evict_bytes": res.evict_bytes, "sliced_frames": len(sliced_rows),
         "fused_layer_sum_ms": res.layer_sum_ms, "fixed_ms": res.fixed.time_ms,
         "fixed_ms_ci95": res.fixed.ci95_ms, "whole_invoke_ms": whole_ms,
         "fused_sum_over_whole": res.layer_sum_ms / whole_ms,
@@ -178,7 +183,8 @@ def print_fused(name: str, f: dict[str, Any], sliced_ratio: float) -> None:
           f"{'ok' if dev <= FUSED_WHOLE_TARGET else 'OVER TARGET'}); fixed row "
           f"{f['fixed_ms']:.4f} ± {f['fixed_ms_ci95']:.4f} ms (a dispatch: the input write is untimed, it is the hand-over); "
           f"{f['rounds']} rounds "
-          f"({'windows of ' + str(f['window']) if f['window'] else 'whole prefixes'}) in "
+          f"({'windows of ' + str(f['window']) + ', lead ' + str(f['lead']) if f['window'] else 'whole prefixes'}"
+          f", caches {f['cache']}) in "
           f"{f['elapsed_s']:.1f} s, median interval "
           f"±{f['median_ci95_ms']:.4f} ms, {len(f['below_resolution'])} layers below resolution")
     if f["layers_1ms"]:
@@ -251,6 +257,11 @@ def main(argv: list[str] | None = None) -> int:
                     help="fused on the default model: layers per window (0: whole prefixes)")
     ap.add_argument("--resnet-window", type=int, default=3,
                     help="fused on ResNet50: layers per window (0: whole prefixes)")
+    ap.add_argument("--cache", choices=("auto", "warm", "cold"), default="auto",
+                    help="fused: the caches a timed call finds (FusedSettings.cache; auto: "
+                    "cold where the model's weights outgrow the last-level cache)")
+    ap.add_argument("--lead", type=int, default=6,
+                    help="fused, in windows: layers a segment's prefixes start before it")
     ap.add_argument("--skip-fused", action="store_true")
     ap.add_argument("--skip-resnet", action="store_true")
     ap.add_argument("--chain", type=int, default=200, help="trivial layers for the cost test")
@@ -272,7 +283,8 @@ def main(argv: list[str] | None = None) -> int:
               f" = ratio {r['ratio']:.3f} (target <= {TARGETS['default']:.2f}: "
               f"{verdict(r['ratio'], TARGETS['default'])}; {args.frames} frames)")
         if not args.skip_fused:
-            f = fused_vs(default.read_bytes(), ex, args.fused_budget_s, args.window)
+            f = fused_vs(default.read_bytes(), ex, args.fused_budget_s, args.window,
+                         args.cache, args.lead)
             out["default"]["fused"] = f
             print_fused(default.name, f, r["ratio"])
 
@@ -292,7 +304,8 @@ def main(argv: list[str] | None = None) -> int:
                   f"(target <= {TARGETS['resnet50']:.2f}: {verdict(r['ratio'], TARGETS['resnet50'])}; "
                   f"{args.resnet_frames} frames)")
             if not args.skip_fused:
-                f = fused_vs(data, ex, args.resnet_fused_budget_s, args.resnet_window)
+                f = fused_vs(data, ex, args.resnet_fused_budget_s, args.resnet_window,
+                             args.cache, args.lead)
                 out["resnet50"]["fused"] = f
                 print_fused("resnet50", f, r["ratio"])
 

@@ -150,21 +150,31 @@ def add_method_options(p: argparse.ArgumentParser, *, method_help: str | None = 
     m.add_argument("--max-rounds", type=positive_int, default=10_000, metavar="N",
                    help="fused: measured rounds at most (default: 10000)")
     if not window:
-        p.set_defaults(window=0)
+        p.set_defaults(window=0, lead=6, cache="warm")
         return
+    m.add_argument("--cache", choices=("auto", "warm", "cold"), default="auto",
+                   help="fused: the caches a timed call finds. warm: as the visit's previous "
+                   "call left them; cold: the CPU's last-level cache emptied first, as an "
+                   "application's frame leaves it for a model whose weights outgrow it; "
+                   "auto: cold on a CPU cluster whose last-level cache (from sysfs) is "
+                   "smaller than the model's weights, else warm (default: auto)")
     m.add_argument("--window", type=nonneg_int, default=0, metavar="W",
                    help="fused: cut the layers into segments of W, each measured by "
-                   "prefixes of its own that start at the layer before it, from that "
-                   "layer's real inputs; a round then costs about W/2 layers per layer "
-                   "instead of n/2, and a layer's interval comes from calls W layers long, "
+                   "prefixes of its own that start --lead layers before it, from their "
+                   "real inputs; a round then costs about W/2 + L layers per layer "
+                   "instead of n/2, and a layer's interval comes from calls W + L layers long, "
                    "not the whole model. For deep models on CPU clusters, e.g. --window 3 "
                    "for ResNet50; the layers then add up to the whole model only within "
                    "their intervals, and the whole model is measured in the same rounds: "
-                   "compare the two, since a window's weights stay in cache across a "
-                   "visit's calls and read low where the model's outgrow the cache. "
+                   "compare the two. "
                    "G and N keep whole prefixes: on an H100 windows over-counted by half, most "
                    "likely from uploads of tensors a window's first calls do not read "
                    "(default: 0 = prefixes of the whole model)")
+    m.add_argument("--lead", type=positive_int, default=6, metavar="L",
+                   help="fused, with --window: a segment's prefixes start L layers before "
+                   "it, so its own buffers are first written by layers that cancel in the "
+                   "difference (default: 6; ResNet50 cold in windows of 3 on one core summed "
+                   "to 1.039, 1.023, 1.015 of the whole model with leads of 1, 3, 6)")
 
 
 def add_host_freq_option(p: argparse.ArgumentParser) -> None:

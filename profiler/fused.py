@@ -110,27 +110,49 @@ a factor would fold in silently.
 **Windows** (``window`` = W > 0, `profiler.slicing.prefix`): for deep models on CPU
 clusters (`settings_for` keeps whole prefixes on a GPU or NPU, and says why).
 The layers are cut into segments of W; the first segment is measured by the prefixes
-above, every later segment a..b by prefixes of its own that start at its lead layer
-a-1, with the segment's inputs computed by one run of the model: the lead layer alone
-is the segment's base, and layer k = T(a-1..k) - T(a-1..k-1). Every layer still runs
-right after its predecessor, inside one call; a round costs about W/2 layers per layer
-instead of n/2, and a layer's interval comes from the jitter of calls W+1 layers long,
-not of the whole model. The whole model is visited in the same rounds (the last
-column, the whole row). The price: the layers no longer telescope to the whole model
-exactly, since each segment's base call differs from its predecessors' share of the
-whole run; they add up to it within their intervals, and the table shows both. On one
-core of the 2-core VM, ResNet50/224 (54 layers of 0.5-20 ms): whole prefixes gave a
-median interval of +-1.1 ms after 10 rounds in 60 s; windows of 3, +-0.05 to +-0.10 ms
-after 60 rounds in 300 s, the sum within 1 % of the whole model, and the median layer
-of 1 ms or more 0.9-1.2 % from its sliced time (`benchmarks/slicing_overhead.py`). On a
-GPU whole prefixes suffice (an H100's intervals were 0.04-0.14 ms) and keep the exact
-sum. The caveat is the cache: a visit calls a window back to back, so its few layers'
-weights stay in cache, where in the whole model run frame after frame they would not if
-the model's weights outgrow the last-level cache. On the H100's host (ResNet50, B on 15
-threads) windows of 3 summed to 9.95 ms against 10.79 ms for the whole model in the
-same rounds, and priced layers 27-53 at 5.56 ms against 6.43 ms measured as a stage
-(`data/validation/h100-run/host-split-5-bwindow/`). Compare the sum with the whole row
-before trusting windows on a machine.
+above, every later segment a..b by prefixes of its own that start ``lead`` = L layers
+early, at s = max(0, a-L), with the segment's inputs computed by one run of the model:
+s..a-1 is the segment's base, and layer k = T(s..k) - T(s..k-1). Every layer still runs
+right after its predecessors, inside one call; a round costs about (W/2 + L) layers
+per layer instead of n/2, and a layer's interval comes from the jitter of calls
+W+L layers long, not of the whole model. The whole model is visited in the same rounds
+(the last column, the whole row). The price: the layers no longer telescope to the
+whole model exactly, since each segment's base call differs from its predecessors'
+share of the whole run; they add up to it within their intervals, and the table shows
+both. On one core of the 2-core VM, ResNet50/224 (54 layers of 0.5-20 ms): whole
+prefixes gave a median interval of +-1.1 ms after 10 rounds in 60 s; windows of 3,
++-0.05 to +-0.10 ms after 60 rounds in 300 s, the sum within 1 % of the whole model,
+and the median layer of 1 ms or more 0.9-1.2 % from its sliced time
+(`benchmarks/slicing_overhead.py`). On a GPU whole prefixes suffice (an H100's
+intervals were 0.04-0.14 ms) and keep the exact sum. Why a lead of 6 by default, not 1:
+a window's first layers write buffers of its own that nothing has touched since the
+caches were emptied (below), where in the whole model those buffers were written a few
+layers before; the lead's layers take those first writes, and they cancel in the
+difference. Cold, on one core of a 2-core AMD EPYC VM (32 MB of L3), ResNet50 in
+windows of 3 for 150 s: leads of 1, 3 and 6 summed to 1.039, 1.023 and 1.015 of the
+whole model (rounds 158, 125, 95).
+
+**Cache state** (``cache``; `cache_state`, `profiler.cpu_cache`). A visit calls its
+prefix back to back, so a timed call finds the prefix's weights in cache. An application
+calling its model frame after frame finds a weight in cache only if the whole model's
+weights fit there: each weight is read once a frame, and between two reads of it the
+rest of the model passes. So where a CPU cluster's last-level cache is smaller than the
+model's weights, "auto" empties it before every timed call (reading twice its size,
+outside the timed window, before the inputs are written), and the layers pay for their
+weights as the frame does. Warm, on that VM (ResNet50 at 102 MB of weights), windows
+of 3 put its four layers of 1 ms or more 7-25 % below their sliced times (layer 0: 1.098
+against 1.464 ms) and `benchmarks/cache_state.py` showed why: a layer's sub-model
+warm took 0.73-0.83 of its sliced time, right after a call of the whole model
+0.99-1.01. Cold with a lead of 6 (`benchmarks/slicing_overhead.py
+--resnet-fused-budget-s 300`, 206 rounds): those layers within 2.7 % of sliced, the sum
+1.008 of the whole model. Models whose weights fit stay warm: frame after frame they
+stay in cache too. A multi-threaded call's workers keep what they last touched in their
+cores' private caches, which reading from one core does not reach. On the H100's host
+(300 MB of L3, 2 MB of L2 a core; ResNet50, B on 15 threads, windows of 3) neither
+state is the frame's: warm summed to 0.903 of the whole model alone (the windows'
+weights in the cores' L2), cold (forced: the weights fit the L3) to 1.106
+(`data/validation/h100-run/cache-cold/`); B keeps whole prefixes there. Compare the
+sum with the whole row before trusting a cluster's figures.
 
 `FusedProfiler(prefixes, executor).measure(settings)` returns a `FusedResult`. The
 clock is a parameter (`profiler.clock`), so the maths is checked exactly in tests.
@@ -142,11 +164,13 @@ import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from profiler.clock import Clock, perf_clock
+from profiler.cpu_cache import Evictor, last_level_cache_bytes
 from profiler.errors import BadInputError
 
 if TYPE_CHECKING:  # types only: importing profiler.executors loads LiteRT's runtimes
@@ -154,6 +178,7 @@ if TYPE_CHECKING:  # types only: importing profiler.executors loads LiteRT's run
     from profiler.slicing.prefix import PrefixModel
 
 METHODS = ("fused", "sliced")
+CACHE_STATES = ("auto", "warm", "cold")
 #: Share of rounds cut from each end before averaging a layer's differences.
 TRIM = 0.2
 
@@ -176,6 +201,11 @@ class FusedSettings:
     alone_calls: int = 20  # groups of the whole model's calls alone after the rounds (0: not)
     alone_warm: int = 5  # ... after this many untimed calls
     window: int = 0  # layers per segment (0: prefixes of the whole model; module docstring)
+    lead: int = 6  # layers a window starts before its segment, differenced out
+    # the caches a timed call finds: "warm" (left by the visit's previous call), "cold"
+    # (the last-level cache emptied first), "auto" (cold where the model's weights
+    # outgrow a CPU cluster's last-level cache; module docstring, "Cache state")
+    cache: str = "auto"
 
     def __post_init__(self) -> None:
         if self.min_rounds < 3:
@@ -192,6 +222,12 @@ class FusedSettings:
         if self.window < 0:
             raise BadInputError(f"--window {self.window}: give 0 (whole prefixes) or a "
                                 "number of layers", "e.g. --window 4")
+        if self.lead < 1:
+            raise BadInputError(f"--lead {self.lead}: a window starts at least one layer "
+                                "before its segment", "e.g. --lead 6")
+        if self.cache not in CACHE_STATES:
+            raise BadInputError(f"--cache {self.cache!r}: give one of "
+                                f"{', '.join(CACHE_STATES)}", "e.g. --cache auto")
         if self.budget_s <= 0 or self.target_ms < 0 or self.target_rel < 0:
             raise BadInputError("--budget-s must be positive and the targets not negative",
                                 "e.g. --budget-s 60 --target-ms 0.02")
@@ -254,6 +290,10 @@ class FusedResult:
     # Per layer, the position of the prefix (or window) that ends with it; its difference
     # is with the position before. Empty: prefixes of the whole model, layer k at k + 1.
     layer_positions: list[int] = field(default_factory=list)
+    # settings.cache holds the cache state the calls found; the bytes read to empty the
+    # caches before each timed call (0: warm), and why that state (`cache_state`).
+    evict_bytes: int = 0
+    cache_choice: CacheChoice | None = None
 
     def positions(self) -> list[int]:
         return self.layer_positions or list(range(1, len(self.layers) + 1))
@@ -298,6 +338,9 @@ class FusedResult:
             "elapsed_s": round(self.elapsed_s, 3),
             "converged": self.converged,
             "settings": self.settings.to_dict(),
+            "cache": self.settings.cache,
+            "evict_bytes": self.evict_bytes,
+            "cache_choice": None if self.cache_choice is None else asdict(self.cache_choice),
             "fixed_ms": self.fixed.time_ms,
             "fixed_ms_ci95": self.fixed.ci95_ms,
             "whole_ms": self.whole.time_ms,
@@ -413,17 +456,25 @@ class FusedProfiler:
 
     One call of a prefix: set every input (untimed: the hand-over into a call), then,
     timed, run and with ``read_outputs`` read every output into host memory (a GPU's
-    download; on a CPU the outputs are already there). ``hooks(position, start)`` is called before (start=True) and after
-    each timed call of a measured round (position 0 = the empty prefix), e.g. to move a
-    marker; its cost falls outside the timed window.
+    download; on a CPU the outputs are already there). ``hooks(position, start)`` is
+    called before (start=True) and after the timed calls of each visit of a measured
+    round (position 0 = the empty prefix), e.g. to move a marker; its cost falls outside
+    the timed window. ``evict``: called before every timed call of a round, outside its
+    window (a cold cache state, `profiler.cpu_cache.Evictor`); its inputs are written
+    after it, as the layer before them leaves them in an application's frame.
     """
 
     def __init__(self, prefixes: Sequence[PrefixModel], executor: Executor, *,
                  inputs: Sequence[np.ndarray] | None = None, seed: int = 0,
                  clock: Clock = perf_clock, model_name: str = "model",
-                 read_outputs: bool = True, model_data: bytes | None = None) -> None:
+                 read_outputs: bool = True, model_data: bytes | None = None,
+                 evict: Evictor | None = None, cache_choice: CacheChoice | None = None,
+                 ) -> None:
         """``model_data``: the model's bytes, which windows (prefixes starting after layer
-        0) need to compute their inputs' values."""
+        0) need to compute their inputs' values. ``cache_choice``: why ``evict`` is given
+        or not (`cache_state`), recorded in the result."""
+        self.evict = evict
+        self.cache_choice = cache_choice
         from profiler.runner import random_input
 
         if not prefixes or prefixes[0].last != -1:
@@ -447,9 +498,10 @@ class FusedProfiler:
         # Where each layer's prefix is ([]: prefixes of the whole model, layer k at k + 1).
         self.positions = [i for i, p in enumerate(self.prefixes) if p.role == "layer"] \
             if windowed else []
-        # the segment length the prefixes were cut with (the first segment's layers)
-        self.window = sum(p.role == "layer" and p.first == 0 for p in self.prefixes) \
-            if windowed else 0
+        # the segment length the prefixes were cut with: the first segment's layers, those
+        # between the empty prefix and the next base (later segments may start at 0 too)
+        bases = [i for i, p in enumerate(self.prefixes) if p.role != "layer"]
+        self.window = bases[1] - 1 if windowed else 0
         values = self._window_values(model_data) if windowed else {}
         self.sub_inputs = [values[p.first] if p.first else self.inputs for p in self.prefixes]
         for sub, xs in zip(self.subs, self.sub_inputs, strict=True):
@@ -504,13 +556,19 @@ class FusedProfiler:
         out = np.empty(n, dtype=np.int64)
         order = range(n - 1, -1, -1) if backward else range(n)
         timed = calls - warm
+        evict = self.evict
         for p in order:
             call = self._calls[p]
             for _ in range(warm):
                 call()
             if hooks:
                 hooks(p, True)
-            best = min(call() for _ in range(timed))
+            best = None
+            for _ in range(timed):
+                if evict is not None:
+                    evict()
+                t = call()
+                best = t if best is None or t < best else best
             if hooks:
                 hooks(p, False)
             out[p] = best
@@ -565,7 +623,9 @@ class FusedProfiler:
     def result(self, round_ns: np.ndarray, settings: FusedSettings, elapsed_s: float,
                converged: bool, alone_ns: np.ndarray | None = None) -> FusedResult:
         fixed, layers, whole = layer_estimates(round_ns, positions=self.positions)
-        settings = replace(settings, window=self.window)  # what the prefixes were cut with
+        # what the prefixes were cut with, and the cache state the calls found
+        settings = replace(settings, window=self.window,
+                           cache="cold" if self.evict is not None else "warm")
         alone = alone_mean = factor = None
         if alone_ns is not None:
             mean, half = trimmed_estimate(alone_ns.min(axis=1))
@@ -583,6 +643,8 @@ class FusedProfiler:
             round_ns=round_ns, alone_ns=alone_ns, whole_alone=alone,
             whole_alone_mean_ms=alone_mean, call_factor=factor,
             layer_positions=list(self.positions),
+            evict_bytes=self.evict.nbytes if self.evict is not None else 0,
+            cache_choice=self.cache_choice,
         )
 
 
@@ -611,39 +673,94 @@ def default_method(kind: str) -> str:
 
 PrefixPowers = Callable[[Sequence[Callable[[], int]]], Sequence[float]]
 
+#: A cold call reads this many times the last-level cache's size first: enough to
+#: displace every line of an LRU-like cache, and of the smaller levels below it.
+EVICT_FACTOR = 2
+
+
+@dataclass(frozen=True)
+class CacheChoice:
+    """The cache state a fused measurement's timed calls find, and why."""
+
+    state: str  # "warm" | "cold"
+    llc_bytes: int | None  # the cluster's last-level cache (None: sysfs does not say)
+    weight_bytes: int  # the model's constant tensors
+    reason: str
+
+
+def cache_state(settings: FusedSettings, executor: Executor, weight_bytes: int,
+                sysfs_root: Path) -> CacheChoice:
+    """``settings.cache`` resolved for this executor and model (module docstring, "Cache
+    state"): "auto" is cold on a real CPU cluster whose last-level cache (that of its
+    first core, from ``sysfs_root``) is smaller than the model's weights, warm otherwise:
+    an accelerator's weights live in its own memory, and a simulated processor's time is
+    modelled."""
+    real_cpu = executor.kind == "cpu" and executor.modelled is None
+    llc = last_level_cache_bytes(executor.cores[0], sysfs_root) if real_cpu else None
+    if settings.cache != "auto":
+        if settings.cache == "cold" and llc is None:
+            raise BadInputError(
+                f"--cache cold: no last-level cache size for processor {executor.proc.letter}"
+                + (f" (core {executor.cores[0]} under {sysfs_root})" if real_cpu
+                   else f" ({'simulated' if executor.modelled else executor.kind}: only a "
+                   "CPU cluster's host caches can be emptied)"),
+                "use --cache warm or auto")
+        return CacheChoice(settings.cache, llc, weight_bytes, "asked")
+    if not real_cpu:
+        why = "simulated processor" if executor.modelled is not None else \
+            "accelerator: its weights are in its own memory"
+        return CacheChoice("warm", None, weight_bytes, why)
+    if llc is None:
+        return CacheChoice("warm", None, weight_bytes,
+                           f"no cache size under {sysfs_root} for core {executor.cores[0]}")
+    if weight_bytes > llc:
+        return CacheChoice("cold", llc, weight_bytes,
+                           "the weights outgrow the last-level cache")
+    return CacheChoice("warm", llc, weight_bytes, "the weights fit in the last-level cache")
+
 
 def fused_profiler(executor: Executor, data: bytes, sliced: Any, settings: FusedSettings,
                    *, seed: int = 0, clock: Clock = perf_clock,
-                   model_name: str = "model") -> FusedProfiler:
+                   model_name: str = "model", sysfs_root: Path | None = None,
+                   ) -> FusedProfiler:
     """The prefixes of ``data`` cut as ``sliced``, loaded on the open ``executor``: outputs
     reduced and read back where the processor downloads them (`downloads`), in windows
-    where ``settings`` asks and the processor allows (`settings_for`)."""
+    where ``settings`` asks and the processor allows (`settings_for`), the caches emptied
+    before each timed call where `cache_state` says cold (``sysfs_root``: where the CPU's
+    cache sizes are read; default $COUPPROF_SYSFS_ROOT or /sys)."""
+    from governors.sysfs_io import sysfs_root_from_env
     from profiler.slicing.prefix import REDUCE_ABOVE_BYTES, prefix_models
 
     down = downloads(executor.proc.kind)
-    window = settings_for(settings, executor.proc.kind).window
+    s = settings_for(settings, executor.proc.kind)
     prefixes = prefix_models(data, sliced, reduce_above_bytes=REDUCE_ABOVE_BYTES if down else None,
-                             window=window)
+                             window=s.window, lead=s.lead)
+    choice = cache_state(s, executor, sum(layer.param_bytes for layer in sliced.layers),
+                         sysfs_root if sysfs_root is not None else sysfs_root_from_env())
+    evict = Evictor(EVICT_FACTOR * choice.llc_bytes) \
+        if choice.state == "cold" and choice.llc_bytes else None
     return FusedProfiler(prefixes, executor, seed=seed, clock=clock, model_name=model_name,
-                         read_outputs=down, model_data=data)
+                         read_outputs=down, model_data=data, evict=evict, cache_choice=choice)
 
 
 def measure_model(executor: Executor, data: bytes, sliced: Any,
                   settings: FusedSettings | None = None, *,
                   progress: Callable[[int, int], None] | None = None, seed: int = 0,
                   clock: Clock = perf_clock, model_name: str = "model",
-                  prefix_powers: PrefixPowers | None = None,
+                  prefix_powers: PrefixPowers | None = None, sysfs_root: Path | None = None,
                   ) -> tuple[FusedResult, FusedEnergy | None]:
     """Build the prefixes of ``data`` cut as ``sliced`` (a `SlicedModel` of it), load them
     on the open ``executor`` and measure (see `FusedProfiler.measure`). Outputs are
     reduced and read back where the processor downloads them (`downloads`).
     ``prefix_powers`` (a counter source: each prefix call's power from a repeat window,
-    `profiler.power.session.PowerSession.call_powers`) adds the energies per call.
+    `profiler.power.session.PowerSession.call_powers`) adds the energies per call (a
+    prefix's repeat window calls it back to back, warm whatever the cache state: its
+    power is the warm call's). ``sysfs_root``: see `fused_profiler`.
 
     Memory: every prefix stays loaded, about n/2 copies of the model's weights."""
     s = settings_for(settings or FusedSettings(), executor.proc.kind)
     prof = fused_profiler(executor, data, sliced, s, seed=seed, clock=clock,
-                          model_name=model_name)
+                          model_name=model_name, sysfs_root=sysfs_root)
     result = prof.measure(s, progress=progress)
     if prefix_powers is None:
         return result, None

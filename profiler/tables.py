@@ -549,6 +549,13 @@ def _fused_caption(tables: RunTables) -> str:
             f" (budget {settings.get('budget_s', '?')} s, "
             f"{'every interval within target' if fused.get('converged') else 'budget or rounds spent'})"
             f"; sliced: {tables.info.get('frames', '?')} frames")
+    if fused.get("cache") == "cold":
+        choice = fused.get("cache_choice") or {}
+        llc, weights = choice.get("llc_bytes"), choice.get("weight_bytes")
+        text += "; calls timed cold (the last-level cache"
+        text += f", {llc / 2**20:.0f} MiB, emptied before each; the weights: " \
+            f"{weights / 2**20:.0f} MiB" if llc and weights else " emptied before each"
+        text += f"; {choice['reason']})" if choice.get("reason") else ")"
     alone = fused.get("whole_alone_ms")
     if alone is not None:
         text += f"; the whole model alone after the rounds: {alone:.3f} ms/call"

@@ -87,12 +87,13 @@ def _chain_values(sliced, x: np.ndarray) -> dict[int, np.ndarray]:
     return values
 
 
-@pytest.mark.parametrize("name, window", [("default", 4), ("resnet50", 3)])
-def test_windows_compute_the_model_from_real_inputs(default_model, name, window) -> None:
-    """Segments of W layers, each from its lead layer: the roles and layer ranges, the
-    inputs every window of a segment takes (a residual's skip tensor too, before the
-    layer that reads it), their values from one run of the model, and every window's
-    outputs against the sliced chain."""
+@pytest.mark.parametrize("name, window, lead", [("default", 4, 1), ("default", 3, 6),
+                                               ("resnet50", 3, 1), ("resnet50", 3, 4)])
+def test_windows_compute_the_model_from_real_inputs(default_model, name, window, lead) -> None:
+    """Segments of W layers, each from L layers before it (layer 0 at the earliest): the
+    roles and layer ranges, the inputs every window of a segment takes (a residual's skip
+    tensor too, before the layer that reads it), their values from one run of the model,
+    and every window's outputs against the sliced chain."""
     from profiler.slicing.prefix import tensor_values
 
     if name == "default":
@@ -102,19 +103,23 @@ def test_windows_compute_the_model_from_real_inputs(default_model, name, window)
         sliced = slice_model(data, cache_dir=False)
     layers = sliced.layers
     n = len(layers)
-    models = prefix_models(data, sliced, reduce_above_bytes=None, window=window)
+    models = prefix_models(data, sliced, reduce_above_bytes=None, window=window, lead=lead)
     want = [(0, -1, "base")] + [(0, k, "layer") for k in range(window)]
     for a in range(window, n, window):
-        want += [(a - 1, a - 1, "base")] + [(a - 1, k, "layer")
-                                            for k in range(a, min(a + window, n))]
+        s = max(0, a - lead)
+        want += [(s, a - 1, "base")] + [(s, k, "layer") for k in range(a, min(a + window, n))]
     want.append((0, n - 1, "whole"))
     assert [(m.first, m.last, m.role) for m in models] == want
     x = np.random.default_rng(3).uniform(-1, 1, layers[0].inputs[0].shape).astype(np.float32)
     truth = _chain_values(sliced, x)
     model_out = layers[-1].outputs[-1].index
     unread = 0
-    for m in models:
-        seg = [o for o in models if o.first == m.first and o.role != "whole"]
+    # a segment: the models from its base up to the next base (or the whole model)
+    bases = [i for i, m in enumerate(models) if m.role != "layer"]
+    segment_of = {i: max(b for b in bases if b <= i) for i in range(len(models))}
+    for i, m in enumerate(models):
+        seg = [o for j, o in enumerate(models) if segment_of[j] == segment_of[i]] \
+            if m.role != "whole" else [m]
         assert all(o.input_tensors == m.input_tensors for o in seg)
         inner = range(m.first, max(o.last for o in seg) + 1) if m.role != "whole" else range(n)
         produced = {t.index for k in inner for t in layers[k].outputs}
@@ -397,3 +402,66 @@ def test_accelerator_path_reads_back_reduced_outputs(default_model, window) -> N
         with AcceleratorExecutor(proc, accelerator="cpu", threads=1) as ex, \
                 pytest.raises(ValueError, match="windows"):
             FusedProfiler(prefix_models(data, sliced, window=window), ex, model_data=data)
+
+
+def test_auto_cache_is_cold_where_the_weights_outgrow_the_last_level_cache(
+        default_model, tmp_path) -> None:
+    """``cache_state`` on a real core against fake sysfs trees whose last-level cache is
+    half and twice the model's weights; asked states win; a simulated processor stays
+    warm; cold without a known cache size is bad input. The profiler then empties twice
+    the cache before each timed call."""
+    from test_cpu_cache import fake_caches
+
+    from profiler.errors import BadInputError
+    from profiler.fused import EVICT_FACTOR, cache_state, fused_profiler
+
+    data, sliced = default_model
+    weights = sum(layer.param_bytes for layer in sliced.layers)
+    assert weights > 100_000  # MobileNetV1 0.25: about 1.9 MB of float weights
+    small_kib, big_kib = weights // 2 // 1024, weights * 2 // 1024
+    small = fake_caches(tmp_path / "small", 0, [(1, "Data", "32K"), (3, "Unified", f"{small_kib}K")])
+    big = fake_caches(tmp_path / "big", 0, [(3, "Unified", f"{big_kib}K")])
+    with CpuExecutor(ProcessorSpec("B", "cpu", "one core", (0,)), threads=1) as ex:
+        c = cache_state(FusedSettings(), ex, weights, small)
+        assert (c.state, c.llc_bytes, c.weight_bytes) == ("cold", small_kib * 1024, weights)
+        assert c.reason == "the weights outgrow the last-level cache"
+        assert cache_state(FusedSettings(), ex, weights, big).state == "warm"
+        assert cache_state(FusedSettings(cache="warm"), ex, weights, small).state == "warm"
+        assert cache_state(FusedSettings(cache="cold"), ex, weights, big).state == "cold"
+        assert cache_state(FusedSettings(), ex, weights, tmp_path / "none").state == "warm"
+        with pytest.raises(BadInputError, match="no last-level cache size"):
+            cache_state(FusedSettings(cache="cold"), ex, weights, tmp_path / "none")
+        prof = fused_profiler(ex, data, sliced, FusedSettings(), sysfs_root=small)
+        assert prof.evict is not None and prof.evict.nbytes == EVICT_FACTOR * small_kib * 1024
+        assert fused_profiler(ex, data, sliced, FusedSettings(), sysfs_root=big).evict is None
+    with make_executor(load_board("sim"), "B") as ex:
+        c = cache_state(FusedSettings(), ex, weights, small)
+        assert (c.state, c.reason) == ("warm", "simulated processor")
+
+
+def test_cold_calls_empty_the_cache_before_every_timed_call_outside_its_window(
+        default_model) -> None:
+    """Every timed call of a round (warm-up rounds too) follows one eviction, and no
+    timed window holds one: the clock jumps by a second at each eviction, so a window
+    that held one would read a second. The calls alone (an application's frames) and
+    the visits' untimed calls are not evicted."""
+    from profiler.cpu_cache import Evictor
+
+    data, sliced = default_model
+    ev = Evictor(1 << 16)
+
+    def clock() -> int:
+        return time.perf_counter_ns() + ev.calls * 1_000_000_000
+
+    s = FusedSettings(min_rounds=3, max_rounds=3, warmup_rounds=1, visit_calls=3, visit_warm=1,
+                      alone_calls=3, alone_warm=1)
+    with CpuExecutor(ProcessorSpec("B", "cpu", "one core", (0,)), threads=1) as ex:
+        prof = FusedProfiler(prefix_models(data, sliced, reduce_above_bytes=None), ex,
+                             read_outputs=False, evict=ev, clock=clock)
+        res = prof.measure(s)
+    prefixes = len(sliced.layers) + 1
+    assert ev.calls == (s.warmup_rounds + 3) * prefixes * (s.visit_calls - s.visit_warm)
+    assert res.round_ns.max() < 100_000_000 and res.alone_ns.max() < 100_000_000
+    assert res.settings.cache == "cold" and res.evict_bytes == 1 << 16
+    info = res.info()
+    assert info["cache"] == "cold" and info["evict_bytes"] == 1 << 16

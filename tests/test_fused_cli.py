@@ -86,12 +86,18 @@ def test_cpu_defaults_to_sliced_and_method_fused_is_available(tmp_path: Path) ->
     assert "fixed" in r.stdout and meta["method"] == "fused"
     # windows of 4 over the 15 layers: 4 segments, every layer differenced within one
     assert meta["fused"]["settings"]["window"] == 4
+    assert meta["fused"]["settings"]["lead"] == 6
     assert "segments of 4 layers" in meta["fused"]["scheme"]
+    # a simulated B's time is modelled: "auto" leaves its caches warm, and says why
+    assert meta["fused"]["cache"] == "warm" and meta["fused"]["evict_bytes"] == 0
+    assert meta["fused"]["cache_choice"]["reason"] == "simulated processor"
     assert (pd.read_csv(tmp_path / "bf.csv").kind == "layer").sum() == 15
-    r = cli("layers", "--board", "sim", "--processor", "B", "--method", "fused",
-            "--window", "-1", cwd=tmp_path)
-    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) <= 2, r.stderr
-    assert "Traceback" not in r.stderr
+    for bad in (["--window", "-1"], ["--lead", "0"], ["--cache", "cold"]):
+        r = cli("layers", "--board", "sim", "--processor", "B", "--method", "fused", *bad,
+                cwd=tmp_path)
+        assert r.returncode == 2 and len(r.stderr.strip().splitlines()) <= 2, (bad, r.stderr)
+        assert "Traceback" not in r.stderr
+    assert "only a CPU cluster's host caches can be emptied" in r.stderr
 
 
 def test_sweep_mixes_sliced_cpu_and_fused_g(tmp_path: Path) -> None:

@@ -169,7 +169,7 @@ def run(args: argparse.Namespace) -> int:
                 fused, fused_energy = measure_model(
                     executor, data, sliced, settings, seed=args.seed,
                     progress=step(bar, "fused rounds"), model_name=model.name,
-                    prefix_powers=powers)
+                    prefix_powers=powers, sysfs_root=root)
 
     extra: dict[str, Any] = {"board_description": board.description, "seed": args.seed,
                              "cores_text": format_cpu_list(executor.cores),

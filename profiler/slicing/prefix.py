@@ -19,10 +19,11 @@ which costs a dispatch and nothing that grows with the input, so the fixed row i
 call's cost and the layers keep all of their own.
 
 With ``window`` = W (`profiler.fused`), the layers are cut into segments of W, and
-every segment a..b after the first gets prefixes of its own that start one layer early,
-at its lead layer a-1: a-1 alone (the segment's base, which its differences start from),
-then a-1..k for every k of a..b, so each layer still runs right after its predecessor
-in one call. The first segment is the prefixes 0..k after the empty prefix. Every window
+every segment a..b after the first gets prefixes of its own that start ``lead`` = L
+layers early (at layer 0 at the earliest), at its lead s = max(0, a-L): s..a-1 (the
+segment's base, which its differences start from), then s..k for every k of a..b, so
+each layer still runs right after its predecessors in one call. The first segment is
+the prefixes 0..k after the empty prefix. Every window
 of a segment takes all the tensors the segment reads from earlier layers (each call is
 handed the same bytes, even where a residual's skip tensor is read only by a later layer
 of the segment), and the model run whole is appended last. `tensor_values` gives those
@@ -67,11 +68,14 @@ class PrefixModel:
 
 def prefix_models(data: bytes, sliced: SlicedModel, *,
                   reduce_above_bytes: int | None = REDUCE_ABOVE_BYTES,
-                  lasts: list[int] | None = None, window: int = 0) -> list[PrefixModel]:
+                  lasts: list[int] | None = None, window: int = 0,
+                  lead: int = 1) -> list[PrefixModel]:
     """The empty prefix, then layers 0..k for k = 0 .. n-1 (see the module docstring);
     ``lasts``: only the prefixes ending at these layers (-1: the empty one). ``window``
-    W > 0 (and below n): segments of W layers, each with its own prefixes from its lead
-    layer, then the whole model."""
+    W > 0 (and below n): segments of W layers, each with its own prefixes from ``lead``
+    layers before it, then the whole model."""
+    if lead < 1:
+        raise ValueError(f"a window's lead of {lead} layers: give 1 or more")
     g = ModelView.of(parse_model(data, "model"))
     groups = [list(layer.op_indices) for layer in sliced.layers]
     n = len(groups)
@@ -95,9 +99,11 @@ def prefix_models(data: bytes, sliced: SlicedModel, *,
            for last in range(-1, window)]
     for a in range(window, n, window):
         end = min(a + window, n) - 1
-        seg = set(ops_of(a - 1, end))
-        inputs = boundaries(g, [sorted(seg), [i for i in range(g.num_ops) if i not in seg]])[0][0]
-        out += [prefix(a - 1, last, inputs, "base" if last < a else "layer")
+        start = max(0, a - lead)
+        seg = set(ops_of(start, end))
+        inputs = list(g.inputs) if start == 0 else \
+            boundaries(g, [sorted(seg), [i for i in range(g.num_ops) if i not in seg]])[0][0]
+        out += [prefix(start, last, inputs, "base" if last < a else "layer")
                 for last in range(a - 1, end + 1)]
     out.append(prefix(0, n - 1, list(g.inputs), "whole"))
     return out

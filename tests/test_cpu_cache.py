@@ -1,0 +1,63 @@
+"""The CPU's last-level cache from a sysfs tree (a fake one with known sizes, and this
+machine's), and the evictor's reads."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from profiler.cpu_cache import LINE_BYTES, Evictor, last_level_cache_bytes
+
+
+def fake_caches(root: Path, core: int, caches: list[tuple[int, str, str]]) -> Path:
+    """``caches``: (level, type, size text) per index, as the kernel lists them."""
+    for i, (level, kind, size) in enumerate(caches):
+        d = root / "devices/system/cpu" / f"cpu{core}" / "cache" / f"index{i}"
+        d.mkdir(parents=True)
+        (d / "level").write_text(f"{level}\n")
+        (d / "type").write_text(f"{kind}\n")
+        (d / "size").write_text(f"{size}\n")
+    return root
+
+
+def test_the_highest_data_or_unified_level_is_the_last_level_cache(tmp_path: Path) -> None:
+    root = fake_caches(tmp_path, 3, [(1, "Data", "48K"), (1, "Instruction", "32K"),
+                                     (2, "Unified", "1024K"), (3, "Unified", "32768K")])
+    assert last_level_cache_bytes(3, root) == 32 << 20
+    # another core lists nothing: unknown, not a guess
+    assert last_level_cache_bytes(0, root) is None
+    assert last_level_cache_bytes(0, tmp_path / "nowhere") is None
+
+
+def test_sizes_in_every_unit_and_instruction_caches_ignored(tmp_path: Path) -> None:
+    root = fake_caches(tmp_path, 0, [(1, "Data", "32K"), (2, "Unified", "2M"),
+                                     (3, "Instruction", "64M")])
+    assert last_level_cache_bytes(0, root) == 2 << 20
+    root2 = fake_caches(tmp_path / "b", 0, [(1, "Data", "65536")])
+    assert last_level_cache_bytes(0, root2) == 65536
+
+
+def test_an_unreadable_index_is_skipped(tmp_path: Path) -> None:
+    root = fake_caches(tmp_path, 0, [(2, "Unified", "512K"), (3, "Unified", "lots")])
+    assert last_level_cache_bytes(0, root) == 512 << 10
+
+
+def test_this_machine_lists_a_plausible_cache_or_none() -> None:
+    got = last_level_cache_bytes(0, Path("/sys"))
+    assert got is None or 16 << 10 <= got <= 4 << 30
+
+
+def test_the_evictor_reads_one_value_per_line_of_its_whole_buffer() -> None:
+    ev = Evictor(1 << 20)
+    assert ev.nbytes == 1 << 20 and ev._buf.nbytes == 1 << 20
+    # the strided view it sums: one int64 per 64-byte line, spanning the buffer
+    view = ev._buf[:: LINE_BYTES // 8]
+    assert view.size == (1 << 20) // LINE_BYTES
+    assert np.shares_memory(view, ev._buf)
+    ev()
+    ev()
+    assert ev.calls == 2
+    with pytest.raises(ValueError, match="displaces nothing"):
+        Evictor(32)
