@@ -459,7 +459,8 @@ class FusedProfiler:
     download; on a CPU the outputs are already there). ``hooks(position, start)`` is
     called before (start=True) and after the timed calls of each visit of a measured
     round (position 0 = the empty prefix), e.g. to move a marker; its cost falls outside
-    the timed window. ``evict``: called before every timed call of a round, outside its
+    the timed window (cold, the evictions before those calls fall inside the bracket).
+    ``evict``: called before every timed call of a round, outside its
     window (a cold cache state, `profiler.cpu_cache.Evictor`); its inputs are written
     after it, as the layer before them leaves them in an application's frame.
     """
