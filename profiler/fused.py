@@ -129,8 +129,9 @@ a window's first layers write buffers of its own that nothing has touched since 
 caches were emptied (below), where in the whole model those buffers were written a few
 layers before; the lead's layers take those first writes, and they cancel in the
 difference. Cold, on one core of a 2-core AMD EPYC VM (32 MB of L3), ResNet50 in
-windows of 3 for 150 s: leads of 1, 3 and 6 summed to 1.039, 1.023 and 1.015 of the
-whole model (rounds 158, 125, 95).
+windows of 3 for 150 s: leads of 1, 3 and 6 summed to 1.038, 1.023 and 1.009 of the
+whole model (174, 133 and 102 rounds; `benchmarks/slicing_overhead.py --frames 50
+--resnet-frames 10 --fused-budget-s 5 --resnet-fused-budget-s 150 --lead L`).
 
 **Cache state** (``cache``; `cache_state`, `profiler.cpu_cache`). A visit calls its
 prefix back to back, so a timed call finds the prefix's weights in cache. An application
