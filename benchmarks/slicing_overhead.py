@@ -35,6 +35,7 @@ import platform
 import statistics
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -43,7 +44,7 @@ import numpy as np
 from profiler import zoo
 from profiler.boards.model import ProcessorSpec
 from profiler.executors.cpu import CpuExecutor
-from profiler.fused import FusedSettings, fused_profiler, trimmed_estimate
+from profiler.fused import CACHE_STATES, FusedSettings, fused_profiler, trimmed_estimate
 from profiler.runner import LayerRunner
 from profiler.slicing.slicer import slice_model
 from profiler.tflite.model_io import serialize_model
@@ -106,8 +107,22 @@ def ratio(data: bytes, executor: CpuExecutor, frames: int, warmup: int) -> dict[
     }
 
 
+def visit_ns(run: Callable[[], object], calls: int = 3, warm: int = 1) -> int:
+    """One visit as the fused rounds visit a prefix: ``warm`` untimed calls, then the
+    fastest of the other ``calls - warm`` (ns)."""
+    for _ in range(warm):
+        run()
+    best = None
+    for _ in range(calls - warm):
+        t0 = time.perf_counter_ns()
+        run()
+        dt = time.perf_counter_ns() - t0
+        best = dt if best is None else min(best, dt)
+    return int(best or 0)
+
+
 def fused_vs(data: bytes, executor: CpuExecutor, budget_s: float, window: int,
-             cache: str = "auto", lead: int = 6) -> dict[str, Any]:
+             cache: str, lead: int) -> dict[str, Any]:
     """The fused method on the same core. Each round also visits the whole model (one
     untimed invoke, then the fastest of two timed invokes, as the prefixes are visited),
     so the whole invoke it is compared with shares the rounds' drift and load, and runs
@@ -120,17 +135,9 @@ def fused_vs(data: bytes, executor: CpuExecutor, budget_s: float, window: int,
     whole = executor.load(data, name="whole model")
     for i, x in enumerate(prof.inputs):
         whole.set_input(i, x)
-    clock = time.perf_counter_ns
 
     def whole_visit() -> int:
-        whole.run()
-        best = None
-        for _ in range(settings.visit_calls - settings.visit_warm):
-            t0 = clock()
-            whole.run()
-            dt = clock() - t0
-            best = dt if best is None else min(best, dt)
-        return int(best or 0)
+        return visit_ns(whole.run, settings.visit_calls, settings.visit_warm)
 
     def sliced_frame() -> list[int]:
         return [end - start for _, _, start, end in runner.run_frame()]
@@ -257,10 +264,10 @@ def main(argv: list[str] | None = None) -> int:
                     help="fused on the default model: layers per window (0: whole prefixes)")
     ap.add_argument("--resnet-window", type=int, default=3,
                     help="fused on ResNet50: layers per window (0: whole prefixes)")
-    ap.add_argument("--cache", choices=("auto", "warm", "cold"), default="auto",
+    ap.add_argument("--cache", choices=CACHE_STATES, default=FusedSettings.cache,
                     help="fused: the caches a timed call finds (FusedSettings.cache; auto: "
                     "cold where the model's weights outgrow the last-level cache)")
-    ap.add_argument("--lead", type=int, default=6,
+    ap.add_argument("--lead", type=int, default=FusedSettings.lead,
                     help="fused, in windows: layers a segment's prefixes start before it")
     ap.add_argument("--skip-fused", action="store_true")
     ap.add_argument("--skip-resnet", action="store_true")
