@@ -10,7 +10,7 @@ core, each chosen layer's sub-model timed
 - warm: right after a call of itself (the state a fused visit measures in);
 - after a frame: right after a call of the whole model (the state an application's
   frame leaves);
-- sliced: inside a sliced frame (`profiler.runner`, the layer's median over frames),
+- sliced: inside a sliced frame (`profiler.measure.runner`, the layer's median over frames),
 
 and the ratios of the first two to the sliced time. No target: it measures why fused
 and sliced layers of a cache-bound model differ on a given machine (README, "CPU
@@ -31,7 +31,7 @@ from collections.abc import Callable
 from profiler import zoo
 from profiler.boards.model import ProcessorSpec
 from profiler.executors.cpu import CpuExecutor
-from profiler.runner import LayerRunner
+from profiler.measure.runner import LayerRunner
 from profiler.slicing.slicer import slice_model
 
 

@@ -24,7 +24,7 @@ from slicing_overhead import visit_ns  # the benchmarks' folder is on sys.path
 from profiler import zoo
 from profiler.boards.model import ProcessorSpec
 from profiler.executors.cpu import CpuExecutor
-from profiler.fused import trimmed_estimate
+from profiler.measure.fused import trimmed_estimate
 
 
 def main(argv: list[str] | None = None) -> int:

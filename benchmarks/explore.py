@@ -8,7 +8,7 @@
    tables. Target < 60 s.
 
 Tables: by default synthetic ones on the sim board's levels and its 54-layer ResNet50
-size (`profiler.explore_tables.synthetic_tables`: random per-layer work and per-processor
+size (`profiler.explore.tables.synthetic_tables`: random per-layer work and per-processor
 speeds, time ~ 1/f, power ~ V^2 f, transfers ~ boundary size, delays 0.2 ms + 0.5 ms per
 level apart), since a full ResNet50 sweep of every level on the simulated board takes
 far longer than the search. Pass --sweep DIR (with --transfers, --delays) to time real
@@ -28,10 +28,10 @@ import time
 from pathlib import Path
 
 from profiler.boards.profiles import load_board
-from profiler.explore_pipeline import nsga2_front, space_size
-from profiler.explore_space import freq_spec, order_string, single_processor, switch_space_size
-from profiler.explore_switch import search_switch
-from profiler.explore_tables import load_tables, synthetic_tables
+from profiler.explore.pipeline import nsga2_front, space_size
+from profiler.explore.space import freq_spec, order_string, single_processor, switch_space_size
+from profiler.explore.switch import search_switch
+from profiler.explore.tables import load_tables, synthetic_tables
 
 
 def main() -> int:

@@ -2,7 +2,7 @@
 
 LiteRT's CompiledModel call holds Python's GIL, so a G stage on a thread stalls the
 other stages' Python (hand-overs, read-outs) for the length of each call
-(`profiler/stage_process.py`). This runs the same two-stage pipelines of ResNet50
+(`profiler/mapping/stage_process.py`). This runs the same two-stage pipelines of ResNet50
 (B then G, G then B, split in the middle) with the G stage on a thread
 (``apart="never"``) and in its own process (``"auto"``), alternating the two a few
 times so drift hits both alike, and prints the throughput of each and their ratio.
@@ -31,8 +31,8 @@ from profiler import zoo
 from profiler.boards.model import Board, ProcessorSpec
 from profiler.boards.profiles import load_board
 from profiler.executors.factory import with_accelerators
-from profiler.mapping import parse_order
-from profiler.pipeline import MappingRunConfig, run_mapping
+from profiler.mapping.pipeline import MappingRunConfig, run_mapping
+from profiler.mapping.spec import parse_order
 from profiler.slicing.slicer import slice_model
 
 

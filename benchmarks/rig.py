@@ -11,7 +11,7 @@ Printed per front end, against the issue's targets:
 - edge timestamp resolution: |EDGE time - rig time| after
   removing the constant boot offset (p50, p99, max)        <= 4 us
 - attribution error: per-window energy from
-  profiler.attribution vs the rig's exact integral,
+  profiler.power.attribution vs the rig's exact integral,
   windows >= 1 ms not flagged for lost samples
   (median, p99, max |error|; flagged windows counted)      <= 1 %
 
@@ -46,8 +46,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from profiler.attribution import attribute  # noqa: E402
 from profiler.power import protocol as P  # noqa: E402
+from profiler.power.attribution import attribute  # noqa: E402
 from profiler.power.host_trace import HostTrace
 from profiler.power.rig import A0_ELF, INA226_ELF, Waveform, missing, run_fast  # noqa: E402
 

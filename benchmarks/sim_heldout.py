@@ -22,7 +22,7 @@ import numpy as np
 import pandas as pd
 
 from profiler.boards.profiles import load_board
-from profiler.sim.calibrate import armcoup_measurements
+from profiler.calibrate.board import armcoup_measurements
 from profiler.sim.executor import Pricer
 from profiler.zoo import armcoup
 from profiler.zoo.registry import model_path

@@ -4,7 +4,7 @@
    median of the whole model's invoke time. Both run in the same process on the same
    core, interleaved frame by frame (order alternating), so drift hits both alike.
    Targets: <= 1.10 on the default model, <= 1.05 on ResNet50.
-   Beside it, the fused method (`profiler.fused`: differences of cumulative prefixes in
+   Beside it, the fused method (`profiler.measure.fused`: differences of cumulative prefixes in
    interleaved rounds, the whole model among them): (sum of fused layers + the fixed
    per-call row) / the whole model's median invoke, target within 2 %; and, for every
    layer of 1 ms or more, fused vs sliced, target within 5 %. The sliced layers compared
@@ -14,7 +14,7 @@
    27 model runs a round, and their differences carry the jitter of runs 280 ms long.
    The fused calls find the caches as `--cache` says (default auto: cold where the
    model's weights outgrow the core's last-level cache, as ResNet50's 102 MB do on
-   most cores; `profiler.fused`, "Cache state"), and windows start `--lead` layers early.
+   most cores; `profiler.measure.fused`, "Cache state"), and windows start `--lead` layers early.
 2. Wall time to slice ResNet50 (cache off).
 3. Instrumentation cost per layer: a chain of N trivial ADD sub-models, run through
    the runner (clock reads, hand-over copies, timestamp bookkeeping) and bare
@@ -44,8 +44,8 @@ import numpy as np
 from profiler import zoo
 from profiler.boards.model import ProcessorSpec
 from profiler.executors.cpu import CpuExecutor
-from profiler.fused import CACHE_STATES, FusedSettings, fused_profiler, trimmed_estimate
-from profiler.runner import LayerRunner
+from profiler.measure.fused import CACHE_STATES, FusedSettings, fused_profiler, trimmed_estimate
+from profiler.measure.runner import LayerRunner
 from profiler.slicing.slicer import slice_model
 from profiler.tflite.model_io import serialize_model
 from profiler.zoo.emit import draw_constants, to_model

@@ -2,7 +2,7 @@
 
 For the same (processor, level) pairs, frames and warm-up:
 
-1. `profiler.sweep.Sweep`: slices once, builds each processor's interpreters once,
+1. `profiler.sweep.run.Sweep`: slices once, builds each processor's interpreters once,
    changes only the frequency between levels, appends + fsyncs the CSV per pair.
 2. A naive loop that does per pair what one `coupprof layers --freq K` run does
    in-process: slice (cache on, as the CLI), open the executor, build every
@@ -37,12 +37,12 @@ sys.path.insert(0, str(REPO / "tests"))  # the fake host tree builder
 from governors import RestoreGuard, make_governor  # noqa: E402
 from profiler.boards.profiles import load_board  # noqa: E402
 from profiler.executors.factory import make_executor  # noqa: E402
-from profiler.results import LayerInfo, LayerRun, RunInfo  # noqa: E402
-from profiler.runner import LayerRunner  # noqa: E402
+from profiler.measure.results import LayerInfo, LayerRun, RunInfo  # noqa: E402
+from profiler.measure.runner import LayerRunner  # noqa: E402
+from profiler.measure.tables import run_tables, write_tables  # noqa: E402
 from profiler.slicing.slicer import slice_model  # noqa: E402
-from profiler.sweep import Sweep, SweepSettings, frame_time_ns  # noqa: E402
-from profiler.sweep_plan import parse_freqs, parse_processors, plan_pairs  # noqa: E402
-from profiler.tables import run_tables, write_tables  # noqa: E402
+from profiler.sweep.plan import parse_freqs, parse_processors, plan_pairs  # noqa: E402
+from profiler.sweep.run import Sweep, SweepSettings, frame_time_ns  # noqa: E402
 from profiler.zoo import default_model_path  # noqa: E402
 
 

@@ -124,10 +124,10 @@ def profile_layers(sliced: Any, board: Any, letter: str, model_path: Path, data:
     """One processor, every layer: the layer runner's timings, then per-layer energy by
     repeat-to-resolve. Written in `coupprof layers` format."""
     from profiler.executors import fallback_flags, make_executor
+    from profiler.measure.results import LayerInfo, LayerRun, RunInfo, environment
+    from profiler.measure.runner import LayerRunner
+    from profiler.measure.tables import run_tables, write_tables
     from profiler.power.repeat import measure_repeated
-    from profiler.results import LayerInfo, LayerRun, RunInfo, environment
-    from profiler.runner import LayerRunner
-    from profiler.tables import run_tables, write_tables
     from profiler.tflite.model_io import sha256_bytes
 
     proc = board.processor(letter)
@@ -193,7 +193,7 @@ def whole_alone(executor: Any, data: bytes, inputs: list[Any], calls: int = 50,
     issue's definition); ``visits_ms``: ``calls`` visits measured as the fused rounds
     measure a prefix (``visit`` = calls per visit, untimed first ones; the fastest timed
     call; 20 % trimmed mean over visits), so the two are compared like for like."""
-    from profiler.fused import trimmed_estimate
+    from profiler.measure.fused import trimmed_estimate
 
     sub = executor.load(data, name="whole model")
 
@@ -224,12 +224,12 @@ def profile_fused(sliced: Any, board: Any, letter: str, model_path: Path, data: 
     energy = that power x its fused time, the fixed row's from the empty prefix, and the
     whole model's energy per call, to compare."""
     from profiler.executors import fallback_flags, make_executor
-    from profiler.freq_trace import FreqSampler, clock_while, freq_reader_for
-    from profiler.fused import FusedSettings, energy_by_prefix, fused_profiler
+    from profiler.measure.freq_trace import FreqSampler, clock_while, freq_reader_for
+    from profiler.measure.fused import FusedSettings, energy_by_prefix, fused_profiler
+    from profiler.measure.results import LayerInfo, LayerRun, RunInfo, environment
+    from profiler.measure.runner import LayerRunner
+    from profiler.measure.tables import run_tables, with_fused, write_tables
     from profiler.power.repeat import measure_repeated
-    from profiler.results import LayerInfo, LayerRun, RunInfo, environment
-    from profiler.runner import LayerRunner
-    from profiler.tables import run_tables, with_fused, write_tables
     from profiler.tflite.model_io import sha256_bytes
 
     proc = board.processor(letter)
@@ -385,8 +385,8 @@ def whole_calls(board: Any, letter: str, data: bytes, source: Any, n_calls: int 
     and read back): each of ``n_calls`` back-to-back calls timed, and a counter repeat
     window of the same call (power, time and energy per call)."""
     from profiler.executors import make_executor
+    from profiler.measure.runner import random_input
     from profiler.power.repeat import measure_repeated
-    from profiler.runner import random_input
 
     with make_executor(board, letter) as ex:
         sub = ex.load(data, name="whole model")
@@ -497,7 +497,7 @@ def switch_penalty(board: Any, data: bytes, other: bytes, reps: int = 30,
     """G: the whole model's call times by position after calls of another model (what
     switching between compiled models costs a call, and for how many calls)."""
     from profiler.executors import make_executor
-    from profiler.runner import random_input
+    from profiler.measure.runner import random_input
 
     with make_executor(board, "G") as ex:
         subs = [ex.load(data, name="whole"), ex.load(other, name="other")]

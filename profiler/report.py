@@ -168,7 +168,7 @@ def _figure(report: Report, name: str, make: Any, alt: str) -> None:
 
 
 def _layer_section(report: Report, f: Found) -> pd.DataFrame:
-    from profiler.tables import read_tables, short_ops
+    from profiler.measure.tables import read_tables, short_ops
 
     t = read_tables(f.csv)
     info, tot = t.info, t.totals
@@ -225,7 +225,7 @@ def _layer_section(report: Report, f: Found) -> pd.DataFrame:
 
 def _sweep_section(report: Report, f: Found) -> None:
     from profiler.plots import efficiency_figure, layers_figure
-    from profiler.sweep_schema import read_sweep
+    from profiler.sweep.schema import read_sweep
 
     data = read_sweep(f.csv)
     s = data.meta.get("settings", {})

@@ -17,8 +17,8 @@ import numpy as np
 import pytest
 from energy_truth import layer_truth_mj
 
-from profiler.attribution import attribute, match_edges
 from profiler.errors import BadInputError, PowerSourceError
+from profiler.power.attribution import attribute, match_edges
 from profiler.power.host_trace import HostTrace, idle_baseline_w
 
 T0_NS = 1_234_567_890_123  # host clocks are far from zero: exercise int64 handling

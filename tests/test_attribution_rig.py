@@ -18,9 +18,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from profiler.attribution import attribute
 from profiler.power import protocol as P
 from profiler.power import rig as rigmod
+from profiler.power.attribution import attribute
 from profiler.power.clockmap import fit_clock_map
 from profiler.power.host_trace import HostTrace
 from profiler.power.rig import A0_ELF, INA226_ELF, Waveform, run_fast

@@ -15,8 +15,8 @@ import time
 import numpy as np
 import pytest
 
-from profiler.attribution import attribute
 from profiler.markers import open_marker
+from profiler.power.attribution import attribute
 from profiler.power.clockmap import fit_clock_map
 from profiler.power.collector import Collector
 from profiler.power.host_trace import HostTrace

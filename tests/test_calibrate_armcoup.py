@@ -59,7 +59,7 @@ def test_calibrate_validates_and_writes_a_board(tmp_path: Path) -> None:
     # The fit is deterministic: B's tables are the shipped sim board's, which `coupprof
     # calibrate` wrote from this file ([board.sim.calibration] says so); the processors
     # not fitted keep the base profile's. Parameters the data do not bound are written as
-    # 0 (profiler/sim/fit.py, _ZERO_REL), so they compare exactly; the others to 1e-5,
+    # 0 (profiler/calibrate/fit.py, _ZERO_REL), so they compare exactly; the others to 1e-5,
     # since the profile keeps 6 significant digits and a value on a rounding boundary
     # flips its last one with the optimiser's last step (conv3x3s1 9.70519 / 9.7052 under
     # two NumPy/SciPy stacks).
@@ -118,7 +118,7 @@ def test_sim_layer_power_moves_with_the_layer_as_on_the_real_board() -> None:
     (what the sim draws while it runs) against ARM-CO-UP's measured power per layer. Their
     readings lag the marker (short layers read low), the sim's do not, so the spread is
     smaller on sim, but the layers rank alike."""
-    from profiler.sim.calibrate import armcoup_measurements
+    from profiler.calibrate.board import armcoup_measurements
     from profiler.sim.executor import Pricer
     from profiler.sim.model import idle_power_w
 
@@ -133,5 +133,5 @@ def test_sim_layer_power_moves_with_the_layer_as_on_the_real_board() -> None:
     assert np.corrcoef(sim_w, real_w)[0, 1] > 0.75
     assert sim_w.std() / sim_w.mean() > 0.03  # not one number for every layer
     # Above their readings, which a lagging sensor pulls towards the idle gaps between
-    # layers (the fit's lag model says by how much; profiler/sim/fit.py).
+    # layers (the fit's lag model says by how much; profiler/calibrate/fit.py).
     assert (sim_w > real_w).all() and np.median(sim_w / real_w) < 1.2

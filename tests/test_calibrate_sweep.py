@@ -11,9 +11,9 @@ import numpy as np
 import pandas as pd
 
 from profiler.boards.profiles import load_board
-from profiler.sim import fit
+from profiler.calibrate import fit
+from profiler.calibrate.board import sweep_measurements
 from profiler.sim import model as sim_model
-from profiler.sim.calibrate import sweep_measurements
 
 COUPPROF = str(Path(sys.executable).with_name("coupprof"))
 
@@ -35,7 +35,7 @@ def test_a_sweep_calibrates_a_board_that_reproduces_it(tmp_path: Path) -> None:
     # The sweep's rows priced by the fitted board give the layers' measured medians back,
     # closely but not exactly: one model's 15 layers (10 distinct) at 3 levels cannot pin
     # the model's 19 parameters, and the fit is regularised towards kinds it saw little of
-    # (profiler/sim/fit.py's priors), so it is a fit, not an interpolation.
+    # (profiler/calibrate/fit.py's priors), so it is a fit, not an interpolation.
     ms = sweep_measurements(tmp_path / "sw", board)
     fitted = fit.ProcessorFit("B", sim_model.constants(board.processor("B")).timing, None,
                               ("mobilenet_v1_0.25_128",), 45)

@@ -15,9 +15,9 @@ import numpy as np
 import pytest
 
 from profiler.clock import StepClock
+from profiler.measure.results import LayerTimings
 from profiler.power.session import PowerSession
 from profiler.power.sources.base import CounterSource, SourceInfo
-from profiler.results import LayerTimings
 
 POWER_W = [3.0, 5.5, 2.25]
 REPEAT_NS = [700_000, 1_900_000, 350_000]  # a call repeated back to back
@@ -91,7 +91,7 @@ def test_layer_energy_is_repeat_power_times_in_frame_time() -> None:
     assert res.totals["power_w"] == pytest.approx(res.totals["energy_mj"] / t_ms.sum())
 
 
-# -- the fused method: prefix energies (profiler.fused.energy_by_prefix) ---------------
+# -- the fused method: prefix energies (profiler.measure.fused.energy_by_prefix) ---------------
 
 # Four prefixes (the empty one first): their times in the rounds, their board power, and
 # their time per call when repeated back to back (another pace, as on a GPU). Prefix 2 is
@@ -103,7 +103,7 @@ PREFIX_REPEAT_NS = [2_000_000, 2_600_000, 2_100_000, 4_000_000]
 
 
 def fused_result():  # noqa: ANN201
-    from profiler.fused import FusedLayer, FusedResult, FusedSettings, layer_estimates
+    from profiler.measure.fused import FusedLayer, FusedResult, FusedSettings, layer_estimates
 
     rng = np.random.default_rng(3)
     jitter = rng.integers(-20_000, 20_000, size=(12, 4))
@@ -115,7 +115,7 @@ def fused_result():  # noqa: ANN201
 
 
 def test_fused_layer_energies_are_prefix_energy_differences_and_add_up_exactly() -> None:
-    from profiler.fused import energy_by_prefix, trimmed_estimate
+    from profiler.measure.fused import energy_by_prefix, trimmed_estimate
 
     clock = StepClock(0, 1_000)
     src = SyntheticCounter(clock)
@@ -154,9 +154,9 @@ def test_fused_layer_energies_are_prefix_energy_differences_and_add_up_exactly()
 
 
 def test_with_fused_puts_prefix_energies_on_layers_and_the_fixed_row() -> None:
-    from profiler.fused import energy_by_prefix
-    from profiler.results import LayerInfo, LayerRun, RunInfo
-    from profiler.tables import fixed_row, run_tables, with_fused
+    from profiler.measure.fused import energy_by_prefix
+    from profiler.measure.results import LayerInfo, LayerRun, RunInfo
+    from profiler.measure.tables import fixed_row, run_tables, with_fused
 
     res = fused_result()
     energy = energy_by_prefix(res, PREFIX_W)

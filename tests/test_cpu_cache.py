@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from profiler.cpu_cache import LINE_BYTES, Evictor, last_level_cache_bytes
+from profiler.measure.cpu_cache import LINE_BYTES, Evictor, last_level_cache_bytes
 
 
 def fake_caches(root: Path, core: int, caches: list[tuple[int, str, str]]) -> Path:

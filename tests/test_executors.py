@@ -42,7 +42,7 @@ from profiler.executors.accelerator import (
     webgpu_only,
 )
 from profiler.executors.logs import native_stderr
-from profiler.runner import LayerRunner
+from profiler.measure.runner import LayerRunner
 from profiler.runtime import make_interpreter
 from profiler.slicing.slicer import slice_model
 

@@ -16,8 +16,8 @@ import pandas as pd
 import pytest
 
 from profiler.boards.profiles import load_board
-from profiler.explore_space import Candidate, evaluate, order_string
-from profiler.explore_tables import load_tables
+from profiler.explore.space import Candidate, evaluate, order_string
+from profiler.explore.tables import load_tables
 
 COUPPROF = str(Path(sys.executable).with_name("coupprof"))
 CUTS = "5,15"  # op indices: 3 layers
@@ -95,14 +95,14 @@ def test_pipeline_front_is_exact_and_written(tables_dir: Path) -> None:
         want = (p.get("fused") or {}).get("fixed_ms", 0.0)
         assert t.fixed(t.unit_index(p["processor"]), p["level"]) == pytest.approx(want)
     # ... and the fixed rows' energies, which predict adds to a stage's energy too
-    from profiler.sweep_schema import read_sweep
+    from profiler.sweep.schema import read_sweep
 
     fixed_e = read_sweep(tables_dir / "sw").fixed_energy_mj()
     assert fixed_e and t.fixed_energy_mj is not None
     for (proc, lv), e in fixed_e.items():
         u = t.unit_index(proc)
         assert t.fixed_energy_mj[u, t.level_index(u, lv)] == pytest.approx(e)
-    from profiler.explore_pipeline import enumerate_front
+    from profiler.explore.pipeline import enumerate_front
 
     best = max(e.fps_per_w for e in enumerate_front(t).front)
     assert rows.iloc[0]["fps_per_w"] == pytest.approx(best, rel=1e-9)
@@ -143,7 +143,7 @@ def test_measure_here_and_over_a_local_dask_cluster(tables_dir: Path) -> None:
     Then `coupprof explore --measure --cluster` end to end."""
     from distributed import LocalCluster
 
-    from profiler.explore_measure import MeasureJob, measure_all
+    from profiler.explore.measure import MeasureJob, measure_all
 
     model = json.loads((tables_dir / "sw" / "sweep.json").read_text())["settings"]["model_path"]
     jobs = [MeasureJob(k, "sim", model, order, mode, freq, frames=12, warmup=2, cuts=CUTS)
@@ -186,8 +186,8 @@ def test_a_pipeline_rows_latency_waits_in_the_queues_before_its_slowest_stage(
     """Explore's pipeline rows keep their stage times; the row's latency is the steady
     state's behind `coupprof run`'s queues, and `--measure` compares a run of N frames with
     the mean over N frames from an empty pipeline."""
-    from profiler.explore_space import row_latency_ms
-    from profiler.queueing import QUEUE_DEPTH, pipeline_latency_ms, steady_latency_ms
+    from profiler.explore.space import row_latency_ms
+    from profiler.mapping.queueing import QUEUE_DEPTH, pipeline_latency_ms, steady_latency_ms
 
     # B1G2 and G1B2: in one of them the slower processor's stage comes second
     cli(*INPUTS, "--mode", "pipeline", "--compare", "B1G2", "--compare", "G1B2", "--csv",

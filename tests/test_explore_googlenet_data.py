@@ -11,10 +11,10 @@ import pandas as pd
 import pytest
 
 from profiler.boards.profiles import load_board
-from profiler.explore_pipeline import enumerate_front
-from profiler.explore_space import freq_spec, order_string
-from profiler.explore_switch import search_switch
-from profiler.explore_tables import load_tables
+from profiler.explore.pipeline import enumerate_front
+from profiler.explore.space import freq_spec, order_string
+from profiler.explore.switch import search_switch
+from profiler.explore.tables import load_tables
 
 DIR = Path(__file__).resolve().parent.parent / "data" / "validation" / "explore-googlenet-sim"
 pytestmark = pytest.mark.skipif(not DIR.is_dir(), reason="data/validation is not in this tree")
@@ -62,7 +62,7 @@ def test_explore_and_predict_price_the_read_back_at_a_cut_alike(tmp_path: Path,
     import subprocess
     import sys
 
-    from profiler.explore_space import candidate_for, evaluate
+    from profiler.explore.space import candidate_for, evaluate
 
     tr = pd.read_csv(DIR / "tmf-goog.csv")
     if readout_ms is not None:

@@ -1,5 +1,5 @@
-"""Pipeline search (profiler.explore_pipeline) against brute force, and explore's costs
-against `coupprof predict`'s (profiler.predict) on the same tables."""
+"""Pipeline search (profiler.explore.pipeline) against brute force, and explore's costs
+against `coupprof predict`'s (profiler.mapping.predict) on the same tables."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ import pandas as pd
 import pytest
 
 from profiler.boards.profiles import load_board
-from profiler.explore_pipeline import (
+from profiler.explore.pipeline import (
     decode,
     enumerate_front,
     epsilon,
@@ -26,7 +26,7 @@ from profiler.explore_pipeline import (
     search_pipeline,
     space_size,
 )
-from profiler.explore_space import (
+from profiler.explore.space import (
     Candidate,
     CostTables,
     evaluate,
@@ -128,7 +128,7 @@ def test_missing_pymoo_is_one_line_with_the_pip_command(tmp_path: Path) -> None:
     shadow.mkdir(parents=True)
     (shadow / "__init__.py").write_text("raise ImportError('no pymoo here')\n")
     code = ("from tests.test_explore_switch import small\n"
-            "from profiler.explore_pipeline import nsga2_front\n"
+            "from profiler.explore.pipeline import nsga2_front\n"
             "from profiler.errors import BadInputError\n"
             "try:\n    nsga2_front(small(0, n=3), 4, 2)\n"
             "except BadInputError as e:\n    print('ERR', e)\n")
@@ -141,11 +141,11 @@ def test_missing_pymoo_is_one_line_with_the_pip_command(tmp_path: Path) -> None:
 @pytest.mark.parametrize("mode", ["switch", "pipeline"])
 @pytest.mark.parametrize("fixed_energy", [False, True])
 def test_costs_equal_coupprof_predict_on_the_same_tables(mode: str, fixed_energy: bool) -> None:
-    """explore's evaluate and profiler.predict.predict agree (no DVFS delays: predict
+    """explore's evaluate and profiler.mapping.predict.predict agree (no DVFS delays: predict
     leaves them out) on random mappings of the same layer and transfer tables, with and
     without a counter's fixed-row energies."""
-    from profiler.mapping import Mapping, parse_freq
-    from profiler.predict import LayerCosts, predict
+    from profiler.mapping.predict import LayerCosts, predict
+    from profiler.mapping.spec import Mapping, parse_freq
 
     t = small(4, n=6, procs="LBGN", delays=False, fixed_energy=fixed_energy)
     rows = [{"processor": t.units[u].letter, "level": lv, "layer": i,
@@ -195,7 +195,7 @@ def test_the_fast_stage_costs_equal_evaluate() -> None:
     layers, the hand-over into it) are evaluate's stage times, and its stage energies
     plus the idle power over the period are evaluate's energy, on random pipelines of
     tables where G and N pay read-backs and a counter measured their fixed rows."""
-    from profiler.explore_pipeline import _Fast
+    from profiler.explore.pipeline import _Fast
 
     t = small(5, n=7, procs="LBGN", fixed_energy=True)
     assert t.readout_ms is not None and t.readout_ms.any()

@@ -1,4 +1,4 @@
-"""Exact switch-mode search (profiler.explore_switch) against brute force.
+"""Exact switch-mode search (profiler.explore.switch) against brute force.
 
 Ground truth: every (unit, level) per layer enumerated and costed by
 `explore_space.evaluate`, which is written layer by layer, independently of the DP's
@@ -17,9 +17,9 @@ import pytest
 
 from profiler.boards.profiles import load_board
 from profiler.errors import BadInputError
-from profiler.explore_space import Candidate, CostTables, evaluate, freq_spec, order_string
-from profiler.explore_switch import search_switch
-from profiler.explore_tables import from_frames, synthetic_tables
+from profiler.explore.space import Candidate, CostTables, evaluate, freq_spec, order_string
+from profiler.explore.switch import search_switch
+from profiler.explore.tables import from_frames, synthetic_tables
 
 BOARD = load_board("sim")
 
@@ -282,7 +282,7 @@ def test_the_dp_steps_cost_a_mapping_as_evaluate_does() -> None:
     call or starting one: hand-over, fixed cost, the read-back the call before pays) give
     evaluate's latency and energy, on random mappings of tables where G and N pay
     read-backs (no DVFS delays, so the path's levels alone fix its cost)."""
-    from profiler.explore_switch import _space, _step
+    from profiler.explore.switch import _space, _step
 
     t = small(3, n=5, procs="BGN", delays=False)
     assert t.readout_ms is not None and t.readout_ms.any()

@@ -1,4 +1,4 @@
-"""Clock traces (`profiler.freq_trace`): the summary's maths, the sampler's thread, the
+"""Clock traces (`profiler.measure.freq_trace`): the summary's maths, the sampler's thread, the
 mismatch rule, the back ends picked per processor, and, through the real CLI on the
 simulated board, a G table and a run at another level of G said to disagree."""
 
@@ -17,7 +17,7 @@ from profiler.boards.model import resolve_level
 from profiler.boards.profiles import load_board
 from profiler.errors import PowerSourceError
 from profiler.executors.factory import with_accelerators
-from profiler.freq_trace import (
+from profiler.measure.freq_trace import (
     FreqReader,
     FreqSampler,
     FreqTrace,
@@ -200,7 +200,7 @@ def test_a_sweep_keeps_each_pairs_clock_and_predict_reads_pairs_without_a_level(
     clock G was measured at."""
     import pandas as pd
 
-    from profiler.predict import read_layer_tables
+    from profiler.mapping.predict import read_layer_tables
 
     r = cli("sweep", "--board", "sim", "--processors", "B,G", "--freqs", "current",
             "--frames", "2", "--warmup", "0", "--cuts", "6,12", *FAST, "-o", "sw",

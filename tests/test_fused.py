@@ -21,8 +21,8 @@ from profiler.boards.model import ProcessorSpec
 from profiler.boards.profiles import load_board
 from profiler.executors.cpu import CpuExecutor
 from profiler.executors.factory import make_executor
-from profiler.fused import FusedProfiler, FusedSettings, layer_estimates, trimmed_estimate
-from profiler.runner import LayerRunner
+from profiler.measure.fused import FusedProfiler, FusedSettings, layer_estimates, trimmed_estimate
+from profiler.measure.runner import LayerRunner
 from profiler.runtime import make_interpreter
 from profiler.slicing.prefix import prefix_models
 from profiler.slicing.slicer import slice_model
@@ -188,7 +188,7 @@ def test_windows_difference_within_their_segment_exactly() -> None:
     call cost (1.2 ms) differs from the model's, and cancels; a per-round drift cancels in
     the intervals; the whole model is its own column; a late call of the base flags only
     the layer differenced against it; energies difference the same columns."""
-    from profiler.fused import FusedLayer, FusedResult, energy_by_prefix
+    from profiler.measure.fused import FusedLayer, FusedResult, energy_by_prefix
 
     layer_ms = np.array([2.0, 0.5, 3.0, 1.5])
     cols_ms = np.array([1.0, 3.0, 3.5, 1.2 + 0.5, 1.2 + 3.5, 1.2 + 5.0, 8.0])
@@ -219,8 +219,8 @@ def test_a_late_prefix_flags_both_layers_whose_difference_uses_it() -> None:
     to the rows' sim_late_runs, so a spoilt difference never passes for the board's."""
     import pandas as pd
 
-    from profiler.fused import Estimate, FusedLayer, FusedResult
-    from profiler.tables import RunTables, with_fused
+    from profiler.measure.fused import Estimate, FusedLayer, FusedResult
+    from profiler.measure.tables import RunTables, with_fused
 
     layers = [FusedLayer(k, 1.0, 0.1, False, True) for k in range(4)]
     res = FusedResult(layers, Estimate(0.5, 0.01), Estimate(4.5, 0.1), rounds=5, elapsed_s=1.0,
@@ -383,7 +383,7 @@ def test_accelerator_path_reads_back_reduced_outputs(default_model, window) -> N
     exactly. A GPU keeps whole prefixes even when windows are asked for
     (`settings_for`), and the profiler refuses windows that read outputs back."""
     from profiler.executors.accelerator import AcceleratorExecutor
-    from profiler.fused import measure_model
+    from profiler.measure.fused import measure_model
 
     data, sliced = default_model
     proc = ProcessorSpec("G", "gpu", "CPU accelerator, GPU code path", (0,), accelerator="gpu")
@@ -413,7 +413,7 @@ def test_auto_cache_is_cold_where_the_weights_outgrow_the_last_level_cache(
     from test_cpu_cache import fake_caches
 
     from profiler.errors import BadInputError
-    from profiler.fused import EVICT_FACTOR, cache_state, fused_profiler
+    from profiler.measure.fused import EVICT_FACTOR, cache_state, fused_profiler
 
     data, sliced = default_model
     weights = sum(layer.param_bytes for layer in sliced.layers)
@@ -445,7 +445,7 @@ def test_cold_calls_empty_the_cache_before_every_timed_call_outside_its_window(
     timed window holds one: the clock jumps by a second at each eviction, so a window
     that held one would read a second. The calls alone (an application's frames) and
     the visits' untimed calls are not evicted."""
-    from profiler.cpu_cache import Evictor
+    from profiler.measure.cpu_cache import Evictor
 
     data, sliced = default_model
     ev = Evictor(1 << 16)

@@ -14,7 +14,7 @@ import pytest
 from sim_truth import call_overhead_ms
 
 from profiler.boards.profiles import load_board
-from profiler.tables import read_tables, render_text
+from profiler.measure.tables import read_tables, render_text
 
 COUPPROF = str(Path(sys.executable).with_name("coupprof"))
 # A few rounds only (5: the 20 % trim drops one at each end): these tests check the
@@ -193,7 +193,7 @@ def test_run_raw_writes_each_frames_calls_and_latency_beside_its_prediction(g_ru
     latency is its first hand-over to its completion, and beside it the frame's predicted
     latency (Pipeline: the queues filling from an empty pipeline), whose mean is the
     run's prediction."""
-    from profiler.queueing import frame_latencies_ms
+    from profiler.mapping.queueing import frame_latencies_ms
 
     if not (g_run / "b.csv").exists():
         r = cli("layers", "--board", "sim", "--processor", "B", "--freq", "5", "--frames", "3",

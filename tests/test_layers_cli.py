@@ -13,8 +13,8 @@ import pandas as pd
 import pytest
 
 from profiler.boards.host import host_board
+from profiler.measure.tables import read_tables, render_text
 from profiler.slicing.slicer import slice_model
-from profiler.tables import read_tables, render_text
 from profiler.zoo import default_model_path
 
 COUPPROF = str(Path(sys.executable).with_name("coupprof"))

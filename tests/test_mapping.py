@@ -1,4 +1,4 @@
-"""Order strings, stages, boundary tensors and frequency SPECs (profiler/mapping.py)."""
+"""Order strings, stages, boundary tensors and frequency SPECs (profiler/mapping/spec.py)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 from profiler import zoo
 from profiler.boards.profiles import load_board
 from profiler.errors import BadInputError, BoardError
-from profiler.mapping import (
+from profiler.mapping.spec import (
     Mapping,
     boundary_tensors,
     parse_freq,
@@ -160,7 +160,7 @@ def test_pipeline_stages_sharing_a_domain_must_agree() -> None:
 
 
 def test_calls_fused_is_a_stage_each_cut_where_a_per_layer_level_changes() -> None:
-    from profiler.mapping import Mapping, calls
+    from profiler.mapping.spec import Mapping, calls
 
     sim = load_board("sim")
     m = Mapping("BBBBGGGG")

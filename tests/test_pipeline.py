@@ -21,9 +21,9 @@ from governors import RestoreGuard, make_governor
 from profiler import zoo
 from profiler.boards.profiles import load_board
 from profiler.errors import BadInputError, HardwareError
-from profiler.mapping import parse_freq, parse_order
-from profiler.pipeline import MappingRunConfig, run_mapping
-from profiler.results import LAYER_END, LAYER_START, TRANSFER_END, TRANSFER_START
+from profiler.mapping.pipeline import MappingRunConfig, run_mapping
+from profiler.mapping.spec import parse_freq, parse_order
+from profiler.measure.results import LAYER_END, LAYER_START, TRANSFER_END, TRANSFER_START
 from profiler.runtime import make_interpreter
 from profiler.slicing.slicer import slice_model
 from tests.three_processors import board3, make

@@ -26,10 +26,10 @@ from profiler.boards.profiles import select_board
 from profiler.errors import LoggerTimeoutError, PortLostError
 from profiler.executors.factory import make_executor
 from profiler.markers import SimMarker
+from profiler.measure.runner import LayerHooks, LayerRunner
 from profiler.power.session import MarkerHooks, PowerResult, PowerSession
 from profiler.power.sources.arduino import ArduinoSource
 from profiler.power.trace import DeviceTrace
-from profiler.runner import LayerHooks, LayerRunner
 from profiler.sim.virtual_logger import VirtualLogger
 from profiler.slicing.slicer import slice_model
 from profiler.zoo import default_model_path

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from profiler.attribution import attribute
+from profiler.power.attribution import attribute
 from profiler.power.clockmap import fit_clock_map
 from profiler.power.host_trace import HostTrace
 from profiler.power.session import local_offset

@@ -15,12 +15,12 @@ import pytest
 
 from profiler.boards.profiles import load_board
 from profiler.errors import BadInputError
-from profiler.mapping import Mapping, parse_freq
-from profiler.pipeline import MappedRun
-from profiler.predict import compare, predict, read_layer_tables
-from profiler.results import LayerInfo, LayerRun, LayerTimings, RunInfo
-from profiler.tables import run_tables, write_tables
-from profiler.transfer import read_transfer_csv
+from profiler.mapping.pipeline import MappedRun
+from profiler.mapping.predict import compare, predict, read_layer_tables
+from profiler.mapping.spec import Mapping, parse_freq
+from profiler.mapping.transfer import read_transfer_csv
+from profiler.measure.results import LayerInfo, LayerRun, LayerTimings, RunInfo
+from profiler.measure.tables import run_tables, write_tables
 
 COUPPROF = str(Path(sys.executable).with_name("coupprof"))
 
@@ -206,11 +206,11 @@ def write_fused_table(path: Path, letter: str, costs: dict, fused_ms: list[float
                       fixed_ms: float) -> Path:
     """A layer table as `coupprof layers --method fused` writes it (time_ms_fused, the
     fixed row in the totals)."""
-    from profiler.fused import Estimate, FusedLayer, FusedResult, FusedSettings
-    from profiler.tables import with_fused
+    from profiler.measure.fused import Estimate, FusedLayer, FusedResult, FusedSettings
+    from profiler.measure.tables import with_fused
 
     write_layer_table(path, letter, costs)
-    from profiler.tables import read_tables
+    from profiler.measure.tables import read_tables
 
     t = read_tables(path)
     res = FusedResult([FusedLayer(k, v, 0.01, False, True) for k, v in enumerate(fused_ms)],

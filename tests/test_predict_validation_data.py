@@ -18,10 +18,10 @@ import pytest
 from rich.console import Console
 
 from profiler.cli.transfer_matrix import render_matrix
-from profiler.mapping import Mapping
-from profiler.predict import predict, read_layer_tables
-from profiler.tables import read_tables, render
-from profiler.transfer import read_transfer_csv
+from profiler.mapping.predict import predict, read_layer_tables
+from profiler.mapping.spec import Mapping
+from profiler.mapping.transfer import read_transfer_csv
+from profiler.measure.tables import read_tables, render
 
 # data/validation stays in the checkout (it is not package data).
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -45,7 +45,7 @@ def test_layer_tables_re_render(csv: Path) -> None:
     assert str(t.layers["layer"].iloc[-1]) in shown
     if str(t.info.get("power_source", "none")).startswith("nvml"):
         if "whole_energy_mj" in t.totals:
-            # Prefix energies (profiler.fused.energy_by_prefix): the layers and the fixed row
+            # Prefix energies (profiler.measure.fused.energy_by_prefix): the layers and the fixed row
             # add up to the whole call's energy; a layer's power is its energy over its time.
             lay, tot = t.layers, t.totals
             assert tot["energy_mj"] + tot["fixed_energy_mj"] == pytest.approx(tot["whole_energy_mj"])
@@ -110,7 +110,7 @@ FUSED_CSVS = [p for p in LAYER_CSVS if p.name.endswith("-fused.csv")]
 def test_a_prediction_from_a_table_that_knows_its_whole_model_poorly_says_so() -> None:
     """Noted exactly when the table's whole model in its rounds has a 95 % interval wider
     than 5 % of it (ResNet50 on B in host-split-2 and -6: 10 and 14 rounds)."""
-    from profiler.predict import RESOLUTION_REL
+    from profiler.mapping.predict import RESOLUTION_REL
 
     noted = 0
     for csv in FUSED_CSVS:
@@ -137,7 +137,7 @@ PIPELINE_RUNS = sorted(DIR.rglob("run-*pipeline*.json")) if DIR.is_dir() else []
 @pytest.mark.skipif(not PIPELINE_RUNS, reason=f"no pipeline runs under {DIR}")
 def test_the_queueing_model_gives_each_recorded_pipelines_latency() -> None:
     """Every recorded multi-stage Pipeline run whose stages set its pace (its FPS within
-    5 % of 1000 / its slowest measured stage): `profiler.queueing` on the run's own mean
+    5 % of 1000 / its slowest measured stage): `profiler.mapping.queueing` on the run's own mean
     stage times, its frames and queue depth, gives its measured mean latency within 10 %
     (data/validation/pipeline_latency.py prints them all; on the committed H100 runs
     the worst is 7.7 %, and the serial sum the predictions used before missed by up to

@@ -1,6 +1,6 @@
-"""Pipeline latency through bounded queues (`profiler.queueing`), against a second,
+"""Pipeline latency through bounded queues (`profiler.mapping.queueing`), against a second,
 event-by-event simulation of the same line written plainly here, against hand-derived
-cases, and against a real Pipeline-mode run of `profiler.pipeline` on the simulated board."""
+cases, and against a real Pipeline-mode run of `profiler.mapping.pipeline` on the simulated board."""
 
 from __future__ import annotations
 
@@ -12,19 +12,19 @@ import pytest
 from profiler import zoo
 from profiler.boards.profiles import load_board
 from profiler.errors import BadInputError
-from profiler.mapping import parse_order
-from profiler.pipeline import MappingRunConfig, run_mapping
-from profiler.queueing import (
+from profiler.mapping.pipeline import MappingRunConfig, run_mapping
+from profiler.mapping.queueing import (
     QUEUE_DEPTH,
     frame_latencies_ms,
     pipeline_latency_ms,
     steady_latency_ms,
 )
+from profiler.mapping.spec import parse_order
 from profiler.slicing.slicer import slice_model
 
 
 def simulate_line(stage_ms: list[float], depth: int, frames: int) -> list[float]:
-    """The line as `profiler.pipeline` builds it, step by step: a source that always has
+    """The line as `profiler.mapping.pipeline` builds it, step by step: a source that always has
     the next frame and puts it into queue 0 when there is room; stages that take from
     their queue when free, work S_k, and hold the frame until the next queue has room;
     the driver emptying the last queue at once. Events in time order; latency = the last

@@ -21,16 +21,16 @@ from sim_truth import layer_truth
 
 from profiler.boards.profiles import load_board
 from profiler.clock import StepClock
-from profiler.mapping import parse_order
+from profiler.mapping.pipeline import MappingRunConfig, run_mapping
+from profiler.mapping.predict import measure_costs, predict
+from profiler.mapping.spec import parse_order
+from profiler.mapping.transfer import measure_transfer_matrix
 from profiler.markers import open_marker
-from profiler.pipeline import MappingRunConfig, run_mapping
+from profiler.measure.results import TRANSFER_START
 from profiler.power.session import PowerSession
 from profiler.power.sources import SourceHardware, open_power_source
-from profiler.predict import measure_costs, predict
-from profiler.results import TRANSFER_START
 from profiler.sim.power import SimPowerModel
 from profiler.slicing.slicer import slice_model
-from profiler.transfer import measure_transfer_matrix
 from profiler.zoo import default_model_path
 
 COUPPROF = str(Path(sys.executable).with_name("coupprof"))

@@ -21,10 +21,10 @@ from governors import RestoreGuard
 from governors.factory import make_governor
 from profiler import zoo
 from profiler.boards.profiles import load_board
-from profiler.fused import FusedSettings
-from profiler.mapping import parse_order
-from profiler.pipeline import MappingRunConfig, run_mapping
-from profiler.predict import measure_costs, predict
+from profiler.mapping.pipeline import MappingRunConfig, run_mapping
+from profiler.mapping.predict import measure_costs, predict
+from profiler.mapping.spec import parse_order
+from profiler.measure.fused import FusedSettings
 from profiler.sim.work import model_works
 from profiler.slicing.graph import ModelView
 from profiler.slicing.slicer import slice_model

@@ -13,7 +13,7 @@ from profiler.boards.model import ProcessorSpec
 from profiler.clock import StepClock
 from profiler.errors import ModelError
 from profiler.executors.cpu import CpuExecutor
-from profiler.runner import LayerHooks, LayerRunner
+from profiler.measure.runner import LayerHooks, LayerRunner
 from profiler.slicing.specs import Layer, TensorSpec
 from profiler.zoo.emit import draw_constants, to_bytes, to_model
 from profiler.zoo.graph import GraphBuilder

@@ -13,7 +13,7 @@ import pytest
 from profiler import zoo
 from profiler.boards.model import ProcessorSpec
 from profiler.executors.cpu import CpuExecutor
-from profiler.runner import LayerRunner
+from profiler.measure.runner import LayerRunner
 from profiler.runtime import make_interpreter
 from profiler.slicing.slicer import slice_model
 

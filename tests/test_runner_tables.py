@@ -10,8 +10,8 @@ import pandas as pd
 import pytest
 
 from profiler.errors import BadInputError
-from profiler.results import LayerInfo, LayerRun, LayerTimings, RunInfo
-from profiler.tables import (
+from profiler.measure.results import LayerInfo, LayerRun, LayerTimings, RunInfo
+from profiler.measure.tables import (
     POWER_COLUMNS,
     read_tables,
     render_text,

@@ -1,4 +1,4 @@
-"""The fit of the simulated board's model (profiler/sim/fit.py) on data whose truth is known:
+"""The fit of the simulated board's model (profiler/calibrate/fit.py) on data whose truth is known:
 layer times and sensor readings made by the model itself from chosen parameters, at
 several levels, for layers of varied kinds; the fit must find parameters that predict
 layers it never saw."""
@@ -9,7 +9,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from profiler.sim import fit, perf
+from profiler.calibrate import fit
+from profiler.sim import perf
 from profiler.sim.work import COMPUTE_KINDS, OpWork
 
 TRUE = perf.TimingParams(

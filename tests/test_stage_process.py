@@ -1,5 +1,5 @@
 """Pipeline stages whose executor holds the GIL run in their own process
-(profiler/stage_process.py): with LiteRT's CompiledModel (its CPU accelerator stands in
+(profiler/mapping/stage_process.py): with LiteRT's CompiledModel (its CPU accelerator stands in
 for a GPU here; its run keeps the GIL the same way), every frame still passes every
 stage once, in order, with the whole model's outputs, and the timestamps taken in the
 child join the parent's clock."""
@@ -14,10 +14,10 @@ from profiler import zoo
 from profiler.errors import ProfilerError
 from profiler.executors.accelerator import AcceleratorExecutor
 from profiler.executors.cpu import CpuExecutor
-from profiler.mapping import parse_order
-from profiler.pipeline import MappingRunConfig, run_mapping
+from profiler.mapping.pipeline import MappingRunConfig, run_mapping
+from profiler.mapping.spec import parse_order
+from profiler.mapping.stage_process import StageProcess, StageSpec
 from profiler.slicing.slicer import slice_model
-from profiler.stage_process import StageProcess, StageSpec
 from tests.test_pipeline import (
     assert_timestamps_follow_the_data,
     assert_whole_model_outputs,

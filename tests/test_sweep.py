@@ -24,12 +24,12 @@ from profiler.boards.host import host_board
 from profiler.boards.profiles import load_board
 from profiler.errors import BadInputError, BoardError
 from profiler.executors.cpu import CpuExecutor
-from profiler.runner import LayerHooks
+from profiler.measure.runner import LayerHooks
+from profiler.measure.tables import ID_COLUMNS
 from profiler.slicing.slicer import slice_model
-from profiler.sweep import Sweep, SweepSettings
-from profiler.sweep_plan import Pair, parse_freqs, parse_processors, plan_pairs
-from profiler.sweep_schema import read_sweep
-from profiler.tables import ID_COLUMNS
+from profiler.sweep.plan import Pair, parse_freqs, parse_processors, plan_pairs
+from profiler.sweep.run import Sweep, SweepSettings
+from profiler.sweep.schema import read_sweep
 from profiler.zoo import default_model_path
 
 COUPPROF = str(Path(sys.executable).with_name("coupprof"))

@@ -18,10 +18,7 @@ from profiler import zoo
 from profiler.boards.profiles import load_board
 from profiler.clock import StepClock
 from profiler.executors import ProcessorWorker
-from profiler.power.session import PowerSession
-from profiler.power.sources.base import CounterSource, SourceInfo
-from profiler.slicing.slicer import slice_model
-from profiler.transfer import (
+from profiler.mapping.transfer import (
     NoActivity,
     _Loaded,
     _Pair,
@@ -32,6 +29,9 @@ from profiler.transfer import (
     summary,
     write_transfer_csv,
 )
+from profiler.power.session import PowerSession
+from profiler.power.sources.base import CounterSource, SourceInfo
+from profiler.slicing.slicer import slice_model
 from tests.three_processors import board3, make
 
 COUPPROF = str(Path(sys.executable).with_name("coupprof"))
@@ -232,7 +232,7 @@ def test_fused_matrix_adds_the_producers_read_back_at_a_cut() -> None:
     back in full rather than reduced, on the accelerator code path (LiteRT's
     CompiledModel on its CPU accelerator here); 0 on a CPU processor, whose outputs stay
     in host memory. The hand-over itself is measured as sliced does."""
-    from profiler.fused import FusedSettings
+    from profiler.measure.fused import FusedSettings
 
     data = zoo.build("resnet50", size=32, classes=10)
     sliced = slice_model(data, "layer", cache_dir=False)

@@ -2,7 +2,7 @@
 
 For every `run-*-pipeline.json` under this directory (with its CSV): the measured mean
 latency; the prediction the run printed then (the serial sum of its predicted stages,
-"without queueing"); the queueing model (`profiler.queueing`) on those same predicted
+"without queueing"); the queueing model (`profiler.mapping.queueing`) on those same predicted
 stages, for the run's frames and queue depth, as `coupprof run` predicts it now; and the
 model on the run's own measured stage times (is the model right, given the stages?).
 `paced` says whether the stages set the pace: measured FPS within 5 % of 1000 / the
@@ -15,7 +15,7 @@ import csv
 import json
 from pathlib import Path
 
-from profiler.queueing import pipeline_latency_ms
+from profiler.mapping.queueing import pipeline_latency_ms
 
 
 def runs(root: Path) -> list[dict[str, object]]:

@@ -5,9 +5,9 @@ parser and sets ``func`` (``func(args) -> int``) as the parser default. Measurin
 lives in the library; these modules only parse, call and render.
 
 No command module imports another (tests/test_layering.py checks it). What several
-share lives beside this package, in modules no command owns: ``profiler.cli_options``
-(argument types and option groups), ``profiler.cli_plumbing`` (board choice, --freq,
-governors, model loading, opening power) and ``profiler.cli_progress`` (progress bars).
+share lives beside this package, in modules no command owns: ``profiler.cli.common.options``
+(argument types and option groups), ``profiler.cli.common.plumbing`` (board choice, --freq,
+governors, model loading, opening power) and ``profiler.cli.common.progress`` (progress bars).
 """
 
 from __future__ import annotations

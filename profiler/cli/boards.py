@@ -25,8 +25,8 @@ from profiler.boards.profiles import (
     read_model_string,
 )
 from profiler.cli import command_help
-from profiler.cli_options import add_board_args, stdout_console
-from profiler.cli_plumbing import sysfs_root
+from profiler.cli.common.options import add_board_args, stdout_console
+from profiler.cli.common.plumbing import sysfs_root
 from profiler.errors import BadInputError, ProfilerError
 
 

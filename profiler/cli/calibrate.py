@@ -3,7 +3,7 @@
     coupprof calibrate ../shared/armcoup/Layers.csv            # ARM-CO-UP's RK3399Pro
     coupprof calibrate coupprof-out/sweep-mymodel-myboard     # a sweep of a real board
 
-Fits every processor's timing and power model (profiler/sim/perf.py, profiler/sim/fit.py),
+Fits every processor's timing and power model (profiler/sim/perf.py, profiler/calibrate/fit.py),
 prints the leave-one-model-out validation (fit on all models but one, predict that
 one) and writes a simulated board profile with the fitted tables and their provenance.
 """
@@ -21,8 +21,8 @@ from rich import box
 from rich.table import Table
 
 from profiler.cli import command_help
-from profiler.cli_options import stdout_console
-from profiler.cli_progress import step, task_progress
+from profiler.cli.common.options import stdout_console
+from profiler.cli.common.progress import step, task_progress
 
 EXAMPLES = """\
 examples:
@@ -69,9 +69,9 @@ def register(subparsers: Any) -> None:
 
 
 def _measurements(args: argparse.Namespace, board: Any) -> tuple[dict[str, Any], str]:
+    from profiler.calibrate.board import armcoup_measurements, sweep_measurements
     from profiler.errors import BadInputError
     from profiler.recordings.armcoup_tables import sniff
-    from profiler.sim.calibrate import armcoup_measurements, sweep_measurements
 
     src: Path = args.source
     if src.is_file() and sniff(src) == "layers":
@@ -108,7 +108,7 @@ def _pct(v: float) -> str:
 
 
 def render_lomo(table: Any) -> Table:
-    from profiler.sim.fit import TARGETS_PCT as T
+    from profiler.calibrate.fit import TARGETS_PCT as T
 
     t = Table(title="leave-one-model-out: fitted on the other models, errors on the held-out "
               "one (absolute, %)", box=box.SIMPLE_HEAD)
@@ -137,9 +137,9 @@ def run(args: argparse.Namespace) -> int:
 
     from profiler import __version__
     from profiler.boards.profiles import load_board
+    from profiler.calibrate import fit
+    from profiler.calibrate.board import calibrate_board, profile_text
     from profiler.errors import BadInputError
-    from profiler.sim import fit
-    from profiler.sim.calibrate import calibrate_board, profile_text
     from profiler.tflite.model_io import sha256_bytes
 
     board = load_board(args.board)

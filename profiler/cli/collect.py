@@ -28,8 +28,8 @@ from pathlib import Path
 from typing import Any
 
 from profiler.cli import command_help
-from profiler.cli_options import positive_float, positive_int
-from profiler.cli_progress import timed_progress
+from profiler.cli.common.options import positive_float, positive_int
+from profiler.cli.common.progress import timed_progress
 from profiler.clock import perf_clock
 from profiler.errors import BadInputError, PowerSourceError
 from profiler.power.collector import Collector

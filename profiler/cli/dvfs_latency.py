@@ -32,8 +32,8 @@ from governors.latency import (
 )
 from profiler.boards.profiles import select_board
 from profiler.cli import command_help
-from profiler.cli_options import add_board_args, stdout_console
-from profiler.cli_plumbing import say, sysfs_root
+from profiler.cli.common.options import add_board_args, stdout_console
+from profiler.cli.common.plumbing import say, sysfs_root
 from profiler.errors import BadInputError
 from profiler.sim.governor import SimGovernor, SimTree
 
@@ -187,7 +187,7 @@ def write_csv(run: LatencyRun, path: Path) -> None:
 
 
 def write_sidecar(run: LatencyRun, path: Path, description: str) -> None:
-    from profiler.results import environment
+    from profiler.measure.results import environment
 
     path.parent.mkdir(parents=True, exist_ok=True)
     doc = {

@@ -5,8 +5,8 @@
     coupprof explore --sweep DIR --transfers CSV --mode pipeline [--min-fps X]
     ... [--measure K [--cluster HOST:PORT]]
 
-Searching lives in profiler.explore_switch / explore_pipeline over the tables of
-profiler.explore_tables; measuring in profiler.explore_measure. This module parses,
+Searching lives in profiler.explore.switch / explore_pipeline over the tables of
+profiler.explore.tables; measuring in profiler.explore.measure. This module parses,
 calls and renders: a table of the top candidates with the command that runs each, a
 Pareto CSV and its JSON sidecar.
 """
@@ -23,8 +23,8 @@ from rich import box
 from rich.table import Table
 
 from profiler.cli import command_help
-from profiler.cli_options import add_board_args, positive_float, positive_int, stdout_console
-from profiler.cli_plumbing import say
+from profiler.cli.common.options import add_board_args, positive_float, positive_int, stdout_console
+from profiler.cli.common.plumbing import say
 
 SIDECAR_FORMAT = "coupprof-explore/1"
 
@@ -116,8 +116,8 @@ def _levels(text: str | None) -> list[int] | str | None:
 def run(args: argparse.Namespace) -> int:
     from profiler.boards.profiles import load_board
     from profiler.errors import BadInputError
-    from profiler.explore_tables import load_tables
-    from profiler.sweep_schema import read_sweep
+    from profiler.explore.tables import load_tables
+    from profiler.sweep.schema import read_sweep
 
     if args.cluster and not args.measure:
         raise BadInputError("--cluster spreads --measure over Dask workers, but no --measure "
@@ -138,7 +138,7 @@ def run(args: argparse.Namespace) -> int:
             for i, ev in enumerate(ranked, 1)]
     shown = {r["order"] + r["freq"] for r in rows}
     for spec in args.compare:
-        from profiler.explore_space import candidate_for, evaluate
+        from profiler.explore.space import candidate_for, evaluate
 
         order, _, freq = spec.partition("@")
         ev = evaluate(tables, candidate_for(tables, order, freq or "max", args.mode))
@@ -163,7 +163,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _row(tables: Any, ev: Any, rank: int, board: str, model: str, kind: str
          ) -> dict[str, Any]:
-    from profiler.explore_space import row
+    from profiler.explore.space import row
 
     return row(tables, ev, rank, board, model, kind)
 
@@ -171,7 +171,7 @@ def _row(tables: Any, ev: Any, rank: int, board: str, model: str, kind: str
 def _singles(tables: Any, args: argparse.Namespace) -> list[Any]:
     """The best whole-model-on-one-processor mapping of each processor, by the objective
     (those meeting --latency-ms / --min-fps first): what the pick must beat."""
-    from profiler.explore_space import single_processor
+    from profiler.explore.space import single_processor
 
     best: dict[int, Any] = {}
     for ev in single_processor(tables, args.mode):
@@ -190,7 +190,7 @@ def _singles(tables: Any, args: argparse.Namespace) -> list[Any]:
 
 def _switch(args: argparse.Namespace, tables: Any) -> tuple[list[Any], str, dict[str, Any]]:
     from profiler.errors import BadInputError
-    from profiler.explore_switch import ranked, search_switch
+    from profiler.explore.switch import ranked, search_switch
 
     objective = args.objective or "energy"
     if objective not in ("energy", "latency"):
@@ -210,7 +210,7 @@ def _switch(args: argparse.Namespace, tables: Any) -> tuple[list[Any], str, dict
 
 def _pipeline(args: argparse.Namespace, tables: Any) -> tuple[list[Any], str, dict[str, Any]]:
     from profiler.errors import BadInputError
-    from profiler.explore_pipeline import pick, ranked, search_pipeline
+    from profiler.explore.pipeline import pick, ranked, search_pipeline
 
     objective = {"fps": "fps", "fps-per-w": "fps_per_w", None: "fps_per_w"}.get(args.objective)
     if objective is None:
@@ -254,7 +254,7 @@ def _write(rows: list[dict[str, Any]], csv_path: Path, json_path: Path,
     import pandas as pd
 
     from profiler.errors import BadInputError
-    from profiler.results import environment
+    from profiler.measure.results import environment
 
     try:
         csv_path.parent.mkdir(parents=True, exist_ok=True)
@@ -270,7 +270,7 @@ def _write(rows: list[dict[str, Any]], csv_path: Path, json_path: Path,
 def _measure(args: argparse.Namespace, rows: list[dict[str, Any]], board: str, model: str,
              meta: dict[str, Any], path: Path) -> None:
     from profiler.errors import BadInputError
-    from profiler.explore_measure import MeasureJob, measure_all
+    from profiler.explore.measure import MeasureJob, measure_all
 
     if not model:
         raise BadInputError("the sweep names no model to measure", "pass --model")
@@ -282,7 +282,7 @@ def _measure(args: argparse.Namespace, rows: list[dict[str, Any]], board: str, m
     done = measure_all(jobs, args.cluster,
                        on_result=lambda m: say(f"measured #{m.job.rank} {m.job.order} "
                                                f"on {m.worker} in {m.seconds:.1f} s"))
-    from profiler.explore_space import row_latency_ms
+    from profiler.explore.space import row_latency_ms
 
     by_rank = {r["rank"]: dict(r, latency_ms=row_latency_ms(r, args.frames)) for r in rows}
     t = Table(title="measured beside predicted", box=box.SIMPLE_HEAD, title_justify="left")

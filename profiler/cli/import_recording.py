@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from profiler.cli import command_help
-from profiler.cli_options import nonneg_int, positive_int, stdout_console
+from profiler.cli.common.options import nonneg_int, positive_int, stdout_console
 
 EXAMPLES = """\
 examples (ARM-CO-UP's RK3399Pro recordings, see ../shared/armcoup/README.md):
@@ -218,8 +218,8 @@ def _prov(path: Path) -> dict[str, str]:
 
 
 def _trace(args: argparse.Namespace, path: Path, fmt: str) -> int:
-    from profiler.cli_plumbing import say
-    from profiler.cli_progress import step, task_progress
+    from profiler.cli.common.plumbing import say
+    from profiler.cli.common.progress import step, task_progress
     from profiler.errors import BadInputError
     from profiler.recordings.importer import (
         guess_from_name,

@@ -4,7 +4,7 @@ Slices the model (default grouping, `--granularity op` or `--cuts`), pins to the
 processor's cores, runs warm-up then measured frames layer by layer, prints the
 layer table and writes a tidy CSV with a JSON sidecar. With `--method fused` (the
 default for G and N) it then measures every layer inside uninterrupted runs of the
-model (`profiler.fused`) and the table shows those times, their intervals and the
+model (`profiler.measure.fused`) and the table shows those times, their intervals and the
 fixed per-call row beside the sliced ones.
 """
 
@@ -17,7 +17,7 @@ from typing import Any
 
 from profiler.boards.host import format_cpu_list
 from profiler.cli import command_help
-from profiler.cli_options import (
+from profiler.cli.common.options import (
     add_board_args,
     add_host_freq_option,
     add_method_options,
@@ -27,7 +27,7 @@ from profiler.cli_options import (
     positive_int,
     stdout_console,
 )
-from profiler.cli_plumbing import (
+from profiler.cli.common.plumbing import (
     choose_board,
     clock_samplers,
     fused_settings,
@@ -39,10 +39,10 @@ from profiler.cli_plumbing import (
     set_host_freq,
     sysfs_root,
 )
-from profiler.cli_progress import step, task_progress
+from profiler.cli.common.progress import step, task_progress
 from profiler.errors import ProfilerError
-from profiler.freq_trace import clock_while
-from profiler.results import LayerInfo, LayerRun, RunInfo, environment
+from profiler.measure.freq_trace import clock_while
+from profiler.measure.results import LayerInfo, LayerRun, RunInfo, environment
 from profiler.tflite.model_io import sha256_bytes
 
 
@@ -94,9 +94,9 @@ def run(args: argparse.Namespace) -> int:
     from governors.host import read_host_level
     from profiler.executors.factory import make_executor
     from profiler.executors.logs import quiet_native_exit
-    from profiler.fused import measure_model
-    from profiler.runner import LayerRunner
-    from profiler.tables import render, run_tables, with_fused, write_tables
+    from profiler.measure.fused import measure_model
+    from profiler.measure.runner import LayerRunner
+    from profiler.measure.tables import render, run_tables, with_fused, write_tables
 
     quiet_native_exit()
     board = choose_board(args)

@@ -18,8 +18,8 @@ from governors import RestoreGuard, make_governor
 from profiler.boards.model import resolve_level
 from profiler.boards.profiles import select_board
 from profiler.cli import command_help
-from profiler.cli_options import add_board_args
-from profiler.cli_plumbing import say, sysfs_root
+from profiler.cli.common.options import add_board_args
+from profiler.cli.common.plumbing import say, sysfs_root
 from profiler.errors import BadInputError
 
 

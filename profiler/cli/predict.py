@@ -9,7 +9,7 @@ Switch latency = calls (a fixed per-call cost each, with fused tables) + layers 
 hand-overs; Pipeline throughput = 1 / slowest stage (hand-overs included), and its
 latency waits in the queues before the slowest stage (--queue-depth, --frames); energy
 per frame. `--method` says how `coupprof run` executes the mapping (fused, the default: a
-stage is one call). The maths is in profiler/predict.py.
+stage is one call). The maths is in profiler/mapping/predict.py.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from rich import box
 from rich.table import Table
 
 from profiler.cli import command_help
-from profiler.cli_options import (
+from profiler.cli.common.options import (
     add_board_args,
     add_queue_depth_option,
     positive_int,
@@ -80,9 +80,9 @@ def _f(v: float | None, digits: int = 3) -> str:
 
 def run(args: argparse.Namespace) -> int:
     from profiler.errors import BadInputError
-    from profiler.mapping import parse_freq, parse_order
-    from profiler.predict import predict, read_layer_tables
-    from profiler.transfer import read_transfer_csv
+    from profiler.mapping.predict import predict, read_layer_tables
+    from profiler.mapping.spec import parse_freq, parse_order
+    from profiler.mapping.transfer import read_transfer_csv
 
     costs = read_layer_tables([s for s in args.layers.split(",") if s.strip()])
     n_layers = int(costs.table["layer"].max()) + 1
@@ -92,7 +92,7 @@ def run(args: argparse.Namespace) -> int:
         raise BadInputError("--order needs --mode", "add --mode switch or --mode pipeline")
     board = None
     if args.freq:
-        from profiler.cli_plumbing import choose_board
+        from profiler.cli.common.plumbing import choose_board
 
         letters = [c for c in args.order.upper() if c.isalpha()]
         board = choose_board(args, letters)
@@ -158,14 +158,14 @@ def run(args: argparse.Namespace) -> int:
 def _single(args: argparse.Namespace, costs: Any, n_layers: int) -> int:
     """Every processor the tables cover, all layers on it; the fastest named."""
     from profiler.errors import BadInputError
-    from profiler.mapping import parse_freq, parse_order
-    from profiler.predict import predict
-    from profiler.transfer import read_transfer_csv
+    from profiler.mapping.predict import predict
+    from profiler.mapping.spec import parse_freq, parse_order
+    from profiler.mapping.transfer import read_transfer_csv
 
     letters = sorted(set(costs.table["processor"]), key="LBGN".find)
     board = None
     if args.freq:
-        from profiler.cli_plumbing import choose_board
+        from profiler.cli.common.plumbing import choose_board
 
         board = choose_board(args, letters)
     transfers = read_transfer_csv(args.transfers) if args.transfers else None

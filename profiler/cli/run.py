@@ -7,7 +7,7 @@ Switch: one frame at a time, layers serially on their processors with per-layer
 DVFS. Pipeline: each run of same-letter layers is a stage with its own pinned thread
 and bounded queues in between. Prints per-stage time, throughput, end-to-end
 latency (and energy per frame with a power source) beside the prediction from layer
-and transfer tables (`profiler.predict`), measured here when none are given.
+and transfer tables (`profiler.mapping.predict`), measured here when none are given.
 
 `--method fused` (the default) runs each stage as an application would: its layers
 as one sub-model, one call (cut only where a per-layer --freq changes the level);
@@ -32,7 +32,7 @@ from rich import box
 from rich.table import Table
 
 from profiler.cli import command_help
-from profiler.cli_options import (
+from profiler.cli.common.options import (
     add_method_options,
     add_multi_processor_options,
     add_queue_depth_option,
@@ -40,7 +40,7 @@ from profiler.cli_options import (
     positive_int,
     stdout_console,
 )
-from profiler.cli_plumbing import (
+from profiler.cli.common.plumbing import (
     apply_setup_levels,
     choose_board,
     clock_samplers,
@@ -51,7 +51,7 @@ from profiler.cli_plumbing import (
     say,
     sysfs_root,
 )
-from profiler.cli_progress import task_progress
+from profiler.cli.common.progress import task_progress
 
 SIDECAR_FORMAT = "coupprof-run/1"
 
@@ -205,8 +205,8 @@ def frame_rows(run: Any, pred: Any) -> pd.DataFrame:
     """`--raw`: one row per frame and call (``kind = "frame"``) with the raw timestamps, as
     `coupprof layers --raw` writes them, and the frame's latency beside the predicted one
     (Pipeline mode: the frame's own, waiting in queues that fill from an empty pipeline)."""
-    from profiler.queueing import frame_latencies_ms
-    from profiler.results import LAYER_END, LAYER_START, TRANSFER_END, TRANSFER_START
+    from profiler.mapping.queueing import frame_latencies_ms
+    from profiler.measure.results import LAYER_END, LAYER_START, TRANSFER_END, TRANSFER_START
 
     n, ts = run.frames, run.ts_ns
     if pred is None:
@@ -261,19 +261,19 @@ def render(run: Any, pred: Any, stages: pd.DataFrame, summ: pd.DataFrame, title:
 def run(args: argparse.Namespace) -> int:
     from governors import RestoreGuard
     from profiler.executors.logs import quiet_native_exit
-    from profiler.freq_trace import FreqSampler, clock_mismatch
-    from profiler.mapping import parse_freq, parse_order
-    from profiler.pipeline import MappingRunConfig, run_mapping
-    from profiler.predict import (
+    from profiler.mapping.pipeline import MappingRunConfig, run_mapping
+    from profiler.mapping.predict import (
         handover_points,
         mapping_transfers,
         measure_costs,
         predict,
         read_layer_tables,
     )
-    from profiler.results import environment
+    from profiler.mapping.spec import parse_freq, parse_order
+    from profiler.mapping.transfer import read_transfer_csv
+    from profiler.measure.freq_trace import FreqSampler, clock_mismatch
+    from profiler.measure.results import environment
     from profiler.tflite.model_io import sha256_bytes
-    from profiler.transfer import read_transfer_csv
 
     quiet_native_exit()
     method = args.method or "fused"

@@ -8,8 +8,8 @@ from pathlib import Path
 from typing import Any
 
 from profiler.cli import command_help
-from profiler.cli_options import add_model_options, stdout_console
-from profiler.cli_progress import step, task_progress
+from profiler.cli.common.options import add_model_options, stdout_console
+from profiler.cli.common.progress import step, task_progress
 from profiler.errors import BadInputError, VerificationError
 
 

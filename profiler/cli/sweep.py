@@ -5,7 +5,7 @@
 Slices the model once, builds each processor's interpreters once, and changes
 only the frequency between levels (restored afterwards). Each finished pair is
 appended to DIR/sweep.csv at once, so an interrupted sweep keeps its rows and
-`--resume` measures only the missing pairs. See profiler/sweep.py.
+`--resume` measures only the missing pairs. See profiler/sweep/run.py.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from rich import box
 from rich.table import Table
 
 from profiler.cli import command_help
-from profiler.cli_options import (
+from profiler.cli.common.options import (
     add_board_args,
     add_host_freq_option,
     add_method_options,
@@ -30,10 +30,10 @@ from profiler.cli_options import (
     positive_int,
     stdout_console,
 )
-from profiler.cli_plumbing import fused_settings, open_power, say, sysfs_root
-from profiler.cli_progress import Throttle, new_bar
-from profiler.sweep import PairResult, SweepProgress, SweepResult
-from profiler.sweep_plan import Pair
+from profiler.cli.common.plumbing import fused_settings, open_power, say, sysfs_root
+from profiler.cli.common.progress import Throttle, new_bar
+from profiler.sweep.plan import Pair
+from profiler.sweep.run import PairResult, SweepProgress, SweepResult
 
 
 def register(subparsers: Any) -> None:
@@ -185,8 +185,8 @@ def summary_table(result: SweepResult) -> Table:
 
 def run(args: argparse.Namespace) -> int:
     from profiler.boards.profiles import select_board
-    from profiler.sweep import Sweep, SweepSettings
-    from profiler.sweep_plan import parse_freqs, parse_processors, plan_pairs
+    from profiler.sweep.plan import parse_freqs, parse_processors, plan_pairs
+    from profiler.sweep.run import Sweep, SweepSettings
 
     if args.model is None:
         from profiler.zoo import default_model_path

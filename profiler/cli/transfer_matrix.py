@@ -8,7 +8,7 @@ baseline), the time from the producing sub-model finishing on src to the consumi
 sub-model's inputs being written on dst, each processor driven by its own thread on
 its own cores (ARM-CO-UP Fig. 18). Long CSV: boundary, src, dst, bytes, tensors,
 time_ms_{mean,median,p95,std}, reps, and energy_mj when --power gives a source.
-See profiler/transfer.py for exactly what is timed.
+See profiler/mapping/transfer.py for exactly what is timed.
 
 `--method fused` adds, per boundary and src, ``readout_ms``: what cutting the model
 there costs the producer beyond the fused layer times, i.e. its call reading every
@@ -28,14 +28,14 @@ from rich import box
 from rich.table import Table
 
 from profiler.cli import command_help
-from profiler.cli_options import (
+from profiler.cli.common.options import (
     add_method_options,
     add_multi_processor_options,
     nonneg_int,
     positive_int,
     stdout_console,
 )
-from profiler.cli_plumbing import (
+from profiler.cli.common.plumbing import (
     apply_setup_levels,
     choose_board,
     fused_settings,
@@ -46,7 +46,7 @@ from profiler.cli_plumbing import (
     say,
     sysfs_root,
 )
-from profiler.cli_progress import step, task_progress
+from profiler.cli.common.progress import step, task_progress
 from profiler.errors import BadInputError
 
 
@@ -120,7 +120,7 @@ def _ms(v: float) -> str:
 
 def render_matrix(df: Any, title: str) -> list[Table]:
     """The src x dst summary and the per-boundary view."""
-    from profiler.transfer import summary
+    from profiler.mapping.transfer import summary
 
     letters = list(dict.fromkeys([*df["src"], *df["dst"]]))
     summ = summary(df)
@@ -171,10 +171,10 @@ def render_matrix(df: Any, title: str) -> list[Table]:
 
 def run(args: argparse.Namespace) -> int:
     from profiler.executors.logs import quiet_native_exit
-    from profiler.mapping import Mapping, parse_freq
-    from profiler.results import environment
+    from profiler.mapping.spec import Mapping, parse_freq
+    from profiler.mapping.transfer import measure_transfer_matrix, write_transfer_csv
+    from profiler.measure.results import environment
     from profiler.tflite.model_io import sha256_bytes
-    from profiler.transfer import measure_transfer_matrix, write_transfer_csv
 
     quiet_native_exit()
     wanted = [t.strip().upper() for t in (args.processors or "").split(",") if t.strip()]

@@ -11,7 +11,7 @@ from rich.table import Table
 
 from profiler import zoo
 from profiler.cli import command_help
-from profiler.cli_options import stdout_console
+from profiler.cli.common.options import stdout_console
 from profiler.errors import BadInputError
 from profiler.tflite.model_io import sha256_bytes
 from profiler.zoo import armcoup

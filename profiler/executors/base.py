@@ -24,7 +24,7 @@ frequencies in effect then (so DVFS changes apply); each run lasts that long, or
 host's own time if that is longer (counted in `PacedSubModel.late_runs`).
 
 `SubModelInterpreter` dresses a `SubModel` as a LiteRT interpreter so the per-layer
-runner (`profiler.runner.LayerRunner`) drives accelerators unchanged.
+runner (`profiler.measure.runner.LayerRunner`) drives accelerators unchanged.
 """
 
 from __future__ import annotations
@@ -230,7 +230,7 @@ class Executor(ABC):
     #: "cpu", "accelerator", "delegate"
     kind: str = ""
     #: Whether a sub-model's run keeps Python's GIL while the processor works (then a
-    #: Pipeline stage of it runs in its own process: `profiler.stage_process`).
+    #: Pipeline stage of it runs in its own process: `profiler.mapping.stage_process`).
     holds_gil: ClassVar[bool] = False
 
     def __init__(self, proc: ProcessorSpec, *, cores: Sequence[int] | None = None,

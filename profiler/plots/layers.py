@@ -16,6 +16,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from profiler.errors import BadInputError
+from profiler.measure.tables import short_ops
 from profiler.plots.common import (
     PROCESSOR_COLORS,
     layer_rows,
@@ -27,7 +28,6 @@ from profiler.plots.common import (
     run_title,
     with_fps_per_w,
 )
-from profiler.tables import short_ops
 
 NEEDED = ("processor", "layer", "time_ms_mean")
 PRODUCER = "`coupprof layers` (one CSV per processor) or `coupprof sweep`"

@@ -13,7 +13,7 @@ Where a sample enters and where it becomes a window:
   ``ina260:PORT``, ``nvml``, ...).
 - ``session``: ``PowerSession``, the one measuring facade: opens a source and a
   marker, takes the idle baseline, brackets windows (``StreamCapture``,
-  ``MarkerHooks``) and returns their ``profiler.attribution.Attribution``.
+  ``MarkerHooks``) and returns their ``profiler.power.attribution.Attribution``.
 - ``repeat``: per-call energy from a counter (repeat until it resolves).
 - ``export``: a capture to CSV or Parquet in chunks.
 - ``rig``: a stand-in for the Arduino (the real firmware under simavr); the other,

@@ -4,7 +4,7 @@
 onto the host clock (`profiler.power.clockmap`): power samples, the logger's marker
 edges, and the spans where frames were lost. `WindowIntegrator` integrates it
 over many windows at once (trapezoid, O(log n) per window, with the "hold" edge
-rule `profiler.attribution` explains); `idle_baseline_w` is the mean power over one
+rule `profiler.power.attribution` explains); `idle_baseline_w` is the mean power over one
 idle window. Attribution builds on these; nothing here knows about layers.
 """
 

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from profiler.attribution import fps_per_w
+from profiler.power.attribution import fps_per_w
 from profiler.power.sources.base import CounterSource
 
 

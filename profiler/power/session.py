@@ -17,7 +17,7 @@ A layer run (`coupprof layers`, `coupprof sweep`) goes:
    bracketed by clock reads (`MarkerHooks`);
 4. `finish(timings)` stops the stream, fits the logger clock to the host clock over
    the marker changes and attributes each layer's windows
-   (`profiler.attribution.attribute`). A counter source cannot resolve a
+   (`profiler.power.attribution.attribute`). A counter source cannot resolve a
    millisecond window, so there each layer is repeated back to back until its
    counter window is long enough (`profiler.power.repeat.measure_repeated`); that
    window gives the layer's power, and its energy per frame is that power times the
@@ -45,7 +45,7 @@ Where a sample enters, and where it becomes a row: the logger's bytes are decode
 by `profiler.power.collector` into a `DeviceTrace` on the logger's clock; the source maps
 it onto the host clock as a `HostTrace` (`profiler.power.host_trace`); here the
 marker windows the host recorded are integrated over it into an `Attribution`,
-whose per-layer columns `profiler.tables` turns into rows.
+whose per-layer columns `profiler.measure.tables` turns into rows.
 """
 
 from __future__ import annotations
@@ -58,17 +58,17 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from profiler.attribution import Attribution, attribute, fps_per_w
 from profiler.clock import Clock, perf_clock
 from profiler.errors import BadInputError, PowerSourceError, ProfilerError
 from profiler.markers.base import Marker
+from profiler.measure.runner import LayerHooks
+from profiler.power.attribution import Attribution, attribute, fps_per_w
 from profiler.power.clockmap import local_offset
 from profiler.power.host_trace import HostTrace, idle_baseline_w
 from profiler.power.repeat import measure_repeated
 from profiler.power.sources.base import CounterSource, PowerSource, ReadingSource, StreamSource
 from profiler.power.trace import DeviceTrace
 from profiler.recordings.traces import Recording
-from profiler.runner import LayerHooks
 
 T = TypeVar("T")
 

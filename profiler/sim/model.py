@@ -7,7 +7,7 @@
   the whole table the longest, linear in between;
 - ``nominal_khz`` / ``nominal_mv``: the operating point of a processor without DVFS (N);
 - ``[processors.X.sim.timing]`` and ``[processors.X.sim.power]``: the per-layer timing and
-  power model (`profiler.sim.perf`), fitted by ``coupprof calibrate`` (`profiler.sim.fit`).
+  power model (`profiler.sim.perf`), fitted by ``coupprof calibrate`` (`profiler.calibrate.fit`).
 
 The board's own ``[board.sim]`` table gives its idle power (``idle_power_mw``) and the
 calibration's provenance.

@@ -34,7 +34,7 @@ so a memory-bound layer draws less than a compute-bound one. ``idle`` is the boa
 (the `[board.sim]` table).
 
 Everything here is vectorised over operators (and, for calibration, over many layers
-at many levels at once); `profiler.sim.fit` fits the parameters, the executor prices each
+at many levels at once); `profiler.calibrate.fit` fits the parameters, the executor prices each
 sub-model with them.
 """
 

@@ -18,7 +18,7 @@ The empty prefix needs an operator: a SLICE of a corner of each input (a few val
 which costs a dispatch and nothing that grows with the input, so the fixed row is the
 call's cost and the layers keep all of their own.
 
-With ``window`` = W (`profiler.fused`), the layers are cut into segments of W, and
+With ``window`` = W (`profiler.measure.fused`), the layers are cut into segments of W, and
 every segment a..b after the first gets prefixes of its own that start ``lead`` = L
 layers early (at layer 0 at the earliest), at its lead s = max(0, a-L): s..a-1 (the
 segment's base, which its differences start from), then s..k for every k of a..b, so

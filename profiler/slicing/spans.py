@@ -3,7 +3,7 @@
 An application that maps layers 3..9 to one processor runs them as one model on it:
 one compiled model, one call, one read-back. `span_models(data, sliced, spans)` cuts
 the original model at the spans' edges instead of at every layer, so a mapped run
-(`profiler.pipeline`, fused execution) pays a processor's fixed per-call cost once
+(`profiler.mapping.pipeline`, fused execution) pays a processor's fixed per-call cost once
 per span, not once per layer.
 
 A span's sub-model holds the operators of its layers (a constant op copied into

@@ -36,12 +36,12 @@ import numpy as np
 import pandas as pd
 
 from profiler.errors import BadInputError, ModelError
+from profiler.measure.tables import OP_SHORT
 from profiler.recordings.armcoup_tables import layers_table
 from profiler.slicing.costs import GroupFeatures, group_features, macs_from_shapes
 from profiler.slicing.graph import ModelView
 from profiler.slicing.grouping import group_ops
 from profiler.slicing.specs import TensorSpec
-from profiler.tables import OP_SHORT
 from profiler.tflite.model_io import parse_model
 from profiler.zoo.emit import to_model
 from profiler.zoo.graph import GraphBuilder

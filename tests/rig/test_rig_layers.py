@@ -30,17 +30,17 @@ import numpy as np
 import pytest
 
 from governors import RestoreGuard, make_governor
-from profiler.attribution import Attribution
 from profiler.boards.model import resolve_level
 from profiler.boards.profiles import select_board
 from profiler.executors.factory import make_executor
 from profiler.markers import SimMarker
+from profiler.measure.runner import LayerRunner
 from profiler.power import protocol as P
 from profiler.power import rig as rigmod
+from profiler.power.attribution import Attribution
 from profiler.power.rig import A0_ELF, INA226_ELF, GroundTruth, Rig, Waveform
 from profiler.power.session import MarkerHooks, PowerResult, PowerSession
 from profiler.power.sources.arduino import ArduinoSource
-from profiler.runner import LayerRunner
 from profiler.slicing.slicer import slice_model
 from profiler.zoo import default_model_path
 

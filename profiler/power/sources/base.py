@@ -6,7 +6,7 @@ Two shapes of hardware fit under it:
   board's virtual logger) deliver timestamped power samples and marker edges.
   ``start()`` begins a capture, ``stop_capture()`` ends it on the logger's clock,
   ``map_clock()`` puts it on the host clock over the host's marker changes, and
-  `profiler.attribution.attribute` integrates the `HostTrace` per layer.
+  `profiler.power.attribution.attribute` integrates the `HostTrace` per layer.
 * **Reading sources** (`ReadingSource`: an INA260 on an Arduino printing
   ``pin,millis,mW`` lines, as ARM-CO-UP's) record readings that carry the marker pin
   but timestamp no edge, on a millisecond clock, with a slow sensor. ``start()``

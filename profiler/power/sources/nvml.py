@@ -8,7 +8,7 @@ opening raises `RuntimeUnavailableError` (exit 3) saying which is missing. The
 module imports without pynvml, so the factory can list and detect it anywhere.
 
 NVML errors are translated in one place, `translate_nvml_error` (the clock reader,
-`profiler.freq_trace`, uses it too).
+`profiler.measure.freq_trace`, uses it too).
 """
 
 from __future__ import annotations

@@ -16,7 +16,7 @@ import numpy as np
 from profiler import zoo
 from profiler.boards.profiles import load_board
 from profiler.executors import make_executor
-from profiler.fused import FusedProfiler, trimmed_estimate
+from profiler.measure.fused import FusedProfiler, trimmed_estimate
 from profiler.slicing.prefix import prefix_models
 from profiler.slicing.slicer import slice_model
 

@@ -1,7 +1,7 @@
 #!/bin/bash
 # Issue 10: B's fused windows on the H100's host with the caches a timed call finds warm
 # (left by the visit's previous call) and cold (the last-level cache emptied first:
-# FusedSettings.cache, profiler/cpu_cache.py). ResNet50/224 in windows of 3 (lead 6) on
+# FusedSettings.cache, profiler/measure/cpu_cache.py). ResNet50/224 in windows of 3 (lead 6) on
 # B's 15 cores of the host-split profile. STEP=layers: `coupprof layers` both ways (the
 # fused sum beside the whole model in the same rounds and alone); STEP=run: `coupprof run
 # --order B54 --mode switch` both ways (its prediction from the fused table it measures,

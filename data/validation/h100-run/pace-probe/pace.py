@@ -17,7 +17,7 @@ import pynvml
 from profiler import zoo
 from profiler.boards.profiles import load_board
 from profiler.executors import make_executor, with_accelerators
-from profiler.fused import FusedProfiler, FusedSettings
+from profiler.measure.fused import FusedProfiler, FusedSettings
 from profiler.slicing.prefix import REDUCE_ABOVE_BYTES, prefix_models
 from profiler.slicing.slicer import slice_model
 

@@ -7,7 +7,7 @@ frame. Does a longer visit (10 calls, 2 untimed) bring the rounds' whole-model p
 the frames' time? Alternating on one G: frames (the whole model compiled on its own,
 `--frames` calls: set the inputs untimed, then run and read every output back, timed,
 as a round's call), rounds with visits of 3, frames, rounds with visits of 10, and so on.
-The SM clock is sampled through NVML over each phase (`profiler.freq_trace`).
+The SM clock is sampled through NVML over each phase (`profiler.measure.freq_trace`).
 
     python3 data/validation/h100-run/visit-length/probe.py MODEL SIZE BUDGET_S [REPEATS [ALPHA]]
 """
@@ -24,8 +24,8 @@ import numpy as np
 from profiler import zoo
 from profiler.boards.profiles import load_board
 from profiler.executors import make_executor
-from profiler.freq_trace import FreqSampler, freq_reader_for
-from profiler.fused import FusedSettings, fused_profiler
+from profiler.measure.freq_trace import FreqSampler, freq_reader_for
+from profiler.measure.fused import FusedSettings, fused_profiler
 from profiler.slicing.slicer import slice_model
 
 

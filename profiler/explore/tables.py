@@ -1,4 +1,4 @@
-"""Filling `CostTables` (profiler.explore_space) from coupprof's own tables.
+"""Filling `CostTables` (profiler.explore.space) from coupprof's own tables.
 
 - layers: a `coupprof sweep` directory (or its sweep.csv), or any DataFrame with the
   columns processor, freq_level, layer, time_ms_mean[, transfer_ms_mean, energy_mj,
@@ -25,7 +25,7 @@ import pandas as pd
 from profiler.boards.model import PROCESSOR_LETTERS, Board
 from profiler.csvfile import read_table_csv
 from profiler.errors import BadInputError
-from profiler.explore_space import CostTables, Unit
+from profiler.explore.space import CostTables, Unit
 
 SWEEP_FIX = "pass the directory written by `coupprof sweep -o DIR`"
 
@@ -58,7 +58,7 @@ def from_frames(layers: pd.DataFrame, board: Board, transfers: pd.DataFrame | No
     the fixed per-call cost a stage on them pays once, ``fixed_energy_mj`` (same keys)
     its energy where a counter measured it, ``call_factor`` (same keys) the factor a fused
     CPU pair's times and fixed row are priced at, as predict prices them
-    (`profiler.fused`, "Disturbed calls")."""
+    (`profiler.measure.fused`, "Disturbed calls")."""
     factor = call_factor or {}
     fixed_ms = {k: v * factor.get(k, 1.0) for k, v in (fixed_ms or {}).items()}
     need = {"processor", "freq_level", "layer", "time_ms_mean"}
@@ -216,8 +216,8 @@ def load_tables(sweep: str | Path, board: Board, transfers: str | Path | None = 
                 delays: Sequence[str | Path] = (), processors: Sequence[str] | None = None,
                 levels: Sequence[int] | str | None = None) -> CostTables:
     """Cost tables from a sweep directory, a transfer-matrix CSV and dvfs-latency CSVs."""
-    from profiler.sweep_schema import read_sweep
-    from profiler.transfer import read_transfer_csv
+    from profiler.mapping.transfer import read_transfer_csv
+    from profiler.sweep.schema import read_sweep
 
     data = read_sweep(sweep)
     df = data.layer_rows(str(sweep), SWEEP_FIX)

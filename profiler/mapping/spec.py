@@ -29,7 +29,7 @@ non-blocking, skipped when unchanged), as ARM-CO-UP's per-layer mode does.
 runs them: consecutive layers of a stage are one sub-model and one call, cut only where
 a per-layer SPEC asks for another level (the request must come before the layers it
 is for, so a level change needs a call boundary). Sliced: one call per layer.
-`profiler.pipeline` runs these calls and `profiler.predict` prices the same ones.
+`profiler.mapping.pipeline` runs these calls and `profiler.mapping.predict` prices the same ones.
 """
 
 from __future__ import annotations

@@ -1,11 +1,11 @@
 """Exact switch-mode search: a unit and a level per layer, by dynamic programming.
 
 A state of layer i is its unit and the level each DVFS domain was last set to: the
-next transition delay depends on it (`profiler.explore_space` charges a domain's change
+next transition delay depends on it (`profiler.explore.space` charges a domain's change
 from its last level, also across layers on other domains). The cost of going from a
 state of layer i - 1 to one of layer i is the layer and, where layer i's domain changes
 level, the transition delay at idle power; where layer i starts a call (another unit,
-or the same unit at another level: `profiler.explore_space.call_starts`) also the
+or the same unit at another level: `profiler.explore.space.call_starts`) also the
 hand-over and the unit's fixed per-call cost (at idle power in energy); inside a call
 nothing more.
 
@@ -34,7 +34,7 @@ from typing import Any
 import numpy as np
 
 from profiler.errors import BadInputError
-from profiler.explore_space import Candidate, CostTables, Evaluation, evaluate
+from profiler.explore.space import Candidate, CostTables, Evaluation, evaluate
 
 INF = math.inf
 FRONT_BINS = 400  # bins whose cheapest mapping is costed for the trade-off front

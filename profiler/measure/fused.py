@@ -1,6 +1,6 @@
 """Fused per-layer times: what each layer costs inside an uninterrupted run of the model.
 
-The sliced method (`profiler.runner`) runs every layer as its own sub-model, so each
+The sliced method (`profiler.measure.runner`) runs every layer as its own sub-model, so each
 layer pays the processor's fixed per-call cost (dispatch, upload, synchronisation,
 read-back). On a CPU that is microseconds; on LiteRT's GPU accelerator it is about
 0.9 ms per call, more than most layers, and the sliced layers add up to 15-30 times
@@ -101,10 +101,10 @@ preempted, and its mean is what `coupprof run` reports. On an H100's host (ResNe
 15 threads) 400 back-to-back calls had a mean 13-17 % above the trimmed mean of each
 pair's fastest (`data/validation/h100-run/b-calls/`), and `run` measured the mean. So
 on a processor that hands nothing back (a CPU cluster) the calls alone after the rounds
-also give the factor mean / fastest (at least 1), which `profiler.predict` applies to
+also give the factor mean / fastest (at least 1), which `profiler.mapping.predict` applies to
 the fixed row and the layers of every call on it. Disturbances come at a rate in time,
 so the factor scales a call's time; energy is left as measured. Accelerators get none:
-a GPU's calls alone after the rounds move with its clock (`profiler.freq_trace`), which
+a GPU's calls alone after the rounds move with its clock (`profiler.measure.freq_trace`), which
 a factor would fold in silently.
 
 **Windows** (``window`` = W > 0, `profiler.slicing.prefix`): for deep models on CPU
@@ -133,7 +133,7 @@ windows of 3 for 150 s: leads of 1, 3 and 6 summed to 1.038, 1.023 and 1.009 of 
 whole model (174, 133 and 102 rounds; `benchmarks/slicing_overhead.py --frames 50
 --resnet-frames 10 --fused-budget-s 5 --resnet-fused-budget-s 150 --lead L`).
 
-**Cache state** (``cache``; `cache_state`, `profiler.cpu_cache`). A visit calls its
+**Cache state** (``cache``; `cache_state`, `profiler.measure.cpu_cache`). A visit calls its
 prefix back to back, so a timed call finds the prefix's weights in cache. An application
 calling its model frame after frame finds a weight in cache only if the whole model's
 weights fit there: each weight is read once a frame, and between two reads of it the
@@ -171,8 +171,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from profiler.clock import Clock, perf_clock
-from profiler.cpu_cache import Evictor, last_level_cache_bytes
 from profiler.errors import BadInputError
+from profiler.measure.cpu_cache import Evictor, last_level_cache_bytes
 
 if TYPE_CHECKING:  # types only: importing profiler.executors loads LiteRT's runtimes
     from profiler.executors.base import Executor, SubModel
@@ -462,7 +462,7 @@ class FusedProfiler:
     round (position 0 = the empty prefix), e.g. to move a marker; its cost falls outside
     the timed window (cold, the evictions before those calls fall inside the bracket).
     ``evict``: called before every timed call of a round, outside its
-    window (a cold cache state, `profiler.cpu_cache.Evictor`); its inputs are written
+    window (a cold cache state, `profiler.measure.cpu_cache.Evictor`); its inputs are written
     after it, as the layer before them leaves them in an application's frame.
     """
 
@@ -477,7 +477,7 @@ class FusedProfiler:
         or not (`cache_state`), recorded in the result."""
         self.evict = evict
         self.cache_choice = cache_choice
-        from profiler.runner import random_input
+        from profiler.measure.runner import random_input
 
         if not prefixes or prefixes[0].last != -1:
             raise ValueError("prefixes must start with the empty prefix (prefix_models)")

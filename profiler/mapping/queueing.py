@@ -1,6 +1,6 @@
 """A frame's latency through Pipeline mode's bounded queues, from its stages' times.
 
-`profiler.pipeline` runs Pipeline mode as a line of stages joined by queues of
+`profiler.mapping.pipeline` runs Pipeline mode as a line of stages joined by queues of
 ``queue_depth`` frames each: the source puts frames into queue 0 as fast as it takes
 them; stage k takes a frame from queue k, works on it for S_k, then puts it into queue
 k + 1, waiting while that queue is full (blocking after service); the driver empties the

@@ -1,6 +1,6 @@
 """A CPU's last-level cache: its size from sysfs, and emptying it before a timed call.
 
-The fused method (`profiler.fused`) times a layer inside a short call repeated back to
+The fused method (`profiler.measure.fused`) times a layer inside a short call repeated back to
 back, so the call finds that layer's weights in cache. An application calling its model
 frame after frame finds them there only if the whole model's weights fit in the
 last-level cache: each weight is read once per frame, so between two reads of it the

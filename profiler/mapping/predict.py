@@ -9,7 +9,7 @@ Costs (all per frame, ms unless named otherwise), for layer ``i`` on processor `
           P_{i-1} == P_i:     transfer(i - 1, P_i, P_i) if the transfer table has it,
                               else the layer table's transfer_ms_mean for layer i
 
-**Calls.** A mapping runs as calls (`profiler.mapping.calls`, the same ones `coupprof
+**Calls.** A mapping runs as calls (`profiler.mapping.spec.calls`, the same ones `coupprof
 run` executes): with ``method="fused"`` (the default) each stage is one call, cut only
 where a per-layer DVFS SPEC changes the level; with ``"sliced"`` every layer is a call.
 A call c on processor P costs
@@ -20,7 +20,7 @@ where F_P is P's fixed per-call cost (the fixed row of a fused table, `coupprof 
 --method fused`, times its call factor as t_i below; 0 for sliced tables, whose t_i
 already hold a call's cost each), t_i
 the fused time (time_ms_fused; for a CPU table, times its call factor: the mean of its
-whole model's calls back to back over their undisturbed time, `profiler.fused`,
+whole model's calls back to back over their undisturbed time, `profiler.measure.fused`,
 "Disturbed calls") or the sliced one (time_ms_mean), and R_c the extra
 read-back of the call's outputs at a cut: the fused transfer table's ``readout_ms``
 for its last boundary (`coupprof transfer-matrix --method fused`: an accelerator
@@ -33,14 +33,14 @@ throughput = 1000 / latency.
 
 **Pipeline mode** (AutoDiCE's model): stage k's time S_k = sum of its calls' C_c, so
 the hand-over into a stage is charged to the stage that receives it, plus, for a stage
-that runs in a process of its own (an accelerator's, `profiler.pipeline`), the hand-over
+that runs in a process of its own (an accelerator's, `profiler.mapping.pipeline`), the hand-over
 of each frame to that process and back (`coupprof run` measures it over its warm-up
 frames; 0 where not given); throughput =
 1000 / max_k S_k (the slowest stage sets the pace). Latency counts the waiting: stages
 are joined by queues of Q frames (`coupprof run --queue-depth`), so every queue before
 the slowest stage b fills and a frame's latency is b (Q + 1) S_b + sum_{k >= b} S_k in
 the steady state, or the mean over a run of N frames that starts empty
-(`profiler.queueing`); the serial sum sum_k S_k when the first stage is the slowest.
+(`profiler.mapping.queueing`); the serial sum sum_k S_k when the first stage is the slowest.
 
 **Energy per frame**: Switch: sum_i e_i + sum_c E(F_c) + sum_i E(h_i), where E(F_c) is the
 fixed row's energy (its power x F, when the table has it; else the idle baseline
@@ -73,11 +73,11 @@ from profiler.errors import BadInputError
 from profiler.executors.base import Executor
 from profiler.executors.factory import make_executor
 from profiler.executors.worker import ProcessorWorker
-from profiler.freq_trace import FreqSampler, FreqTrace, clock_while
-from profiler.mapping import Call, FreqPlan, Mapping, calls
+from profiler.mapping.queueing import QUEUE_DEPTH, pipeline_latency_ms
+from profiler.mapping.spec import Call, FreqPlan, Mapping, calls
+from profiler.mapping.transfer import Activity, NoActivity, measure_transfer_matrix
+from profiler.measure.freq_trace import FreqSampler, FreqTrace, clock_while
 from profiler.power.session import MarkerHooks, PowerSession, StreamCapture
-from profiler.queueing import QUEUE_DEPTH, pipeline_latency_ms
-from profiler.transfer import Activity, NoActivity, measure_transfer_matrix
 
 T = TypeVar("T")
 #: A fused table whose whole model's 95 % interval is wider than this share of it is
@@ -108,7 +108,7 @@ class LayerCosts:
     # (processor, level) -> a fused table's whole model in its rounds: (ms, 95 % half-width)
     whole_ms: dict[tuple[str, int | None], tuple[float, float]] = field(default_factory=dict)
     # (processor, level) -> the factor a fused table's times and fixed row are priced at
-    # (`profiler.fused`, "Disturbed calls": mean over undisturbed calls; CPU tables)
+    # (`profiler.measure.fused`, "Disturbed calls": mean over undisturbed calls; CPU tables)
     call_factor: dict[tuple[str, int | None], float] = field(default_factory=dict)
 
     def fixed_for(self, letter: str, level: int | None) -> float:
@@ -402,7 +402,7 @@ def read_layer_tables(paths: Sequence[str | Path]) -> LayerCosts:
     """Layer tables written by `coupprof layers` (CSV + JSON sidecar), `coupprof sweep`
     directories (every processor and level they hold), or CSVs with a `processor` column
     (one row per processor and layer)."""
-    from profiler.tables import read_tables
+    from profiler.measure.tables import read_tables
 
     frames: list[pd.DataFrame] = []
     base: dict[str, float] = {}
@@ -492,7 +492,7 @@ def read_layer_tables(paths: Sequence[str | Path]) -> LayerCosts:
 
 def _is_sweep(p: Path) -> bool:
     """A `coupprof sweep` directory, or its sweep.csv (told by its sidecar's format)."""
-    from profiler.sweep_schema import CSV_NAME, SWEEP_FORMAT
+    from profiler.sweep.schema import CSV_NAME, SWEEP_FORMAT
 
     sidecar = (p / CSV_NAME if p.is_dir() else p).with_suffix(".json")
     if not sidecar.is_file():
@@ -516,7 +516,7 @@ class _SweepPart:
 def _sweep_part(p: Path) -> _SweepPart:
     """A sweep's layer rows at every (processor, level) it measured, as predict's table
     rows: fused times (and each fused pair's fixed row) where the pair is fused."""
-    from profiler.sweep_schema import read_sweep
+    from profiler.sweep.schema import read_sweep
 
     data = read_sweep(p)
     df = data.layer_rows(str(p), LAYER_FIX)
@@ -590,7 +590,7 @@ def measure_costs(
     and `coupprof transfer-matrix` would: the whole model chained on each processor the
     mapping uses (layer by layer, so caches are as cold as in the real run), with the
     mapping's per-layer levels requested before its layers; then the hand-over at every
-    boundary where the mapping's calls meet (`profiler.mapping.calls`).
+    boundary where the mapping's calls meet (`profiler.mapping.spec.calls`).
 
     With ``method="fused"`` (``model_bytes`` given; ``fused``: `FusedSettings`) each
     processor's layers are then measured by the fused method as well (`coupprof layers
@@ -599,7 +599,7 @@ def measure_costs(
     fused` does (with the producer's extra read-back at a cut). Fused rounds run at the
     levels set before (per-processor SPECs); per-layer levels apply to the sliced frames.
 
-    ``clock``: letter -> a sampler of its clock (`profiler.freq_trace`), run while the
+    ``clock``: letter -> a sampler of its clock (`profiler.measure.freq_trace`), run while the
     figures its table keeps are measured (the fused rounds, or the sliced frames); the
     tables' ``freq_traces`` hold what each read.
 
@@ -607,7 +607,7 @@ def measure_costs(
     each layer's energy is attributed over those windows (as `coupprof layers`), with
     the dynamic energy and the idle baseline, which the Pipeline prediction needs;
     with a counter source, each layer is repeated until the counter resolves it."""
-    from profiler.runner import LayerRunner
+    from profiler.measure.runner import LayerRunner
 
     build = make or (lambda bd, letter: make_executor(bd, letter))
     govs = governors or {}
@@ -653,7 +653,7 @@ def measure_costs(
     def fused_times(ex: Executor, letter: str) -> np.ndarray | None:
         if method != "fused":
             return None
-        from profiler.fused import measure_model
+        from profiler.measure.fused import measure_model
 
         # With a power source, each layer's energy is a difference of prefix energies
         # (each prefix run back to back while the source resolves its power).

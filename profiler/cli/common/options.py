@@ -1,5 +1,5 @@
 """Argument types and option groups shared by several subcommands (no command owns
-this module); what they do once parsed is in `profiler.cli_plumbing`."""
+this module); what they do once parsed is in `profiler.cli.common.plumbing`."""
 
 from __future__ import annotations
 
@@ -188,7 +188,7 @@ def add_host_freq_option(p: argparse.ArgumentParser) -> None:
 
 def add_queue_depth_option(p: argparse.ArgumentParser) -> None:
     """--queue-depth: how many frames wait between Pipeline-mode stages (run and predict)."""
-    from profiler.queueing import QUEUE_DEPTH
+    from profiler.mapping.queueing import QUEUE_DEPTH
 
     p.add_argument("--queue-depth", type=positive_int, default=QUEUE_DEPTH, metavar="N",
                    help="pipeline: frames each queue between stages holds; every queue before "

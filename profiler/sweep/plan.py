@@ -7,7 +7,7 @@
 
 A sweep may add to an existing output only with the same settings (`RESUME_KEYS`);
 a pair counts as done when all its layer rows are in the CSV, and one cut short is
-measured again. Running the pairs is `profiler.sweep`; the files, `profiler.sweep_schema`.
+measured again. Running the pairs is `profiler.sweep.run`; the files, `profiler.sweep.schema`.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from typing import Any
 
 from profiler.boards.model import PROCESSOR_LETTERS, Board
 from profiler.errors import BadInputError, BoardError
-from profiler.sweep_schema import PairKey, SweepCSV, new_sidecar, read_sidecar
+from profiler.sweep.schema import PairKey, SweepCSV, new_sidecar, read_sidecar
 
 # Settings that must match for --resume to add rows to an existing sweep.
 RESUME_KEYS = ("board", "model_sha256", "granularity", "cuts", "frames", "warmup", "threads", "seed",

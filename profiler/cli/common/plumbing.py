@@ -1,8 +1,8 @@
 """What the commands share once their options are parsed: messages, the board, the
 model, governors and power. No command owns this module; each calls it and renders.
 
-Option groups and argument types live in `profiler.cli_options`, progress bars in
-`profiler.cli_progress`.
+Option groups and argument types live in `profiler.cli.common.options`, progress bars in
+`profiler.cli.common.progress`.
 """
 
 from __future__ import annotations
@@ -19,11 +19,11 @@ from profiler.errors import BadInputError, BoardError
 
 if TYPE_CHECKING:
     from governors import Governor
-    from profiler.cli_progress import TaskProgress
-    from profiler.freq_trace import FreqSampler
-    from profiler.fused import FusedSettings
-    from profiler.mapping import FreqPlan
+    from profiler.cli.common.progress import TaskProgress
+    from profiler.mapping.spec import FreqPlan
     from profiler.markers.base import Marker
+    from profiler.measure.freq_trace import FreqSampler
+    from profiler.measure.fused import FusedSettings
     from profiler.power.session import PowerSession
     from profiler.power.sources.base import PowerSource
     from profiler.sim.power import SimPowerModel
@@ -131,7 +131,7 @@ def load_model(args: argparse.Namespace, bar: TaskProgress | None,
                ) -> tuple[Path, bytes, SlicedModel]:
     """(path, bytes, sliced model) for --model (or the bundled default), --granularity
     and --cuts. Sets ``args.model`` to the path used."""
-    from profiler.cli_progress import step
+    from profiler.cli.common.progress import step
     from profiler.slicing.slicer import slice_model
     from profiler.tflite.model_io import read_model_bytes
 
@@ -215,9 +215,9 @@ def open_power(args: argparse.Namespace, board: Board, trace_dir: Path | None = 
 def clock_samplers(stack: ExitStack, board: Board, letters: Sequence[str],
                    root: Path | None) -> dict[str, FreqSampler]:
     """letter -> a sampler of its clock (reader opened on ``stack``, not started), for
-    each of ``letters`` whose clock can be read (`profiler.freq_trace.freq_reader_for`).
+    each of ``letters`` whose clock can be read (`profiler.measure.freq_trace.freq_reader_for`).
     A reader that cannot open leaves its processor unsampled, with a note."""
-    from profiler.freq_trace import FreqSampler, open_freq_reader
+    from profiler.measure.freq_trace import FreqSampler, open_freq_reader
 
     samplers: dict[str, FreqSampler] = {}
     for letter in dict.fromkeys(letters):
@@ -233,14 +233,14 @@ def clock_samplers(stack: ExitStack, board: Board, letters: Sequence[str],
 
 def method_for(args: argparse.Namespace, proc: ProcessorSpec) -> str:
     """--method, else fused for accelerators (G, N) and sliced for CPU clusters."""
-    from profiler.fused import default_method
+    from profiler.measure.fused import default_method
 
     return args.method or default_method(proc.kind)
 
 
 def fused_settings(args: argparse.Namespace) -> FusedSettings:
     """The fused method's rounds, target and budget from --min-rounds .. --budget-s."""
-    from profiler.fused import FusedSettings
+    from profiler.measure.fused import FusedSettings
 
     return FusedSettings(target_ms=args.target_ms, target_rel=args.target_rel,
                          budget_s=args.budget_s, min_rounds=args.min_rounds,

@@ -1,6 +1,6 @@
 """What a run measured, as dataclasses: per-layer facts, raw timestamps, run metadata.
 
-Measuring fills these; `profiler.tables` turns them into DataFrames, CSV, JSON and
+Measuring fills these; `profiler.measure.tables` turns them into DataFrames, CSV, JSON and
 rich tables. Raw timestamps are kept whole (int64 ns from the run's clock) so any
 aggregate can be recomputed later and power samples can be attributed to windows.
 """
@@ -118,7 +118,7 @@ class RunInfo:
     freq_level: int | None = None
     freq_khz: int | None = None
     power_source: str = "none"
-    method: str = "sliced"  # how layer times were measured: sliced | fused (profiler.fused)
+    method: str = "sliced"  # how layer times were measured: sliced | fused (profiler.measure.fused)
     runtime: str = ""
     runtime_version: str = ""
     python: str = ""

@@ -3,7 +3,7 @@
 Input: a `Measurements` per processor, one row per (model, layer, setting) with the
 layer's measured time and power, and the operators of every (model, layer) as `OpWork`.
 Both ARM-CO-UP's ``Layers.csv`` and coupprof's own sweep tables become that
-(`profiler.sim.calibrate`).
+(`profiler.calibrate.board`).
 
 **Timing fit.** Per processor, the parameters of `perf.TimingParams`, in log space (so
 they stay positive), minimise the relative error of every row's time with a robust loss

@@ -8,7 +8,7 @@ domain, for the throughput / FPS/W Pareto front (ARM-CO-UP Table 4).
   (its unit) and one per domain (its level), decoded into a valid pipeline (`decode`);
   then a Pareto local search around its front. Every point is costed exactly, so the front holds real candidates.
 
-Costs are `profiler.explore_space.evaluate`'s pipeline ones (tests check they agree).
+Costs are `profiler.explore.space.evaluate`'s pipeline ones (tests check they agree).
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from profiler.errors import BadInputError
-from profiler.explore_space import Candidate, CostTables, Evaluation, evaluate, stages_of
+from profiler.explore.space import Candidate, CostTables, Evaluation, evaluate, stages_of
 
 PYMOO_FIX = "pip install 'coupprof[explore]'   (or: pip install 'pymoo>=0.6')"
 

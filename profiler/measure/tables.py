@@ -19,12 +19,12 @@ frequency alone) so runs can be concatenated (sweeps, notebooks); then:
 Power columns (power_w, energy_mj, dynamic_energy_mj, fps_per_w, samples) are
 present only when the run has them; without a power source they are absent, never 0.
 
-A run measured with the fused method (`profiler.fused`, `with_fused`) adds to each layer
+A run measured with the fused method (`profiler.measure.fused`, `with_fused`) adds to each layer
 row time_ms_fused, time_ms_fused_ci95 and below_resolution, and one row ``kind =
 "fixed"``: the fixed per-call cost (time_ms_fused and its interval, layer blank). Its
 energy columns are then the layer's power times its fused time (energy_mj_sliced keeps
 the sliced window's), or, from a counter source's prefix energies
-(`profiler.fused.energy_by_prefix`), the difference of two prefixes' energies per call,
+(`profiler.measure.fused.energy_by_prefix`), the difference of two prefixes' energies per call,
 with the fixed row's energy on the fixed row (totals ``fixed_energy_mj``,
 ``whole_energy_mj``); the time_ms_* columns stay the sliced sub-model's.
 """
@@ -45,10 +45,10 @@ from rich.table import Table
 
 from profiler.boards.host import format_cpu_list
 from profiler.errors import BadInputError
-from profiler.results import LayerRun
+from profiler.measure.results import LayerRun
 
 if TYPE_CHECKING:
-    from profiler.fused import FusedEnergy, FusedResult
+    from profiler.measure.fused import FusedEnergy, FusedResult
 
 SIDE_CAR_FORMAT = "coupprof-layers/1"
 

@@ -2,7 +2,7 @@
 another costs, per boundary and ordered processor pair (ARM-CO-UP Fig. 18).
 
 For boundary ``b`` (between layer ``b`` and ``b + 1``; its tensors are listed by
-`profiler.mapping.boundary_tensors`) and a pair ``src -> dst``, one hand-over is:
+`profiler.mapping.spec.boundary_tensors`) and a pair ``src -> dst``, one hand-over is:
 
     src thread:  run layer b's sub-model on src             (not timed: the producer)
                  t0 = clock()                               the producer has finished
@@ -36,7 +36,7 @@ Energy (only with a power source; the board's energy during one hand-over):
 Without a power source the ``energy_mj`` column is absent.
 
 **Fused view** (``method="fused"``, `coupprof transfer-matrix --method fused`). Layer
-times measured by the fused method (`profiler.fused`) come from prefixes whose outputs
+times measured by the fused method (`profiler.measure.fused`) come from prefixes whose outputs
 are reduced on the processor before they are read back, so they leave out what an
 accelerator pays to download a boundary tensor in full, which is exactly what cutting
 the model there costs the producer: its call must hand the whole tensor back. So the
@@ -48,7 +48,7 @@ itself (read-out copies, thread wake-up, the write into dst), as sliced measures
 except that each crossing tensor is written once, into the one sub-model a fused call
 starts (sliced writes it into every later layer that reads it, as a sliced run does).
 The cost of cutting at b from src to dst is then readout + hand-over + dst's fixed
-per-call cost (the fixed row of its fused table); `profiler.predict` charges the
+per-call cost (the fixed row of its fused table); `profiler.mapping.predict` charges the
 read-out to the producing stage, which is where it is spent.
 
 `activity` (the simulated board's power model, `profiler.sim.power.SimPowerModel`)
@@ -78,9 +78,9 @@ from profiler.errors import BadInputError
 from profiler.executors.base import Executor, MakeExecutor, SubModel
 from profiler.executors.factory import make_executor
 from profiler.executors.worker import ProcessorWorker
-from profiler.mapping import boundary_tensors
+from profiler.mapping.spec import boundary_tensors
+from profiler.measure.runner import random_input
 from profiler.power.session import PowerSession, StreamCapture
-from profiler.runner import random_input
 
 __all__ = ["CSV_COLUMNS", "Activity", "NoActivity", "TransferMatrix", "TransferSample",
            "measure_transfer_matrix", "model_inputs", "read_transfer_csv", "summary",
@@ -352,7 +352,7 @@ def _readout_cost(ex: Executor, sliced: Any, data: bytes, b: int, settings: Any,
                   model_name: str) -> tuple[float, float]:
     """(ms, 95 % half-width): what src's call of layers 0..b takes longer when it reads
     every crossing tensor back in full rather than reduced (0 on a CPU)."""
-    from profiler.fused import FusedProfiler, FusedSettings, downloads
+    from profiler.measure.fused import FusedProfiler, FusedSettings, downloads
     from profiler.slicing.prefix import REDUCE_ABOVE_BYTES, prefix_models
 
     if not downloads(ex.proc.kind):

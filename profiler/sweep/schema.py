@@ -1,15 +1,15 @@
 """A sweep's files: their names, format, crash-safe appends, and reading them back.
 
-- ``sweep.csv``: the layer rows of every finished pair, `profiler.tables` layer
+- ``sweep.csv``: the layer rows of every finished pair, `profiler.measure.tables` layer
   columns (ID columns first: board, simulated, model, processor, freq_level,
   freq_khz), one row per (processor, level, layer). Each pair is appended in one
   write followed by flush + fsync, so a crash loses at most the pair being measured.
 - ``sweep.json``: the settings, the environment and per pair (keyed by
   `sidecar_key`) the requested and read-back frequency, warnings and per-frame
   totals; rewritten atomically after each pair. The CSV is the record of which pairs
-  are done (``--resume``, `profiler.sweep_plan`).
+  are done (``--resume``, `profiler.sweep.plan`).
 
-Who writes them: `profiler.sweep`; who reads them back: `read_sweep` (reports,
+Who writes them: `profiler.sweep.run`; who reads them back: `read_sweep` (reports,
 notebooks).
 """
 
@@ -28,8 +28,8 @@ import pandas as pd
 
 from profiler.boards.model import PROCESSOR_LETTERS
 from profiler.errors import BadInputError
-from profiler.freq_trace import FreqTrace
-from profiler.tables import ID_COLUMNS, NULLABLE_INT_COLUMNS
+from profiler.measure.freq_trace import FreqTrace
+from profiler.measure.tables import ID_COLUMNS, NULLABLE_INT_COLUMNS
 
 SWEEP_FORMAT = "coupprof-sweep/1"
 CSV_NAME = "sweep.csv"
@@ -199,7 +199,7 @@ class SweepData:
 
     def call_factor(self) -> dict[tuple[str, int | None], float]:
         """{(processor, level): a fused CPU pair's factor for disturbed calls}
-        (`profiler.fused`, "Disturbed calls")."""
+        (`profiler.measure.fused`, "Disturbed calls")."""
         return self._pair_totals("call_factor")
 
     def whole_ms(self) -> dict[tuple[str, int | None], float]:

@@ -16,7 +16,7 @@ Tensors cross through `multiprocessing.shared_memory` blocks allocated on the fi
 frame (the pipe carries only frame ids and timestamps); both sides use the same
 monotonic clock (``perf_counter_ns``), so the child's timestamps join the parent's.
 
-What the child cannot do, the stage keeps on a thread (`profiler.pipeline._runs_apart`): per-layer
+What the child cannot do, the stage keeps on a thread (`profiler.mapping.pipeline._runs_apart`): per-layer
 DVFS requests (the governors live in the parent), activity hooks (the simulated
 board's power model lives in the parent), a caller's own executor factory or clock.
 """

@@ -25,7 +25,7 @@ import numpy as np
 
 from profiler.clock import Clock, perf_clock
 from profiler.errors import ModelError
-from profiler.results import LayerTimings
+from profiler.measure.results import LayerTimings
 
 if TYPE_CHECKING:  # a type only: importing profiler.executors loads LiteRT's runtimes
     from profiler.executors.base import Executor

@@ -6,7 +6,7 @@ layer numbering mapped onto the zoo graphs they ran, `profiler.zoo.armcoup`) or 
 sweep sliced it). Either way every row is one layer at one setting, with the operators
 that layer holds (`profiler.sim.work`), its clocks and voltages from the board profile.
 
-`calibrate_board` fits `profiler.sim.fit` per processor and gives a `Calibration`;
+`calibrate_board` fits `profiler.calibrate.fit` per processor and gives a `Calibration`;
 `profile_text` writes it into a board profile (TOML): the base profile's text with its
 ``[processors.X.sim.timing]`` / ``.power`` tables and ``[board.sim]`` replaced by the
 fitted ones, the transition delays and operating points kept, and the provenance (source
@@ -26,8 +26,8 @@ import numpy as np
 import pandas as pd
 
 from profiler.boards.model import Board, ProcessorSpec
+from profiler.calibrate import fit
 from profiler.errors import BadInputError
-from profiler.sim import fit
 from profiler.sim import model as sim_model
 from profiler.sim.perf import PowerParams, TimingParams
 from profiler.sim.work import OpWork, model_works
@@ -164,7 +164,7 @@ def sweep_measurements(sweep_dir: str | Path, board: Board) -> dict[str, fit.Mea
     the operators of that layer as the sweep sliced the model."""
     from profiler.slicing.graph import ModelView
     from profiler.slicing.slicer import slice_model
-    from profiler.sweep_schema import read_sweep
+    from profiler.sweep.schema import read_sweep
     from profiler.tflite.model_io import parse_model, read_model_bytes
 
     sweep = read_sweep(Path(sweep_dir))

@@ -8,12 +8,12 @@ level of its DVFS *domain*: its own, or for N its host cluster's (``Board.dvfs_d
 per (unit, level, layer) the layer's time, energy, dynamic energy and the layer table's
 feed time (``transfer_ms_mean``); per (boundary, src unit, dst unit) the hand-over's time
 and energy; per domain the DVFS transition delay between levels. They are filled from
-coupprof's own tables (`profiler.explore_tables`) or, later, imported ones.
+coupprof's own tables (`profiler.explore.tables`) or, later, imported ones.
 
-**Costs** follow `profiler.predict` (see its docstring), so a pick's prediction is the
+**Costs** follow `profiler.mapping.predict` (see its docstring), so a pick's prediction is the
 one `coupprof predict` gives for the same tables:
 
-- layers run as the calls `coupprof run` makes (`profiler.mapping.calls`, fused): a
+- layers run as the calls `coupprof run` makes (`profiler.mapping.spec.calls`, fused): a
   stage (a maximal run of layers on one unit) is one call, cut again where a switch
   candidate changes the level within it. Each call pays the unit's fixed per-call cost
   at its first layer's level once (fused tables, `time_ms_fused`, give it; sliced ones
@@ -36,7 +36,7 @@ one `coupprof predict` gives for the same tables:
 - pipeline: one level per domain (set once, no transition cost); stage time = its fixed
   cost + its read-back at the cut after it + sum of its (t_i + h_i); throughput = 1000 /
   slowest stage; latency = the steady state's, waiting in the full queues (of
-  `coupprof run`'s default depth) before the slowest stage (`profiler.queueing`); energy
+  `coupprof run`'s default depth) before the slowest stage (`profiler.mapping.queueing`); energy
   as predict's pipeline formula.
 """
 
@@ -48,7 +48,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from profiler.errors import BadInputError
-from profiler.queueing import QUEUE_DEPTH, steady_latency_ms
+from profiler.mapping.queueing import QUEUE_DEPTH, steady_latency_ms
 
 INF = math.inf
 
@@ -225,7 +225,7 @@ def handover(t: CostTables, i: int, src: int | None, dst: int, k_dst: int
 
 
 def call_starts(c: Candidate) -> set[int]:
-    """Layers that start a call (`profiler.mapping.calls`, fused): the first, each unit
+    """Layers that start a call (`profiler.mapping.spec.calls`, fused): the first, each unit
     change and, in switch mode, each level change within a unit."""
     out = {0}
     for i in range(1, len(c.units)):
@@ -368,7 +368,7 @@ def row_latency_ms(r: dict[str, object], frames: int) -> float:
     pipeline (the row's own latency is the steady state's); a switch row's as it is."""
     if r["mode"] != "pipeline":
         return float(r["latency_ms"])  # type: ignore[arg-type]
-    from profiler.queueing import pipeline_latency_ms
+    from profiler.mapping.queueing import pipeline_latency_ms
 
     stage_ms = [float(x) for x in str(r["stage_ms"]).split(";")]
     return pipeline_latency_ms(stage_ms, QUEUE_DEPTH, frames)

@@ -3,7 +3,7 @@ cluster.
 
 `measure(job)` loads the board and model, sets the per-processor levels or requests
 the per-layer ones, opens the power source (`sim` on the simulated board) and runs the
-mapping with `profiler.pipeline.run_mapping`, restoring every governor after. A job
+mapping with `profiler.mapping.pipeline.run_mapping`, restoring every governor after. A job
 is a small frozen dataclass, so Dask ships it to a worker as it is; each worker drives
 the board it runs on (start workers with one thread each: one measurement per board at
 a time). `measure_all` streams results back as they finish.
@@ -62,8 +62,8 @@ def measure(job: MeasureJob) -> Measured:
     """Run one job on this machine's board (see the module docstring)."""
     from governors import RestoreGuard, sysfs_root_from_env, writable_governor
     from profiler.boards.profiles import load_board
-    from profiler.mapping import parse_freq, parse_order
-    from profiler.pipeline import MappingRunConfig, run_mapping
+    from profiler.mapping.pipeline import MappingRunConfig, run_mapping
+    from profiler.mapping.spec import parse_freq, parse_order
     from profiler.slicing.slicer import slice_model
 
     t0 = time.perf_counter()

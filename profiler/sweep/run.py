@@ -1,6 +1,6 @@
 """Running a sweep: every planned (processor, DVFS level) pair measured into one CSV.
 
-    plan = plan_pairs(board, ["B", "G"], parse_freqs("all"))  # profiler.sweep_plan
+    plan = plan_pairs(board, ["B", "G"], parse_freqs("all"))  # profiler.sweep.plan
     sweep = Sweep(board, model_path, plan, out_dir, SweepSettings(frames=30))
     result = sweep.run(progress)
 
@@ -13,11 +13,11 @@ A sweep therefore costs close to the sum of the frames it runs
 
 Per pair: set the level and wait until it is in effect, run the frames (with the
 power session's markers, if any), for a processor measured with the fused method
-(`profiler.fused`, the default for G and N) also the interleaved prefix rounds (the
+(`profiler.measure.fused`, the default for G and N) also the interleaved prefix rounds (the
 prefixes are loaded once per processor), append the layer rows to ``sweep.csv`` and
 rewrite ``sweep.json`` (a fused pair's entry holds its fixed per-call row, rounds and
-budget). Which pairs are left to do is `profiler.sweep_plan`; the
-files and reading them back, `profiler.sweep_schema`.
+budget). Which pairs are left to do is `profiler.sweep.plan`; the
+files and reading them back, `profiler.sweep.schema`.
 """
 
 from __future__ import annotations
@@ -32,20 +32,27 @@ from typing import Any
 
 from profiler.boards.model import Board, ProcessorSpec
 from profiler.errors import BadInputError
-from profiler.freq_trace import FreqSampler, FreqTrace, clock_while, open_freq_reader
-from profiler.fused import (
+from profiler.jsonfile import write_json_atomic
+from profiler.measure.freq_trace import FreqSampler, FreqTrace, clock_while, open_freq_reader
+from profiler.measure.fused import (
     FusedProfiler,
     FusedSettings,
     default_method,
     energy_by_prefix,
     fused_profiler,
 )
-from profiler.jsonfile import write_json_atomic
-from profiler.results import LAYER_END, TRANSFER_START, LayerInfo, LayerRun, LayerTimings, RunInfo
-from profiler.runner import LayerHooks
-from profiler.sweep_plan import Pair, ResumeState, resume_state
-from profiler.sweep_schema import CSV_NAME, JSON_NAME, make_output_dir, sidecar_key
-from profiler.tables import RunTables, layer_table, totals, with_fused
+from profiler.measure.results import (
+    LAYER_END,
+    TRANSFER_START,
+    LayerInfo,
+    LayerRun,
+    LayerTimings,
+    RunInfo,
+)
+from profiler.measure.runner import LayerHooks
+from profiler.measure.tables import RunTables, layer_table, totals, with_fused
+from profiler.sweep.plan import Pair, ResumeState, resume_state
+from profiler.sweep.schema import CSV_NAME, JSON_NAME, make_output_dir, sidecar_key
 
 # Columns a fused pair adds; a sliced pair of a sweep that has fused pairs leaves them blank.
 FUSED_COLUMNS = ("time_ms_fused", "time_ms_fused_ci95", "below_resolution")
@@ -278,7 +285,7 @@ class Sweep:
 
     def _run_pairs(self, job: _Job, todo: Sequence[Pair]) -> None:
         from governors import RestoreGuard
-        from profiler.results import environment
+        from profiler.measure.results import environment
 
         job.env = environment(self.argv)
         job.output.meta.setdefault("environment", {}).update(job.env)
@@ -305,7 +312,7 @@ class Sweep:
         """One executor and one runner for all of a processor's pairs."""
         from governors.host import host_domain, read_host_level
         from profiler.executors import late_runs
-        from profiler.runner import LayerRunner
+        from profiler.measure.runner import LayerRunner
 
         proc = self.board.processor(letter)
         any_fused = any(self.settings.method_for(self.board.processor(p.processor)) == "fused"
@@ -346,7 +353,7 @@ class Sweep:
                 if prof is not None:
                     with clock_while(sampler):
                         fused = prof.measure(self.settings.fused)
-                    # The fused energies come from the prefixes (profiler.fused).
+                    # The fused energies come from the prefixes (profiler.measure.fused).
                     f_energy = energy_by_prefix(fused, self.power.call_powers(prof.calls)) \
                         if self.power is not None else None
                     tables = with_fused(RunTables(rows, None, info.to_dict(), tot), fused,

@@ -1,6 +1,6 @@
 """Run a mapping of layers to processors, as ARM-CO-UP does, in Switch or Pipeline mode.
 
-Each stage (a maximal run of same-letter layers, `profiler.mapping`) gets its own
+Each stage (a maximal run of same-letter layers, `profiler.mapping.spec`) gets its own
 thread, pinned to its processor's host cores, which creates the stage's sub-models
 (so runtime worker threads inherit the cores) and then loops:
 
@@ -10,7 +10,7 @@ thread, pinned to its processor's host cores, which creates the stage's sub-mode
     read the tensors later stages need out of its buffers (host copies)
     put (frame, tensors) on its output queue
 
-**Calls** (`profiler.mapping.calls`, ``MappingRunConfig.method``): with ``fused`` (the
+**Calls** (`profiler.mapping.spec.calls`, ``MappingRunConfig.method``): with ``fused`` (the
 default) a stage's layers are one sub-model cut from the original model
 (`profiler.slicing.spans`), run by one call as an application runs them, so a GPU
 stage pays its fixed per-call cost (dispatch, synchronisation, read-back) once; a
@@ -20,7 +20,7 @@ call (what the per-layer tables measure), and each pays that cost.
 
 **Stages apart** (``MappingRunConfig.apart``): LiteRT's accelerator call keeps Python's
 GIL while the device works, so in Pipeline mode a stage whose executor says so
-(`Executor.holds_gil`) runs in a child process of its own (`profiler.stage_process`);
+(`Executor.holds_gil`) runs in a child process of its own (`profiler.mapping.stage_process`);
 its thread here only hands frames over. A stage that needs this process (per-layer
 DVFS requests, the simulated board's power model, a caller's executor factory or
 clock) stays on its thread.
@@ -92,7 +92,8 @@ from profiler.clock import Clock, perf_clock
 from profiler.errors import BadInputError, ProfilerError
 from profiler.executors.base import Executor, MakeExecutor, SubModel
 from profiler.executors.factory import make_executor
-from profiler.mapping import (
+from profiler.mapping.queueing import QUEUE_DEPTH
+from profiler.mapping.spec import (
     EXECUTIONS,
     Call,
     FreqPlan,
@@ -102,11 +103,10 @@ from profiler.mapping import (
     calls,
     pipeline_conflicts,
 )
+from profiler.mapping.stage_process import StageProcess, StageReady, StageSpec
+from profiler.mapping.transfer import Activity, NoActivity, model_inputs
+from profiler.measure.results import LAYER_END, LAYER_START, TRANSFER_END, TRANSFER_START
 from profiler.power.session import PowerSession, StreamCapture
-from profiler.queueing import QUEUE_DEPTH
-from profiler.results import LAYER_END, LAYER_START, TRANSFER_END, TRANSFER_START
-from profiler.stage_process import StageProcess, StageReady, StageSpec
-from profiler.transfer import Activity, NoActivity, model_inputs
 
 MODES = ("switch", "pipeline")
 APART = ("auto", "always", "never")  # MappingRunConfig.apart
@@ -129,7 +129,7 @@ class MappedRun:
 
     mode: str
     mapping: Mapping
-    ts_ns: np.ndarray  # (frames, calls, 4), as profiler.results.LayerTimings per call
+    ts_ns: np.ndarray  # (frames, calls, 4), as profiler.measure.results.LayerTimings per call
     stage_busy_ns: np.ndarray  # (frames, stages): first hand-over start .. read-out done
     stage_readout_ns: np.ndarray  # (frames, stages): copying tensors out for later stages
     done_ns: np.ndarray  # (frames,): the last stage finished the frame
@@ -226,7 +226,7 @@ class MappingRunConfig:
     activity: Activity | None = None  # told when each stage's processor works (sim power)
     clock: Clock = perf_clock
     progress: Progress | None = None  # (frames done, total), warm-up included
-    # Stages in a process of their own (`profiler.stage_process`): "auto" for a Pipeline
+    # Stages in a process of their own (`profiler.mapping.stage_process`): "auto" for a Pipeline
     # stage whose executor holds the GIL while it runs; "always" (tests); "never".
     apart: str = "auto"
 
@@ -466,7 +466,7 @@ class _StageThread(threading.Thread):
 
 
 class _ApartStage(_StageThread):
-    """A stage whose calls run in a child process (`profiler.stage_process`); this
+    """A stage whose calls run in a child process (`profiler.mapping.stage_process`); this
     thread only hands each frame's tensors over and puts what comes back on."""
 
     def __init__(self, plan: _StagePlan, spec: StageSpec, q_in: queue.Queue[Any],
