@@ -29,7 +29,7 @@ import time
 from collections.abc import Callable
 
 from profiler import zoo
-from profiler.boards.model import ProcessorSpec
+from profiler.boards.model import ProcessorKind, ProcessorSpec
 from profiler.executors.cpu import CpuExecutor
 from profiler.measure.runner import LayerRunner
 from profiler.slicing.slicer import slice_model
@@ -56,7 +56,7 @@ def main(argv: list[str] | None = None) -> int:
     sliced = slice_model(data, cache_dir=False)
     print(f"{args.model} {args.size}: {len(sliced.layers)} layers, {len(data) / 1e6:.1f} MB; "
           f"single thread, pinned to core {core}")
-    with CpuExecutor(ProcessorSpec("B", "cpu", f"core {core}", (core,)), threads=1) as ex:
+    with CpuExecutor(ProcessorSpec("B", ProcessorKind.CPU, f"core {core}", (core,)), threads=1) as ex:
         runner = LayerRunner(sliced, ex, seed=0)
         for _ in range(10):  # warm-up
             runner.run_frame()

@@ -22,7 +22,7 @@ import numpy as np
 from slicing_overhead import visit_ns  # the benchmarks' folder is on sys.path
 
 from profiler import zoo
-from profiler.boards.model import ProcessorSpec
+from profiler.boards.model import ProcessorKind, ProcessorSpec
 from profiler.executors.cpu import CpuExecutor
 from profiler.measure.fused import trimmed_estimate
 
@@ -39,7 +39,7 @@ def main(argv: list[str] | None = None) -> int:
     core = args.core if args.core is not None else max(os.sched_getaffinity(0))
     data = zoo.build(args.model, size=args.size) if args.model else \
         zoo.default_model_path().read_bytes()
-    with CpuExecutor(ProcessorSpec("B", "cpu", f"core {core}", (core,)), threads=1) as ex:
+    with CpuExecutor(ProcessorSpec("B", ProcessorKind.CPU, f"core {core}", (core,)), threads=1) as ex:
         subs = [ex.load(data, name=f"copy {i}") for i in range(args.copies)]
         rng = np.random.default_rng(0)
         for sub in subs:

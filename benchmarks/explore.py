@@ -27,11 +27,11 @@ import platform
 import time
 from pathlib import Path
 
-from profiler.boards.profiles import load_board
 from profiler.explore.pipeline import nsga2_front, space_size
 from profiler.explore.space import freq_spec, order_string, single_processor, switch_space_size
 from profiler.explore.switch import search_switch
 from profiler.explore.tables import load_tables, synthetic_tables
+from profiler.platform import choose_board
 
 
 def main() -> int:
@@ -50,7 +50,7 @@ def main() -> int:
     ap.add_argument("--json", type=Path, default=None)
     args = ap.parse_args()
 
-    board = load_board(args.board)
+    board = choose_board(args.board)
     if args.sweep:
         t = load_tables(args.sweep, board, args.transfers,
                         [d for d in args.delays.split(",") if d])

@@ -37,7 +37,7 @@ sys.path.insert(0, str(REPO / "tests"))
 
 from sim_truth import layer_truth  # noqa: E402
 
-from profiler.boards.profiles import load_board  # noqa: E402
+from profiler.platform import choose_board  # noqa: E402
 from profiler.recordings.align import align  # noqa: E402
 from profiler.recordings.attribute import armcoup_method, coupprof_method  # noqa: E402
 from profiler.recordings.layout import RunLayout, Setting  # noqa: E402
@@ -51,7 +51,7 @@ COUPPROF = str(Path(sys.executable).with_name("coupprof"))
 
 
 def live(runs: int, frames: int, level: str) -> list[dict]:
-    board = load_board("sim")
+    board = choose_board("sim")
     proc = board.processor("B")
     khz = proc.freqs_khz[-1] if level == "max" else proc.freqs_khz[int(level) - 1]
     lv = len(proc.freqs_khz) if level == "max" else int(level)

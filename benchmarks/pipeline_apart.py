@@ -28,22 +28,21 @@ from pathlib import Path
 from typing import Any
 
 from profiler import zoo
-from profiler.boards.model import Board, ProcessorSpec
-from profiler.boards.profiles import load_board
-from profiler.executors.factory import with_accelerators
+from profiler.boards.model import Board, ProcessorKind, ProcessorSpec
 from profiler.mapping.pipeline import MappingRunConfig, run_mapping
 from profiler.mapping.spec import parse_order
+from profiler.platform import choose_board
 from profiler.slicing.slicer import slice_model
 
 
 def cpu_board() -> Board:
     """This host's B on all cores but the last, G (LiteRT's CPU accelerator through
     CompiledModel) driven from the last."""
-    host = load_board("host")
+    host = choose_board("host", letters=())
     cores = tuple(sorted(os.sched_getaffinity(0)))
     b = replace(host.processor("B"), cores=cores[:-1] or cores)
-    g = ProcessorSpec("G", "gpu", "CompiledModel on LiteRT's CPU accelerator", (cores[-1],),
-                      host="B", accelerator="cpu")
+    g = ProcessorSpec("G", ProcessorKind.GPU, "CompiledModel on LiteRT's CPU accelerator",
+                      (cores[-1],), host="B", accelerator="cpu")
     return replace(host, processors={"B": b, "G": g})
 
 
@@ -66,7 +65,7 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--json", type=Path, default=None)
     args = ap.parse_args()
-    board = cpu_board() if args.board is None else with_accelerators(load_board(args.board))
+    board = cpu_board() if args.board is None else choose_board(args.board)
     data = zoo.build("resnet50", size=args.size)
     sliced = slice_model(data, cache_dir=False)
     n = len(sliced.layers)

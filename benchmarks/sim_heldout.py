@@ -21,8 +21,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from profiler.boards.profiles import load_board
 from profiler.calibrate.board import armcoup_measurements
+from profiler.platform import choose_board
 from profiler.sim.executor import Pricer
 from profiler.zoo import armcoup
 from profiler.zoo.registry import model_path
@@ -46,7 +46,7 @@ def held_out(graph: str, layers_csv: Path, work: Path) -> None:
     cuts = ",".join(map(str, armcoup.cuts(spec)))
     real = pd.read_csv(layers_csv)
     real = real[(real["Graph"] == graph) & (real["Metric"] == "task")]
-    board = load_board("sim")
+    board = choose_board("sim")
     print(f"{graph} on a sim fitted on {', '.join(others)} only (per-layer time error, "
           "median / largest; whole model)")
     for letter in "LBG":
@@ -73,7 +73,7 @@ def held_out(graph: str, layers_csv: Path, work: Path) -> None:
 
 
 def ranking(layers_csv: Path) -> None:
-    board = load_board("sim")
+    board = choose_board("sim")
     ms = armcoup_measurements(layers_csv, board)
     top = {p: board.processor(p).freqs_khz[-1] for p in "LBG"}
     print("ranking by whole-model time at the top levels (G's host at its top): real | sim")

@@ -42,7 +42,7 @@ from typing import Any
 import numpy as np
 
 from profiler import zoo
-from profiler.boards.model import ProcessorSpec
+from profiler.boards.model import ProcessorKind, ProcessorSpec
 from profiler.executors.cpu import CpuExecutor
 from profiler.measure.fused import CACHE_STATES, FusedSettings, fused_profiler, trimmed_estimate
 from profiler.measure.runner import LayerRunner
@@ -277,7 +277,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
 
     core = args.core if args.core is not None else max(os.sched_getaffinity(0))
-    proc = ProcessorSpec("B", "cpu", f"core {core}", (core,))
+    proc = ProcessorSpec("B", ProcessorKind.CPU, f"core {core}", (core,))
     out: dict[str, Any] = {"core": core, "threads": 1, "machine": platform.machine(),
                            "python": platform.python_version(), "command": " ".join(sys.argv)}
     print(f"single thread, pinned to core {core}")

@@ -5,8 +5,9 @@ For the same (processor, level) pairs, frames and warm-up:
 1. `profiler.sweep.run.Sweep`: slices once, builds each processor's interpreters once,
    changes only the frequency between levels, appends + fsyncs the CSV per pair.
 2. A naive loop that does per pair what one `coupprof layers --freq K` run does
-   in-process: slice (cache on, as the CLI), open the executor, build every
-   layer's interpreter, save/set/restore the governor, run, write the tables.
+   in-process (`profiler.measure.layers.measure_layers`): slice (cache on, as the
+   CLI), save/set/restore the governor, open the executor, build every layer's
+   interpreter, run, write the tables.
 
 Each prints (wall time) / (sum of the recorded frames' times), where a frame's
 time is last layer end - first transfer start. Warm-up frames are not recorded,
@@ -34,12 +35,9 @@ from typing import Any
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "tests"))  # the fake host tree builder
 
-from governors import RestoreGuard, make_governor  # noqa: E402
-from profiler.boards.profiles import load_board  # noqa: E402
-from profiler.executors.factory import make_executor  # noqa: E402
-from profiler.measure.results import LayerInfo, LayerRun, RunInfo  # noqa: E402
-from profiler.measure.runner import LayerRunner  # noqa: E402
-from profiler.measure.tables import run_tables, write_tables  # noqa: E402
+from profiler.measure.layers import LayerSettings, ModelUnderTest, measure_layers  # noqa: E402
+from profiler.measure.tables import write_tables  # noqa: E402
+from profiler.platform import choose_board  # noqa: E402
 from profiler.slicing.slicer import slice_model  # noqa: E402
 from profiler.sweep.plan import parse_freqs, parse_processors, plan_pairs  # noqa: E402
 from profiler.sweep.run import Sweep, SweepSettings, frame_time_ns  # noqa: E402
@@ -53,21 +51,13 @@ def naive(board: Any, model: Path, pairs: list, out: Path, frames: int, warmup: 
     t0 = time.perf_counter_ns()
     for i, pair in enumerate(pairs):
         sliced = slice_model(model)
-        proc = board.processor(pair.processor)
-        gov = make_governor(board, board.dvfs_domain(pair.processor), sysfs_root)
-        with RestoreGuard([gov]):
-            if pair.level is not None:
-                gov.set_level(pair.level)
-            with make_executor(board, proc.letter) as ex:
-                runner = LayerRunner(sliced, ex, model_name=model.name)
-                timings = runner.run(frames, warmup)
-        measured += frame_time_ns(timings)
-        info = RunInfo(board=board.name, simulated=board.simulated, model_path=str(model),
-                       model_sha256="", processor=proc.letter, processor_name=proc.name,
-                       cores=proc.cores, threads=len(proc.cores), frames=frames, warmup=warmup,
-                       freq_level=pair.level, freq_khz=pair.freq_khz)
-        run = LayerRun(info, [LayerInfo.from_layer(x) for x in sliced.layers], timings)
-        write_tables(run_tables(run, raw=False), out / f"pair{i}.csv")
+        level = (pair.level, pair.freq_khz) if pair.level is not None else None
+        m = measure_layers(board, pair.processor,
+                           ModelUnderTest.of(model, model.read_bytes(), sliced),
+                           LayerSettings(frames=frames, warmup=warmup), level=level,
+                           sysfs_root=sysfs_root, sample_freq=False)
+        measured += frame_time_ns(m.run.timings)
+        write_tables(m.tables(), out / f"pair{i}.csv")
     return time.perf_counter_ns() - t0, measured
 
 
@@ -88,13 +78,14 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="coupprof-bench-sweep-") as tmp:
         tmpdir = Path(tmp)
         root = args.sysfs_root
+        wanted = args.processors.split(",") if args.processors else ()  # as `coupprof sweep`
         if args.board is None:
             from test_sweep_fakehost import build_fake_host
 
             root = build_fake_host(tmpdir / "fake").sys
-            board = load_board("host", root)
+            board = choose_board("host", root, letters=wanted)
         else:
-            board = load_board(args.board, root)
+            board = choose_board(args.board, root, letters=wanted)
         pairs = plan_pairs(board, parse_processors(args.processors, board), parse_freqs(args.freqs))
         slice_model(model)  # fill the slice cache once, as a user's earlier runs would
         ratios: dict[str, list[float]] = {"sweep": [], "naive": []}

@@ -8,11 +8,12 @@ predicted-vs-measured pipeline throughput.
     python benchmarks/validation_gpu.py --out /tmp/v --cpu-only          # plumbing, anywhere
 
 Run from a checkout (it imports `profiler` from the working directory; no network).
-Everything goes through coupprof's own code: the executors and layer runner for the
-per-layer tables (what `coupprof layers` does, plus G and NVML, which that command
-does not drive yet), `measure_repeated` for energy of layers shorter than NVML's
-~100 ms update period, and the real CLI (`python -m profiler transfer-matrix`,
-`python -m profiler run`) for the transfer matrix and the simulated board.
+Everything goes through coupprof's own code: the per-layer tables are measured by
+`profiler.measure.layers`, the path `coupprof layers` takes (with NVML, the energy of
+layers shorter than its ~100 ms update period: each layer repeated until the counter
+resolves its power, times its time in the frames), beside diagnostics of the whole
+model alone; the real CLI (`python -m profiler transfer-matrix`, `python -m profiler
+run`) gives the transfer matrix and the simulated board's runs.
 
 Outputs in --out (CSV + JSON sidecar each; the layer tables are in `coupprof layers`
 format, so `coupprof predict --layers` reads them):
@@ -25,7 +26,8 @@ format, so `coupprof predict --layers` reads them):
     layers-MODEL-TAG-fused.csv                   fused method (G and B with all cores): per
                                                  layer fused time and interval beside the
                                                  sliced one, the fixed row; NVML energy =
-                                                 repeat-window power x fused time
+                                                 differences of prefix energies (each
+                                                 prefix's repeat-window power x its time)
     fused-MODEL.json                             sliced sum / whole, fused sum + fixed /
                                                  whole, fused vs sliced per layer >= 1 ms,
                                                  layer energies + fixed vs whole-run energy
@@ -118,72 +120,51 @@ def idle_power_w(source: Any, seconds: float = 2.0) -> float:
     return (e1 - e0) * 1e6 / (t1 - t0)
 
 
+def _command() -> dict[str, str]:
+    """RunInfo's environment, with this script's command line."""
+    from profiler.measure.results import environment
+
+    return {**environment(), "command": shlex.join(["python", "benchmarks/validation_gpu.py",
+                                                    *sys.argv[1:]])}
+
+
 def profile_layers(sliced: Any, board: Any, letter: str, model_path: Path, data: bytes,
                    out: Path, label: str, tag: str, frames: int, warmup: int, source: Any,
-                   baseline_w: float | None, min_updates: int) -> dict[str, Any]:
-    """One processor, every layer: the layer runner's timings, then per-layer energy by
-    repeat-to-resolve. Written in `coupprof layers` format."""
-    from profiler.executors import fallback_flags, make_executor
-    from profiler.measure.results import LayerInfo, LayerRun, RunInfo, environment
-    from profiler.measure.runner import LayerRunner
-    from profiler.measure.tables import run_tables, write_tables
-    from profiler.power.repeat import measure_repeated
-    from profiler.tflite.model_io import sha256_bytes
+                   min_updates: int) -> dict[str, Any]:
+    """One processor, every layer, as `coupprof layers --method sliced --power nvml`
+    measures it (`profiler.measure.layers`): the layer runner's timings, then each layer
+    repeated until the counter resolves its power, times its time in the frames (layers
+    shorter than NVML's ~100 ms update period). Written in `coupprof layers` format."""
+    from profiler.measure.layers import LayerSettings, ModelUnderTest, ProcessorLayers
+    from profiler.measure.tables import write_tables
+    from profiler.power.session import PowerSession
 
-    proc = board.processor(letter)
-    ex = make_executor(board, letter)
     t_start = time.monotonic()
-    with ex:
-        runner = LayerRunner(sliced, ex, seed=0, model_name=model_path.name)
-        timings = runner.run(frames=frames, warmup=warmup)
-        extras: dict[str, list[Any]] = {}
-        fallback = fallback_flags(runner.interpreters)
-        if any(f is not None for f in fallback):
-            extras["fallback"] = [bool(f) for f in fallback]
-        if source is not None:
-            cols = ("energy_mj", "dynamic_energy_mj", "power_w", "fps_per_w", "repeats")
-            for c in cols:
-                extras[c] = []
-            for k, interp in enumerate(runner.interpreters):
-                r = measure_repeated(interp.invoke, source, min_updates=min_updates,
-                                     baseline_power_w=baseline_w or 0.0)
-                for c in cols:
-                    extras[c].append(getattr(r, c))
-                if k % 10 == 0:
-                    log(f"  {tag}: energy of layer {k}/{len(runner.interpreters)}")
-        describe = ex.describe()
-    totals: dict[str, float] = {}
-    if source is not None:
-        totals = {"energy_mj": float(np.sum(extras["energy_mj"])),
-                  "dynamic_energy_mj": float(np.sum(extras["dynamic_energy_mj"]))}
-        if baseline_w is not None:
-            totals["baseline_power_w"] = baseline_w
-    info = RunInfo(
-        board=board.name, simulated=False, model_path=str(model_path),
-        model_sha256=sha256_bytes(data), processor=letter, processor_name=proc.name,
-        cores=tuple(ex.cores), threads=ex.threads, frames=frames, warmup=warmup,
-        granularity=sliced.granularity, cuts=tuple(sliced.cuts),
-        power_source=source.spec if source is not None else "none",
-        extra={"executor": describe, "tag": tag, "energy_min_updates": min_updates,
-               "energy_method": "measure_repeated (repeat-to-resolve on the counter)"
-               if source is not None else None,
-               "note": "nvml measures the GPU board: for CPU layers it is the GPU's draw "
-                       "while the CPU works" if source is not None else None},
-        **{**environment(), "command": shlex.join(["python", "benchmarks/validation_gpu.py",
-                                                   *sys.argv[1:]])})
-    run = LayerRun(info, [LayerInfo.from_layer(layer) for layer in sliced.layers], timings,
-                   layer_extras={k: np.asarray(v) for k, v in extras.items()},
-                   total_extras=totals)
-    tables = run_tables(run, raw=False)
+    session = PowerSession(source, counter_updates=min_updates) if source is not None else None
+
+    def progress(what: str, done: int, total: int) -> None:
+        if what == "energy per layer" and done % 10 == 0:
+            log(f"  {tag}: energy of layer {done}/{total}")
+
+    with ProcessorLayers(board, letter, ModelUnderTest.of(model_path, data, sliced),
+                         LayerSettings(frames=frames, warmup=warmup), env=_command()) as layers:
+        m = layers.measure(power=session, progress=progress, extra={
+            "tag": tag, "energy_min_updates": min_updates,
+            "note": "nvml measures the GPU board: for CPU layers it is the GPU's draw "
+                    "while the CPU works" if source is not None else None})
+    if m.power_error is not None:
+        raise m.power_error
+    tables = m.tables()
     csv_p, _ = write_tables(tables, out / f"layers-{label}-{tag}.csv")
-    t = tables.totals
+    t, info = tables.totals, m.run.info
+    fallback = m.run.layer_extras.get("fallback", [])
     log(f"  {tag}: {t['latency_ms_mean']:.3f} ms/frame over {len(sliced.layers)} layers"
-        + (f", {totals['energy_mj']:.2f} mJ/frame" if totals else "")
+        + (f", {t['energy_mj']:.2f} mJ/frame" if "energy_mj" in t else "")
         + f" ({time.monotonic() - t_start:.0f} s) -> {csv_p.name}")
     return {"csv": csv_p.name, "latency_ms_mean": t["latency_ms_mean"],
-            "time_ms_mean": t["time_ms_mean"], "energy_mj": totals.get("energy_mj"),
-            "fallback_layers": [i for i, f in enumerate(fallback) if f],
-            "cores": list(ex.cores), "threads": ex.threads}
+            "time_ms_mean": t["time_ms_mean"], "energy_mj": t.get("energy_mj"),
+            "fallback_layers": [i for i, f in enumerate(fallback) if f == "yes"],
+            "cores": list(info.cores), "threads": info.threads}
 
 
 def whole_alone(executor: Any, data: bytes, inputs: list[Any], calls: int = 50,
@@ -218,49 +199,44 @@ def whole_alone(executor: Any, data: bytes, inputs: list[Any], calls: int = 50,
 
 def profile_fused(sliced: Any, board: Any, letter: str, model_path: Path, data: bytes,
                   out: Path, label: str, tag: str, frames: int, warmup: int, budget_s: float,
-                  source: Any, baseline_w: float | None, min_updates: int) -> dict[str, Any]:
-    """One processor: the sliced frames, the fused rounds and the whole model alone (before
-    and after the rounds); with NVML, each layer's power from its repeat window, its
-    energy = that power x its fused time, the fixed row's from the empty prefix, and the
-    whole model's energy per call, to compare."""
-    from profiler.executors import fallback_flags, make_executor
-    from profiler.measure.freq_trace import FreqSampler, clock_while, freq_reader_for
-    from profiler.measure.fused import FusedSettings, energy_by_prefix, fused_profiler
-    from profiler.measure.results import LayerInfo, LayerRun, RunInfo, environment
-    from profiler.measure.runner import LayerRunner
-    from profiler.measure.tables import run_tables, with_fused, write_tables
+                  source: Any, min_updates: int) -> dict[str, Any]:
+    """One processor as `coupprof layers --method fused` measures it
+    (`profiler.measure.layers`: the sliced frames, the fused rounds, with NVML each
+    prefix's power from its repeat window and the layers' energies as differences of
+    prefix energies), and the whole model alone before and after, with NVML its energy
+    per call repeated alone, to compare."""
+    from profiler.measure.freq_trace import open_freq_reader
+    from profiler.measure.fused import FusedSettings
+    from profiler.measure.layers import LayerSettings, ModelUnderTest, ProcessorLayers
+    from profiler.measure.tables import write_tables
     from profiler.power.repeat import measure_repeated
-    from profiler.tflite.model_io import sha256_bytes
+    from profiler.power.session import PowerSession
 
-    proc = board.processor(letter)
-    ex = make_executor(board, letter)
     t_start = time.monotonic()
     settings = FusedSettings(budget_s=budget_s)
-    reader = freq_reader_for(board, proc)
-    sampler = FreqSampler(reader) if reader is not None else None
-    with ex, reader or contextlib.nullcontext():
-        runner = LayerRunner(sliced, ex, seed=0, model_name=model_path.name)
-        timings = runner.run(frames=frames, warmup=warmup)
-        prof = fused_profiler(ex, data, sliced, settings, model_name=model_path.name)
+    session = PowerSession(source, counter_updates=min_updates) if source is not None else None
+    with contextlib.ExitStack() as stack:
+        reader = open_freq_reader(stack, board, board.processor(letter), None, log)
+        layers = stack.enter_context(ProcessorLayers(
+            board, letter, ModelUnderTest.of(model_path, data, sliced),
+            LayerSettings(frames=frames, warmup=warmup, fused=settings), freq_reader=reader,
+            env=_command()))
+        prof = layers.prefixes
         visit = (settings.visit_calls, settings.visit_warm)
-        before = whole_alone(ex, data, prof.inputs, visit=visit)
-        with clock_while(sampler):  # the clock the table is measured at, as `layers` keeps
-            fused = prof.measure(settings)
-        after = whole_alone(ex, data, prof.inputs, visit=visit)
+        before = whole_alone(layers.open(), data, prof.inputs, visit=visit)
+        m = layers.measure(power=session, extra={"tag": tag})
+        after = whole_alone(layers.open(), data, prof.inputs, visit=visit)
         energy: dict[str, Any] = {}
-        fe = None
-        if source is not None:
-            # As `coupprof layers --power nvml` does: prefix energies (each prefix repeated
-            # until the counter resolves its power, times its time in the rounds),
-            # differenced; compared with the whole model's energy per call repeated alone.
-            powers = [measure_repeated(call, source, min_updates=min_updates).power_w
-                      for call in prof.calls]
-            fe = energy_by_prefix(fused, powers)
+        fe = m.fused_energy
+        if source is not None and fe is not None:
+            # The whole model's energy per call repeated alone, against the layers' and
+            # the fixed row's (prefix energies, as `coupprof layers --power nvml`).
             whole_r = measure_repeated(prof.call(len(sliced.layers)), source,
                                        min_updates=min_updates)
             layer_mj = np.array(fe.layer_energy_mj)
-            energy = {"prefix_power_w": powers, "layer_energy_mj": layer_mj.tolist(),
-                      "fixed_power_w": powers[0], "fixed_energy_mj": fe.fixed_energy_mj,
+            energy = {"prefix_power_w": fe.prefix_power_w, "layer_energy_mj": layer_mj.tolist(),
+                      "fixed_power_w": fe.prefix_power_w[0],
+                      "fixed_energy_mj": fe.fixed_energy_mj,
                       "layers_plus_fixed_mj": float(layer_mj.sum() + fe.fixed_energy_mj),
                       "whole_call_energy_mj": whole_r.energy_mj,
                       "whole_call_power_w": whole_r.power_w,
@@ -268,32 +244,17 @@ def profile_fused(sliced: Any, board: Any, letter: str, model_path: Path, data: 
                       if whole_r.power_w else None,
                       "counter_updates_per_window": min_updates,
                       "ratio": float((layer_mj.sum() + fe.fixed_energy_mj) / whole_r.energy_mj)}
+    if m.power_error is not None:
+        raise m.power_error
+    fused = m.fused
+    assert fused is not None
+    m.run.info.extra["energy"] = energy or None
     whole_ms = (before["visits_ms"] + after["visits_ms"]) / 2
     whole_median_ms = (before["median_ms"] + after["median_ms"]) / 2
-    sl_ms = np.median(timings.time_ns, axis=0) / 1e6
+    sl_ms = np.median(m.run.timings.time_ns, axis=0) / 1e6
     fz = fused.times_ms()
     big = np.flatnonzero(sl_ms >= 1.0)
-    info = RunInfo(
-        board=board.name, simulated=False, model_path=str(model_path),
-        model_sha256=sha256_bytes(data), processor=letter, processor_name=proc.name,
-        cores=tuple(ex.cores), threads=ex.threads, frames=frames, warmup=warmup,
-        granularity=sliced.granularity, cuts=tuple(sliced.cuts), method="fused",
-        power_source=source.spec if source is not None else "none",
-        extra={"tag": tag, "energy": energy or None,
-               "freq_trace": (t.to_dict() if (t := sampler.trace()) else None)
-               if sampler is not None else None},
-        **{**environment(), "command": shlex.join(["python", "benchmarks/validation_gpu.py",
-                                                   *sys.argv[1:]])})
-    extras: dict[str, Any] = {}
-    fallback = fallback_flags(runner.interpreters)
-    if any(f is not None for f in fallback):  # as the sliced phase and `coupprof layers`
-        extras["fallback"] = [bool(f) for f in fallback]
-    totals: dict[str, float] = {}
-    if energy:
-        totals["baseline_power_w"] = baseline_w or 0.0
-    run = LayerRun(info, [LayerInfo.from_layer(layer) for layer in sliced.layers], timings,
-                   layer_extras=extras, total_extras=totals)
-    tables = with_fused(run_tables(run, raw=False), fused, fe)
+    tables = m.tables()
     csv_p, _ = write_tables(tables, out / f"layers-{label}-{tag}-fused.csv")
     summary = {
         "csv": csv_p.name, "whole_ms": whole_ms, "whole_median_ms": whole_median_ms,
@@ -307,7 +268,8 @@ def profile_fused(sliced: Any, board: Any, letter: str, model_path: Path, data: 
         "layers_1ms": int(big.size),
         "max_fused_vs_sliced_1ms": float(np.max(np.abs(fz[big] - sl_ms[big]) / sl_ms[big]))
         if big.size else None,
-        "energy": energy or None, "cores": list(ex.cores), "threads": ex.threads,
+        "energy": energy or None, "cores": list(m.run.info.cores),
+        "threads": m.run.info.threads,
     }
     log(f"  {tag}: whole {whole_ms:.3f} ms (median of single calls {whole_median_ms:.3f}); sliced sum {sl_ms.sum():.3f} "
         f"({summary['sliced_over_whole']:.2f}x); fused {fused.layer_sum_ms:.3f} + fixed "
@@ -679,8 +641,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
 
     from profiler import zoo
-    from profiler.boards.profiles import load_board
-    from profiler.executors import with_accelerators
+    from profiler.platform import choose_board
     from profiler.slicing.slicer import slice_model
 
     phases = [p for p in args.only.split(",") if p]
@@ -694,9 +655,7 @@ def main(argv: list[str] | None = None) -> int:
                               "argv": sys.argv[1:], "environment": environment_facts(),
                               "commands": [], "results": {}}
     log(f"environment: {json.dumps(record['environment'])}")
-    board = load_board("host")
-    if not args.cpu_only:
-        board = with_accelerators(board)
+    board = choose_board("host", letters=() if args.cpu_only else None)
     big = board.processor("B")
     allowed = os.sched_getaffinity(0)
     if not set(big.cores) <= allowed:  # a container's cpuset may be narrower than /sys says
@@ -717,7 +676,7 @@ def main(argv: list[str] | None = None) -> int:
     nvml = not args.cpu_only and args.mapped_board in ("host", "host-split")
     if "mapped" in phases and args.mapped_board == "host-split":
         args.mapped_board = str(split_profile(out, sorted(allowed)))
-        board = load_board(args.mapped_board)
+        board = choose_board(args.mapped_board)
         record["mapped_board"] = Path(args.mapped_board).read_text()
     try:
         for name in models:
@@ -742,7 +701,7 @@ def main(argv: list[str] | None = None) -> int:
                 for tag, bd, letter in jobs:
                     res[f"layers_{tag}"] = profile_layers(
                         sliced, bd, letter, path, data, out, label, tag, args.frames, args.warmup,
-                        source, baseline, args.energy_updates)
+                        source, args.energy_updates)
             if "fused" in phases:
                 which = [x.strip().upper() for x in args.fused_processors.split(",")]
                 jobs = ([] if args.cpu_only or "G" not in which else [("G", board, "G")]) + (
@@ -755,7 +714,7 @@ def main(argv: list[str] | None = None) -> int:
                 for tag, bd, letter in jobs:
                     fz[tag] = profile_fused(sliced, bd, letter, path, data, out, label, tag,
                                             args.frames, args.warmup, args.fused_budget_s,
-                                            source, baseline, args.energy_updates)
+                                            source, args.energy_updates)
                 (out / f"fused-{label}.json").write_text(json.dumps(fz, indent=2) + "\n")
             if "mapped" in phases:
                 letters = ["B"] if args.cpu_only else ["G", "B"]

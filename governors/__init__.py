@@ -1,5 +1,6 @@
 """DVFS back ends: cpufreq, devfreq, vendor GPU files (kgsl, mpgpu), none; the simulated
-board's governor is `profiler.sim.governor`, which `make_governor` builds for `kind = "sim"`.
+board's governor (`profiler.sim.governor`) plugs in as kind ``sim`` through
+`register_governor_kind`.
 
 Entry points: `make_governor(board, proc, sysfs_root)` builds one, `RestoreGuard`
 saves and restores them, `Governor.set_khz` (per run, with read-back) and
@@ -7,12 +8,17 @@ saves and restores them, `Governor.set_khz` (per run, with read-back) and
 """
 
 from governors.base import Check, Governor, SavedState, SetResult
-from governors.factory import GOVERNOR_KINDS, make_governor, writable_governor
+from governors.factory import (
+    GOVERNOR_KINDS,
+    make_governor,
+    register_governor_kind,
+    writable_governor,
+)
 from governors.restore import RestoreGuard, Terminated
 from governors.sysfs_io import SYSFS_ROOT_ENV, SysfsIO, sysfs_root_from_env
 
 __all__ = [
     "Check", "Governor", "SavedState", "SetResult", "GOVERNOR_KINDS", "writable_governor",
-    "make_governor", "RestoreGuard", "Terminated", "SYSFS_ROOT_ENV", "SysfsIO",
-    "sysfs_root_from_env",
+    "make_governor", "register_governor_kind", "RestoreGuard", "Terminated", "SYSFS_ROOT_ENV",
+    "SysfsIO", "sysfs_root_from_env",
 ]

@@ -13,7 +13,8 @@ write time, so it is an upper bound with a resolution of one chunk.
   the kernel *reports* the new frequency; it says nothing about the hardware itself.
 - `sim-busy-loop`: on the simulated board the same calibration and detection run on
   chunks whose durations come from the simulator's speed model at the frequency in
-  effect on a virtual clock; the frequency changes after the profile's modelled delay.
+  effect on a virtual clock (`profiler.sim.busy_loop.SimBusyLoop`, a `BusyLoop`); the
+  frequency changes after the profile's modelled delay.
   The result recovers that model (ARM-CO-UP Table 10) to within one chunk; it is not a
   measurement.
 """
@@ -29,8 +30,6 @@ from dataclasses import dataclass, field
 
 from governors.base import Governor, freq_matches
 from profiler.boards.model import ProcessorSpec
-from profiler.sim import model as sim_model
-from profiler.sim.governor import SimGovernor
 
 CONFIRM = 3  # consecutive chunks at the new speed that confirm a change
 TIMEOUT_S = 0.1  # Table 10's longest delay is 4.5 ms; give up well after that
@@ -93,44 +92,6 @@ class BusyLoop:
 
     def wait(self, seconds: float) -> None:
         time.sleep(seconds)
-
-
-class VirtualClock:
-    def __init__(self) -> None:
-        self.now_ns = 0
-
-    def __call__(self) -> int:
-        return self.now_ns
-
-
-class SimBusyLoop(BusyLoop):
-    """The busy loop on the simulated board, on a virtual clock the simulated kernel shares.
-
-    A chunk lasts n iterations at the host's measured speed, slowed by f_max / f at the
-    frequency in effect when it starts (a busy loop is clock-bound). Durations are deterministic, so the
-    detection recovers the modelled delay to within one chunk.
-    """
-
-    def __init__(self, gov: SimGovernor, clock: VirtualClock) -> None:
-        super().__init__(clock)
-        self.gov = gov
-        self.vclock = clock
-        runs = []
-        for _ in range(9):
-            t0 = time.perf_counter_ns()
-            spin(2000)
-            runs.append((time.perf_counter_ns() - t0) / 2000)
-        self.host_ns_per_iter = statistics.median(runs)
-
-    def chunk(self) -> tuple[int, int]:
-        t0 = self.vclock.now_ns
-        factor = sim_model.compute_slowdown(self.gov.proc, self.gov.effective_khz(t0))
-        dur = max(1, int(self.n * self.host_ns_per_iter * factor))
-        self.vclock.now_ns += dur
-        return t0, dur
-
-    def wait(self, seconds: float) -> None:
-        self.vclock.now_ns += int(seconds * 1e9)
 
 
 def calibrate_n(loop: BusyLoop, target_us: float) -> int:
@@ -285,7 +246,7 @@ def pin_to_cores(cores: tuple[int, ...]) -> set[int] | None:
 
 def summary(run: LatencyRun) -> list[dict[str, object]]:
     """Table 10's layout: per direction the shortest and longest (median) delay and where."""
-    rows = []
+    rows: list[dict[str, object]] = []
     for direction in ("up", "down"):
         ts = [t for t in run.transitions if t.direction == direction and t.median_us is not None]
         if not ts:

@@ -124,12 +124,12 @@ def _unique(governors: Sequence[Governor]) -> list[Governor]:
     return out
 
 
-def _block_signals() -> set[int] | None:
+def _block_signals() -> set[int | signal.Signals] | None:
     if threading.current_thread() is not threading.main_thread():
         return None
-    return signal.pthread_sigmask(signal.SIG_BLOCK, HANDLED_SIGNALS)  # type: ignore[return-value]
+    return signal.pthread_sigmask(signal.SIG_BLOCK, HANDLED_SIGNALS)
 
 
-def _unblock_signals(previous: set[int] | None) -> None:
+def _unblock_signals(previous: set[int | signal.Signals] | None) -> None:
     if previous is not None:
         signal.pthread_sigmask(signal.SIG_SETMASK, previous)

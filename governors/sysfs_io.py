@@ -12,15 +12,11 @@ import os
 from collections.abc import Callable
 from pathlib import Path
 
+# The sysfs root is found where the `host` board reads it; governors use the same one.
+from profiler.boards.host import SYSFS_ROOT_ENV, sysfs_root_from_env
 from profiler.errors import GovernorError, HardwareError, PermissionDeniedError
 
-#: Environment variable that moves the sysfs root (tests, containers).
-SYSFS_ROOT_ENV = "COUPPROF_SYSFS_ROOT"
-
-
-def sysfs_root_from_env(default: str = "/sys") -> Path:
-    """The sysfs root: $COUPPROF_SYSFS_ROOT if set, else /sys."""
-    return Path(os.environ.get(SYSFS_ROOT_ENV) or default)
+__all__ = ["SYSFS_ROOT_ENV", "SysfsIO", "WriteHook", "sysfs_root_from_env"]
 
 
 WriteHook = Callable[[Path, str], None]

@@ -77,7 +77,8 @@ class PowerSourceError(ProfilerError):
 
     exit_code = 4
     #: A streaming source's capture up to the failure (a `profiler.power.trace.DeviceTrace`
-    #: on the logger's clock), where it kept one.
+    #: on the logger's clock), where it kept one. Any: the root module imports nothing of the
+    #: project, not even for a type (a TYPE_CHECKING import would close a module cycle).
     trace: Any = None
 
 

@@ -26,13 +26,19 @@ import html
 import json
 import os
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
 
 from profiler.errors import BadInputError, ProfilerError
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from matplotlib.figure import Figure
 
 FIGURES_DIR = "figures"
 
@@ -69,15 +75,18 @@ class Image:
     alt: str
 
 
+Block = Heading | Para | TableBlock | Image
+
+
 @dataclass
 class Report:
     run_dir: Path
     title: str
-    blocks: list[Any] = field(default_factory=list)
+    blocks: list[Block] = field(default_factory=list)
     figures: list[Path] = field(default_factory=list)
     sources: list[Path] = field(default_factory=list)
 
-    def add(self, *blocks: Any) -> None:
+    def add(self, *blocks: Block) -> None:
         self.blocks.extend(blocks)
 
 
@@ -129,7 +138,7 @@ def find_results(run_dir: Path) -> list[Found]:
 # -- formatting helpers ----------------------------------------------------------------
 
 
-def _num(v: Any, digits: int = 3) -> str:
+def _num(v: object, digits: int = 3) -> str:
     if v is None or (isinstance(v, float) and not np.isfinite(v)) or (not isinstance(v, str) and pd.isna(v)):
         return ""
     if isinstance(v, (bool, np.bool_)):
@@ -141,7 +150,7 @@ def _num(v: Any, digits: int = 3) -> str:
     return str(v)
 
 
-def _mhz(khz: Any) -> str:
+def _mhz(khz: float | None) -> str:
     return "" if khz is None or pd.isna(khz) else f"{int(khz) / 1000:g}"
 
 
@@ -152,7 +161,7 @@ def _meta_table(pairs: list[tuple[str, Any]]) -> pd.DataFrame:
 # -- sections ----------------------------------------------------------------------------
 
 
-def _figure(report: Report, name: str, make: Any, alt: str) -> None:
+def _figure(report: Report, name: str, make: Callable[[], Figure], alt: str) -> None:
     """Render `make()` to figures/NAME.png and add it, or a line saying why it was skipped."""
     from profiler.plots import save
 
@@ -304,8 +313,9 @@ def _trace_section(report: Report, f: Found, raw_layers: list[Found]) -> None:
             timeline_figure(trace, layers)
         except ProfilerError:
             continue
-        _figure(report, f"{f.csv.stem}-timeline", lambda layers=layers, lf=lf: timeline_figure(
-            trace, layers, trace_src=rel, layers_src=lf.csv.relative_to(report.run_dir)),
+        _figure(report, f"{f.csv.stem}-timeline", partial(
+            timeline_figure, trace, layers, trace_src=rel,
+            layers_src=lf.csv.relative_to(report.run_dir)),
             "one frame's power trace with the layer windows shaded")
         return
     report.add(Para("*The trace overlaps no frame of the layer runs here (timeline skipped).*"))

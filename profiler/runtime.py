@@ -10,9 +10,12 @@ import importlib.metadata
 from dataclasses import dataclass
 from functools import cache
 from types import ModuleType
-from typing import Any
+from typing import TYPE_CHECKING
 
 from profiler.errors import ModelError, RuntimeUnavailableError
+
+if TYPE_CHECKING:  # tflite_runtime's classes have the same API; neither ships types
+    from ai_edge_litert.interpreter import Delegate, Interpreter
 
 
 @dataclass(frozen=True)
@@ -25,15 +28,17 @@ class RuntimeInfo:
 @cache
 def runtime() -> RuntimeInfo:
     try:
-        from ai_edge_litert import interpreter as mod
+        from ai_edge_litert import interpreter
 
-        return RuntimeInfo("ai-edge-litert", importlib.metadata.version("ai-edge-litert"), mod)
+        return RuntimeInfo("ai-edge-litert", importlib.metadata.version("ai-edge-litert"),
+                           interpreter)
     except ImportError:
         pass
     try:
-        from tflite_runtime import interpreter as mod  # type: ignore[no-redef]
+        from tflite_runtime import interpreter as tflite_interpreter
 
-        return RuntimeInfo("tflite-runtime", importlib.metadata.version("tflite-runtime"), mod)
+        return RuntimeInfo("tflite-runtime", importlib.metadata.version("tflite-runtime"),
+                           tflite_interpreter)
     except ImportError:
         pass
     raise RuntimeUnavailableError(
@@ -47,8 +52,8 @@ def make_interpreter(
     *,
     num_threads: int | None = None,
     name: str = "model",
-    delegates: list[Any] | None = None,
-) -> Any:
+    delegates: list[Delegate] | None = None,
+) -> Interpreter:
     """Create an interpreter and allocate its tensors; the caller should already
     have set CPU affinity (worker threads inherit it when they are created here)."""
     rt = runtime()

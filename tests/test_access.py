@@ -18,13 +18,13 @@ from udev_model import add_gpio_chip, add_mali_node, add_uart, add_usb_serial, a
 
 from governors import RestoreGuard, SysfsIO
 from governors.factory import KINDS
-from profiler.boards.access import (
+from profiler.boards.profiles import load_board
+from profiler.errors import BadInputError
+from profiler.platform.access import (
     NO_EVENT,
     gpio_chip_name,
     plan_access,
 )
-from profiler.boards.profiles import load_board
-from profiler.errors import BadInputError
 
 REPO = Path(__file__).resolve().parent.parent
 GROUP = "nogroup"  # a group every Debian system has; the plan takes any name

@@ -14,9 +14,10 @@ import pytest
 from fake_sysfs import DelayedCurFreq, build, snapshot
 
 from governors import RestoreGuard, make_governor
-from governors.latency import LatencyPlan, SimBusyLoop, VirtualClock, measure, summary
+from governors.latency import LatencyPlan, measure, summary
 from profiler.boards.profiles import load_board
 from profiler.sim import model as sim_model
+from profiler.sim.busy_loop import SimBusyLoop, VirtualClock
 from profiler.sim.governor import SimTree
 
 REPO = Path(__file__).resolve().parent.parent

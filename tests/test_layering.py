@@ -31,12 +31,23 @@ def modules() -> dict[str, Path]:
     return {module_name(p): p for pkg in PACKAGES for p in sorted((ROOT / pkg).rglob("*.py"))}
 
 
-def imports_of(name: str, path: Path, known: set[str]) -> set[str]:
-    """The project modules ``name`` imports anywhere in its source."""
+def type_checking_nodes(tree: ast.AST) -> set[int]:
+    """The nodes under ``if TYPE_CHECKING:`` (a type only: nothing runs the import)."""
+    return {id(n) for node in ast.walk(tree)
+            if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)
+            for b in node.body for n in ast.walk(b)}
+
+
+def imports_of(name: str, path: Path, known: set[str], runtime_only: bool = False) -> set[str]:
+    """The project modules ``name`` imports anywhere in its source (``runtime_only``:
+    leaving out those under ``if TYPE_CHECKING:``)."""
     tree = ast.parse(path.read_text(), str(path))
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    skip = type_checking_nodes(tree) if runtime_only else set()
     out: set[str] = set()
     for node in ast.walk(tree):
+        if id(node) in skip:
+            continue
         if isinstance(node, ast.Import):
             targets = [a.name for a in node.names]
         elif isinstance(node, ast.ImportFrom):
@@ -57,9 +68,9 @@ def imports_of(name: str, path: Path, known: set[str]) -> set[str]:
     return out
 
 
-def graph() -> dict[str, set[str]]:
+def graph(runtime_only: bool = False) -> dict[str, set[str]]:
     mods = modules()
-    return {name: imports_of(name, path, set(mods)) for name, path in mods.items()}
+    return {name: imports_of(name, path, set(mods), runtime_only) for name, path in mods.items()}
 
 
 def find_cycles(g: dict[str, set[str]]) -> list[list[str]]:
@@ -113,6 +124,26 @@ def test_a_cycle_is_found() -> None:
 def test_no_import_cycles() -> None:
     cycles = find_cycles(graph())
     assert not cycles, "import cycles: " + "; ".join(" <-> ".join(c) for c in cycles)
+
+
+def room(name: str) -> str:
+    """A package of profiler/ (profiler.sim), a module directly in it, or governors."""
+    parts = name.split(".")
+    return ".".join(parts[:2]) if parts[0] == "profiler" else parts[0]
+
+
+def test_no_package_knots() -> None:
+    """Packages are layers: no two import each other, by any path, at run time (imports
+    inside functions count). The simulated board plugs into the role factories from above
+    (profiler.sim.platform), so no factory below it imports profiler.sim."""
+    rooms: dict[str, set[str]] = {}
+    for a, deps in graph(runtime_only=True).items():
+        rooms.setdefault(room(a), set()).update(room(b) for b in deps if room(b) != room(a))
+    knots = find_cycles(rooms)
+    assert not knots, "package knots: " + "; ".join(" <-> ".join(k) for k in knots)
+    below_sim = {"governors", "profiler.boards", "profiler.executors", "profiler.markers",
+                 "profiler.power", "profiler.recordings"}
+    assert not [r for r in below_sim if "profiler.sim" in rooms.get(r, set())]
 
 
 def is_command(name: str) -> bool:

@@ -16,10 +16,12 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from profiler.boards.model import Board, GovernorSpec, ProcessorSpec
+from profiler.boards.model import Board, GovernorSpec, ProcessorKind, ProcessorSpec
 from profiler.errors import BoardError
 
 CPU_DIR = "devices/system/cpu"
+#: Environment variable that moves the sysfs root (tests, containers).
+SYSFS_ROOT_ENV = "COUPPROF_SYSFS_ROOT"
 
 # MIDR part numbers of common Arm cores (implementer 0x41), for readable names.
 ARM_PARTS: dict[int, str] = {
@@ -29,6 +31,11 @@ ARM_PARTS: dict[int, str] = {
     0xD47: "Cortex-A710", 0xD48: "Cortex-X2", 0xD4B: "Cortex-A78C", 0xD4D: "Cortex-A715",
     0xD4E: "Cortex-X3", 0xD80: "Cortex-A520", 0xD81: "Cortex-A720", 0xD82: "Cortex-X4",
 }
+
+
+def sysfs_root_from_env(default: str = "/sys") -> Path:
+    """The sysfs root: $COUPPROF_SYSFS_ROOT if set, else /sys."""
+    return Path(os.environ.get(SYSFS_ROOT_ENV) or default)
 
 
 def parse_cpu_list(text: str) -> tuple[int, ...]:
@@ -171,7 +178,7 @@ def _processor(letter: str, cluster: Cluster) -> ProcessorSpec:
     gov = GovernorSpec("cpufreq", cluster.policies[0]) if cluster.policies else None
     return ProcessorSpec(
         letter=letter,
-        kind="cpu",
+        kind=ProcessorKind.CPU,
         name=name,
         cores=cluster.cores,
         freqs_khz=cluster.freqs_khz,

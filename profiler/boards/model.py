@@ -7,12 +7,56 @@ G GPU, N NPU. Frequencies are kHz everywhere, voltages mV.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from enum import Enum
 from pathlib import Path
 from typing import Any
 
 from profiler.errors import BoardError
 
 PROCESSOR_LETTERS = ("L", "B", "G", "N")
+
+
+class ProcessorKind(str, Enum):
+    """What a processor is (a profile's ``kind``) and what that lets it do. A str enum:
+    it equals and prints as the profile's string, so sidecars read "cpu", "gpu", "npu".
+
+    Whether it has DVFS levels of its own is the profile's (`ProcessorSpec.has_dvfs`: a
+    GPU may have none, the host board's G), and whether a call holds Python's GIL is the
+    runtime's (`Executor.holds_gil`: LiteRT's CompiledModel does, on its CPU accelerator
+    too; the sim's G runs the interpreter and does not)."""
+
+    CPU = "cpu"
+    GPU = "gpu"
+    NPU = "npu"
+
+    # The value wherever it is printed or formatted, as the plain string was.
+    def __str__(self) -> str:
+        return self.value
+
+    def __format__(self, spec: str) -> str:
+        return format(self.value, spec)
+
+    @property
+    def is_cpu(self) -> bool:
+        """A CPU cluster: it runs the interpreter (and a busy loop) on its own cores."""
+        return self is ProcessorKind.CPU
+
+    @property
+    def is_accelerator(self) -> bool:
+        """A device the host hands calls to (G, N): each call pays a fixed cost to launch."""
+        return self is not ProcessorKind.CPU
+
+    @property
+    def needs_host(self) -> bool:
+        """Driven from a CPU cluster of the board (its profile's ``host``), whose cores it
+        borrows and whose levels an NPU without DVFS of its own uses."""
+        return self.is_accelerator
+
+    @property
+    def downloads_results(self) -> bool:
+        """Hands its outputs back by a download (the simulated G too, which models one), so
+        fused prefixes reduce and read them, and a call that reads more costs more."""
+        return self.is_accelerator
 
 
 @dataclass(frozen=True)
@@ -31,7 +75,7 @@ class GovernorSpec:
 @dataclass(frozen=True)
 class ProcessorSpec:
     letter: str  # "L", "B", "G" or "N"
-    kind: str  # "cpu", "gpu" or "npu"
+    kind: ProcessorKind  # a profile's "cpu", "gpu" or "npu" string is taken too
     name: str  # human name, e.g. "Cortex-A72 x2"
     cores: tuple[int, ...]  # CPU cores it runs on; for G/N the host cluster's cores
     freqs_khz: tuple[int, ...] = ()  # DVFS table, ascending; empty = no DVFS
@@ -41,6 +85,10 @@ class ProcessorSpec:
     accelerator: str | None = None  # "gpu" / "npu" (LiteRT CompiledModel) or None for CPU
     delegate: str | None = None  # delegate library path (tflite-runtime boards)
     extra: dict[str, Any] = field(default_factory=dict)  # power-model constants etc.
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.kind, ProcessorKind):
+            object.__setattr__(self, "kind", ProcessorKind(self.kind))
 
     @property
     def has_dvfs(self) -> bool:

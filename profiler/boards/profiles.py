@@ -1,29 +1,12 @@
 """Board profiles: `data/boards/*.toml` loaded into `Board`, validated, detected, listed.
 
-A profile looks like (every key is checked; an unknown key is an error):
-
-    [board]
-    name = "rk3399pro"                    # defaults to the file's stem
-    description = "Radxa ROCK Pi N10 (Rockchip RK3399Pro)"
-    match = ["ROCK Pi N10"]               # substrings of /proc/device-tree/model
-    simulated = false
-    [board.sim]                           # simulated boards only: board-level model
-    [board.markers]                       # optional: chip = "gpiochip0", lines = [17]
-
-    [processors.B]                        # letter L, B, G or N
-    kind = "cpu"                          # cpu | gpu | npu
-    name = "Cortex-A72 x2"
-    cores = [4, 5]                        # GPU/NPU: defaults to the host cluster's cores
-    freqs_khz = [408000, ...]             # ascending; empty/absent = no DVFS
-    volts_mv = [800, ...]                 # same length, where known
-    governor = { kind = "cpufreq", path = "devices/system/cpu/cpufreq/policy4" }
-    host = "B"                            # GPU/NPU: the CPU cluster that drives it
-    accelerator = "gpu"                   # LiteRT HardwareAccelerator, or absent
-    delegate = "libvx_delegate.so"        # external delegate library, or absent
-    notes = "..."
-    [processors.B.sim]                    # simulated boards only: see profiler/sim/model.py
-
+A profile has a ``[board]`` table (name, description, device-tree ``match`` strings,
+``simulated``, optional ``sim`` and ``markers`` tables) and one ``[processors.X]`` table per
+letter L, B, G or N (kind, name, cores, ascending ``freqs_khz`` and ``volts_mv``, governor,
+host cluster, accelerator or delegate). Every key is checked; an unknown key is an error.
 Errors name the file, the key and the problem (BoardError, exit code 2).
+
+A profile's layout, key by key: docs/boards.md.
 """
 
 from __future__ import annotations
@@ -38,7 +21,13 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover
     import tomli as tomllib
 
-from profiler.boards.model import PROCESSOR_LETTERS, Board, GovernorSpec, ProcessorSpec
+from profiler.boards.model import (
+    PROCESSOR_LETTERS,
+    Board,
+    GovernorSpec,
+    ProcessorKind,
+    ProcessorSpec,
+)
 from profiler.errors import BoardError
 from profiler.resources import boards_dir
 
@@ -46,7 +35,7 @@ BOARDS_DIR = boards_dir()  # in the package (profiler.data), so a wheel has them
 GENERATED = ("host",)  # boards built at run time, no file
 SIM_BOARD = "sim"
 GOVERNOR_KINDS = ("cpufreq", "devfreq", "kgsl", "mpgpu", "sim", "none")
-PROC_KINDS = ("cpu", "gpu", "npu")
+PROC_KINDS = tuple(k.value for k in ProcessorKind)
 ACCELERATORS = ("gpu", "npu")
 
 BOARD_KEYS = {"name", "description", "match", "simulated", "sim", "markers"}
@@ -55,15 +44,13 @@ PROC_KEYS = {"kind", "name", "cores", "freqs_khz", "volts_mv", "governor", "host
 SIM_PROC_KEYS = {"dvfs_delay_up_us", "dvfs_delay_down_us", "nominal_khz", "nominal_mv",
                  "timing", "power", "notes"}
 SIM_PROC_REQUIRED = {"timing", "power"}
-# timing keys that a runtime fixes rather than a fit (perf.TimingParams says what they default to)
-OPTIONAL_TIMING = {"winograd_min_in_channels"}
 SIM_BOARD_KEYS = {"idle_power_mw", "sensor_lag_ms", "notes", "calibration"}
 MARKER_KEYS = {"chip", "lines", "backend"}
 
 FIX = "see `coupprof boards show rk3399pro` and data/boards/rk3399pro.toml for a valid profile"
 
 
-class _Checker:
+class ProfileChecker:
     """Builds errors that name the file, the key and the problem."""
 
     def __init__(self, path: Path) -> None:
@@ -72,7 +59,7 @@ class _Checker:
     def fail(self, key: str, problem: str) -> BoardError:
         return BoardError(f"board profile {self.path}: key '{key}': {problem}", FIX)
 
-    def table(self, obj: Any, key: str) -> dict[str, Any]:
+    def table(self, obj: object, key: str) -> dict[str, Any]:
         if not isinstance(obj, dict):
             raise self.fail(key, f"must be a table, not {type(obj).__name__}")
         return obj
@@ -123,7 +110,7 @@ def load_profile(path: str | Path) -> Board:
 
 
 def parse_profile(raw: dict[str, Any], path: Path) -> Board:
-    c = _Checker(path)
+    c = ProfileChecker(path)
     c.keys(raw, "", {"board", "processors"})
     if "board" not in raw:
         raise c.fail("board", "missing table [board]")
@@ -172,31 +159,32 @@ def parse_profile(raw: dict[str, Any], path: Path) -> Board:
     tables = {k: c.table(v, f"processors.{k}") for k, v in procs_raw.items()}
     processors: dict[str, ProcessorSpec] = {}
     # CPUs first, so GPU/NPU can borrow their host's cores.
-    for letter in sorted(tables, key=lambda k: tables[k].get("kind") != "cpu"):
+    for letter in sorted(tables, key=lambda k: tables[k].get("kind") != ProcessorKind.CPU):
         processors[letter] = _processor(c, letter, tables[letter], tables, simulated)
     ordered = {k: processors[k] for k in PROCESSOR_LETTERS if k in processors}
     return Board(name=name, description=description, processors=ordered,
                  simulated=simulated, source=path, extra=extra)
 
 
-def _processor(c: _Checker, letter: str, t: dict[str, Any], tables: dict[str, dict[str, Any]],
+def _processor(c: ProfileChecker, letter: str, t: dict[str, Any], tables: dict[str, dict[str, Any]],
                simulated: bool) -> ProcessorSpec:
     key = f"processors.{letter}"
     c.keys(t, key, PROC_KEYS)
     kind = c.string(t, key, "kind")
     if kind not in PROC_KINDS:
         raise c.fail(f"{key}.kind", f"must be one of {', '.join(PROC_KINDS)}, not {kind!r}")
+    pk = ProcessorKind(kind)
     name = c.string(t, key, "name") or ""
     host = c.string(t, key, "host", required=False)
-    if kind == "cpu" and host:
+    if not pk.needs_host and host:
         raise c.fail(f"{key}.host", "a CPU cluster has no host; only gpu/npu processors do")
-    if kind != "cpu":
+    if pk.needs_host:
         if not host:
             raise c.fail(f"{key}.host", "missing: a gpu/npu needs the letter of its host CPU cluster")
-        if host not in tables or tables[host].get("kind") != "cpu":
+        if host not in tables or tables[host].get("kind") != ProcessorKind.CPU:
             raise c.fail(f"{key}.host", f"'{host}' is not a CPU processor of this board")
     cores = c.int_list(t, key, "cores")
-    if not cores and kind == "cpu":
+    if not cores and pk.is_cpu:
         raise c.fail(f"{key}.cores", "missing: list the CPU cores of this cluster")
     if not cores and host:
         cores = c.int_list(tables[host], f"processors.{host}", "cores")
@@ -249,13 +237,13 @@ def _processor(c: _Checker, letter: str, t: dict[str, Any], tables: dict[str, di
     elif simulated:
         raise c.fail(f"{key}.sim", "missing: a simulated board needs a model for every processor")
     return ProcessorSpec(
-        letter=letter, kind=kind or "cpu", name=name, cores=tuple(cores),
+        letter=letter, kind=pk, name=name, cores=tuple(cores),
         freqs_khz=tuple(freqs), volts_mv=tuple(volts), governor=gov, host=host,
         accelerator=accel, delegate=delegate, extra=extra,
     )
 
 
-def _sim_constants(c: _Checker, key: str, raw: Any, has_dvfs: bool, volts: list[int],
+def _sim_constants(c: ProfileChecker, key: str, raw: object, has_dvfs: bool, volts: list[int],
                    freqs: list[int]) -> dict[str, Any]:
     s = c.table(raw, key)
     c.keys(s, key, SIM_PROC_KEYS)
@@ -281,38 +269,23 @@ def _sim_constants(c: _Checker, key: str, raw: Any, has_dvfs: bool, volts: list[
     return dict(s)
 
 
-def _sim_model_tables(c: _Checker, key: str, s: dict[str, Any]) -> None:
-    """The per-layer timing and power model (profiler/sim/perf.py): every number a
-    finite, non-negative float; the kinds' MACs per cycle positive."""
-    from profiler.sim.perf import PowerParams, TimingParams
-    from profiler.sim.work import COMPUTE_KINDS
+#: Checks a processor's ``[processors.X.sim]`` timing and power tables: (checker, key,
+#: table), raising the checker's errors. The simulated board registers it
+#: (`profiler.sim.platform`): the tables are its model, so nothing here imports it.
+SimTableCheck = Callable[["ProfileChecker", str, dict[str, Any]], None]
+_sim_table_check: list[SimTableCheck] = []
 
-    timing = c.table(s["timing"], f"{key}.timing")
-    power = c.table(s["power"], f"{key}.power")
-    t_names = set(TimingParams.__dataclass_fields__)
-    c.keys(timing, f"{key}.timing", t_names)
-    c.keys(power, f"{key}.power", set(PowerParams.__dataclass_fields__))
-    for k in sorted(t_names - {"macs_per_cycle"}):
-        if k not in timing:
-            if k in OPTIONAL_TIMING:
-                continue
-            raise c.fail(f"{key}.timing.{k}", "missing")
-        c.number(timing, f"{key}.timing", k, 0, 1e9)
-    if timing["roofline_p"] < 1:
-        raise c.fail(f"{key}.timing.roofline_p", "must be at least 1")
-    if timing["memory_clock_share"] > 1:
-        raise c.fail(f"{key}.timing.memory_clock_share", "must be in [0, 1]")
-    for k in ("act_gb_s", "weight_gb_s", "stream_gb_s"):
-        if timing[k] <= 0:
-            raise c.fail(f"{key}.timing.{k}", "must be positive")
-    mpc = c.table(timing.get("macs_per_cycle"), f"{key}.timing.macs_per_cycle")
-    c.keys(mpc, f"{key}.timing.macs_per_cycle", set(COMPUTE_KINDS))
-    for k in COMPUTE_KINDS:
-        if k not in mpc:
-            raise c.fail(f"{key}.timing.macs_per_cycle.{k}", "missing")
-        c.number(mpc, f"{key}.timing.macs_per_cycle", k, 1e-9, 1e6)
-    for k in power:
-        c.number(power, f"{key}.power", k, 0, 1e9)
+
+def register_sim_table_check(check: SimTableCheck) -> None:
+    """Set the check of simulated processors' model tables (replacing any before)."""
+    _sim_table_check[:] = [check]
+
+
+def _sim_model_tables(c: ProfileChecker, key: str, s: dict[str, Any]) -> None:
+    # Without the simulated board plugged in (a script that only reads a profile) the
+    # tables wait: nothing can run the model then, and the model checks what it reads.
+    if _sim_table_check:
+        _sim_table_check[0](c, key, s)
 
 
 # ---- finding boards --------------------------------------------------------------
@@ -330,8 +303,7 @@ def load_board(name_or_path: str | Path, sysfs_root: str | Path | None = None) -
     """A bundled board by name, a profile by path, or `host` built from `sysfs_root`."""
     text = str(name_or_path)
     if text == "host":
-        from governors.sysfs_io import sysfs_root_from_env
-        from profiler.boards.host import host_board
+        from profiler.boards.host import host_board, sysfs_root_from_env
 
         return host_board(sysfs_root if sysfs_root is not None else sysfs_root_from_env())
     bundled = bundled_profiles()

@@ -191,7 +191,7 @@ def _num(v: float) -> str:
     return repr(float(f"{v:.6g}"))
 
 
-def _value(v: Any) -> str:
+def _value(v: object) -> str:
     if isinstance(v, bool):
         return "true" if v else "false"
     if isinstance(v, int | np.integer):
@@ -212,6 +212,7 @@ def _table(header: str, values: Mapping[str, Any]) -> list[str]:
 def timing_tables(letter: str, p: TimingParams) -> list[str]:
     d = p.to_table()
     rates = d.pop("macs_per_cycle")
+    assert isinstance(rates, Mapping)  # to_table's one sub-table
     return [*_table(f"processors.{letter}.sim.timing", d),
             *_table(f"processors.{letter}.sim.timing.macs_per_cycle", rates)]
 

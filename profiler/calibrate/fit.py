@@ -1,27 +1,13 @@
 """Fit the simulated board's timing and power model (`profiler.sim.perf`) to measured layers.
 
-Input: a `Measurements` per processor, one row per (model, layer, setting) with the
-layer's measured time and power, and the operators of every (model, layer) as `OpWork`.
-Both ARM-CO-UP's ``Layers.csv`` and coupprof's own sweep tables become that
-(`profiler.calibrate.board`).
+Input: a `Measurements` per processor (one row per model, layer and setting, with the
+layer's measured time and power) and the operators of every layer as `OpWork`; both
+ARM-CO-UP's ``Layers.csv`` and coupprof's own sweep tables become that
+(`profiler.calibrate.board`). The timing fit minimises relative errors with a robust loss
+in log space; the power fit models the sensor's lag, which is fitted too and reported,
+and the simulated board draws the lag-free power.
 
-**Timing fit.** Per processor, the parameters of `perf.TimingParams`, in log space (so
-they stay positive), minimise the relative error of every row's time with a robust loss
-(``soft_l1`` on log(predicted / measured), scale 0.1): a few odd layers cannot drag the
-rest. Two weak priors keep kinds that the training set barely shows sensible: each
-kind's MACs per cycle is pulled towards the 1x1 convolution's, and the fully connected
-weight bandwidth towards the activation bandwidth (AlexNet's huge FC layers are unlike
-any other model's, so a fit without AlexNet must still price them).
-
-**Power fit.** The measured power of a layer is what a sensor saw, and a sensor lags: an
-INA260 averages over ~2.7 ms conversions, so readings trail the marker by about one
-conversion (`profiler.sim.ina260`). So the model fitted is
-
-    measured = P_true - (P_true - P_gap) * min(lag, t) / t
-
-where P_true is `perf.dynamic_power_w` + the idle power and P_gap the power of the gap
-before the layer (idle plus ``gap_activity`` of the dynamic power). The lag is fitted
-too and reported; the simulated board draws P_true.
+The losses, priors and the lag model: profiler/sim/README.md ("Calibration").
 """
 
 from __future__ import annotations
@@ -29,7 +15,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
-from typing import TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 import pandas as pd
@@ -38,9 +24,12 @@ from profiler.errors import BadInputError
 from profiler.sim import perf
 from profiler.sim.work import COMPUTE_KINDS, OpWork
 
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
+
 #: Columns of a `Measurements.rows` frame.
 ROW_COLUMNS = ("model", "layer", "f_ghz", "fh_ghz", "volts", "host_volts", "time_ms", "power_w")
-P = TypeVar("P")
+P = TypeVar("P", bound="DataclassInstance")
 _PRIOR_KINDS = 0.3  # weight of the pull of each kind's MACs per cycle towards conv1x1's
 _PRIOR_FC = 1.0  # weight of the pull of fc weight bandwidth towards activation bandwidth
 _PRIOR_FULL_ROWS = 200  # from this many rows on the priors weigh fully
@@ -204,7 +193,7 @@ def _logit(p: float) -> float:
     return math.log(p / (1.0 - p))
 
 
-def _least_squares() -> object:
+def _least_squares() -> Callable[..., Any]:
     try:
         from scipy.optimize import least_squares
     except ImportError:
@@ -238,12 +227,9 @@ def fit_timing(m: Measurements) -> perf.TimingParams:
     # The fit has local minima (a bandwidth and a rate can trade places): start from a few
     # fixed points around the default and keep the best. Deterministic, so a calibration
     # gives the same profile every time.
-    best = None
-    for shift in _STARTS:
-        res = least_squares(residuals, vec.start() + shift * _start_signs(len(vec.names)),  # type: ignore[operator]
-                            loss="soft_l1", f_scale=0.1, max_nfev=4000)
-        if best is None or res.cost < best.cost:
-            best = res
+    best = min((least_squares(residuals, vec.start() + shift * _start_signs(len(vec.names)),
+                              loss="soft_l1", f_scale=0.1, max_nfev=4000) for shift in _STARTS),
+               key=lambda res: res.cost)  # the first of equals, as a strict < would keep
     return _zeroed(vec.params(best.x), [n for n in _TIMING_ZEROABLE if n in vec.names],
                    lambda p: d.split(p).total_ms)
 
@@ -253,7 +239,7 @@ def _zeroed(fitted: P, names: Sequence[str], predict: Callable[[P], np.ndarray],
     """`fitted` with each of `names` set to 0 where that moves no row's prediction by more
     than `_ZERO_REL` (see there): a parameter the data do not bound."""
     def zero(p: P, name: str) -> P:
-        return replace(p, **{name: 0.0})  # type: ignore[type-var]
+        return replace(p, **{name: 0.0})
 
     at = at or zero
     ref = predict(fitted)
@@ -335,8 +321,7 @@ def fit_power(m: Measurements, timing: perf.TimingParams) -> PowerFit:
 
     least_squares = _least_squares()
     x0 = np.log([_POWER_START[n] for n in names])
-    res = least_squares(residuals, x0, loss="soft_l1", f_scale=0.05,  # type: ignore[operator]
-                        max_nfev=3000)
+    res = least_squares(residuals, x0, loss="soft_l1", f_scale=0.05, max_nfev=3000)
     return _zeroed(unpack(res.x), [n for n in _POWER_ZEROABLE if n in names],
                    lambda pf: sensed_power_w(pf, s, rows), zero)
 
@@ -390,7 +375,8 @@ def evaluate(fit: ProcessorFit, m: Measurements) -> HeldOut:
                    whole_err, perr, frame)
 
 
-def leave_one_model_out(m: Measurements, progress: object = None) -> list[HeldOut]:
+def leave_one_model_out(m: Measurements, progress: Callable[[str, str], None] | None = None
+                        ) -> list[HeldOut]:
     """Fit on every model but one, evaluate on that one; once per model."""
     out = []
     models = m.models
@@ -400,7 +386,7 @@ def leave_one_model_out(m: Measurements, progress: object = None) -> list[HeldOu
     for held in models:
         fit = fit_processor(m.subset([x for x in models if x != held]))
         out.append(evaluate(fit, m.subset([held])))
-        if callable(progress):
+        if progress is not None:
             progress(m.processor, held)
     return out
 
@@ -424,13 +410,13 @@ def lomo_table(held: Sequence[HeldOut]) -> pd.DataFrame:
     for h in held:
         by_proc.setdefault(h.processor, []).append(h)
     for proc, hs in by_proc.items():
-        for h in [*hs, None]:
-            parts = hs if h is None else [h]
+        for one in [*hs, None]:
+            parts = hs if one is None else [one]
             lt = np.concatenate([p.layer_time_err for p in parts])
             wt = np.concatenate([p.whole_time_err for p in parts])
             pe = np.concatenate([p.power_err for p in parts])
             rows.append({
-                "processor": proc, "held_out": "pooled" if h is None else h.model,
+                "processor": proc, "held_out": "pooled" if one is None else one.model,
                 "layers": int(lt.size),
                 "layer_time_err_median_pct": _pct(lt, 0.5), "layer_time_err_p90_pct": _pct(lt, 0.9),
                 "whole_time_err_median_pct": _pct(wt, 0.5), "whole_time_err_max_pct": _pct(wt, 1.0),

@@ -16,6 +16,7 @@ import argparse
 import importlib
 import sys
 from collections.abc import Sequence
+from typing import NoReturn
 
 from profiler import __version__
 from profiler.errors import ProfilerError
@@ -58,7 +59,7 @@ Run `coupprof COMMAND --help` for the options of each command."""
 class OneLineParser(argparse.ArgumentParser):
     """argparse that reports a usage error on one line and exits 2."""
 
-    def error(self, message: str) -> None:  # type: ignore[override]
+    def error(self, message: str) -> NoReturn:
         self.exit(2, f"{self.prog}: error: {message} (see `{self.prog} --help`)\n")
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from rich import box
 from rich.table import Table
@@ -20,7 +20,6 @@ from profiler.boards.profiles import (
     GENERATED,
     bundled_profiles,
     detect_board,
-    load_board,
     load_profile,
     read_model_string,
 )
@@ -28,9 +27,13 @@ from profiler.cli import command_help
 from profiler.cli.common.options import add_board_args, stdout_console
 from profiler.cli.common.plumbing import sysfs_root
 from profiler.errors import BadInputError, ProfilerError
+from profiler.platform import choose_board
+
+if TYPE_CHECKING:
+    from profiler.cli.common.options import Subparsers
 
 
-def register(subparsers: Any) -> None:
+def register(subparsers: Subparsers) -> None:
     p = subparsers.add_parser(
         "boards",
         help=command_help(__name__),
@@ -56,7 +59,7 @@ def run(args: argparse.Namespace) -> int:
         out.print(list_table(root))
         return 0
     name = args.name or args.board or detect_board(root) or "sim"
-    board = load_board(name, root)
+    board = choose_board(name, root, letters=())  # the profile as written
     for table in board_tables(board):
         out.print(table)
     return 0
@@ -71,7 +74,7 @@ def shown_path(path: Path) -> str:
         return str(path)
 
 
-def list_table(root: Any) -> Table:
+def list_table(root: Path) -> Table:
     detected = detect_board(root)
     model = read_model_string(root)
     t = Table(title="board profiles", box=box.SIMPLE_HEAD,
@@ -108,8 +111,8 @@ def board_tables(board: Board) -> list[Table]:
         accel = p.accelerator or ""
         if p.delegate:
             accel = f"{accel} delegate {p.delegate}".strip()
-        head.add_row(p.letter, p.kind, p.name, format_cpu_list(p.cores) if p.cores else "",
-                     p.host or "", gov, accel or ("CPU (LiteRT)" if p.kind == "cpu" else ""))
+        head.add_row(p.letter, str(p.kind), p.name, format_cpu_list(p.cores) if p.cores else "",
+                     p.host or "", gov, accel or ("CPU (LiteRT)" if p.kind.is_cpu else ""))
     tables = [head]
     dvfs = [p for p in board.processors.values() if p.freqs_khz]
     if dvfs:

@@ -15,7 +15,7 @@ import datetime
 import math
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich import box
 from rich.table import Table
@@ -23,6 +23,16 @@ from rich.table import Table
 from profiler.cli import command_help
 from profiler.cli.common.options import stdout_console
 from profiler.cli.common.progress import step, task_progress
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    import pandas as pd
+
+    from profiler.boards.model import Board
+    from profiler.calibrate.fit import Measurements
+    from profiler.cli.common.options import Subparsers
+    from profiler.sim.perf import TimingParams
 
 EXAMPLES = """\
 examples:
@@ -38,7 +48,7 @@ examples:
 """
 
 
-def register(subparsers: Any) -> None:
+def register(subparsers: Subparsers) -> None:
     p = subparsers.add_parser(
         "calibrate",
         help=command_help(__name__),
@@ -68,7 +78,8 @@ def register(subparsers: Any) -> None:
     p.set_defaults(func=run)
 
 
-def _measurements(args: argparse.Namespace, board: Any) -> tuple[dict[str, Any], str]:
+def _measurements(args: argparse.Namespace, board: Board
+                  ) -> tuple[dict[str, Measurements], str]:
     from profiler.calibrate.board import armcoup_measurements, sweep_measurements
     from profiler.errors import BadInputError
     from profiler.recordings.armcoup_tables import sniff
@@ -107,7 +118,7 @@ def _pct(v: float) -> str:
     return "-" if not math.isfinite(v) else f"{v:.1f}"
 
 
-def render_lomo(table: Any) -> Table:
+def render_lomo(table: pd.DataFrame) -> Table:
     from profiler.calibrate.fit import TARGETS_PCT as T
 
     t = Table(title="leave-one-model-out: fitted on the other models, errors on the held-out "
@@ -136,13 +147,13 @@ def run(args: argparse.Namespace) -> int:
     import pandas as pd
 
     from profiler import __version__
-    from profiler.boards.profiles import load_board
     from profiler.calibrate import fit
     from profiler.calibrate.board import calibrate_board, profile_text
     from profiler.errors import BadInputError
+    from profiler.platform import choose_board
     from profiler.tflite.model_io import sha256_bytes
 
-    board = load_board(args.board)
+    board = choose_board(args.board, letters=())
     if not board.simulated or board.source is None:
         raise BadInputError(f"--board {args.board} is not a simulated board profile",
                             "calibrate a simulated profile (--board sim, or a copy of it)")
@@ -157,7 +168,7 @@ def run(args: argparse.Namespace) -> int:
     with task_progress(sys.stderr.isatty()) as bar:
         done = [0]
 
-        def tick(what: str, total: int) -> Any:
+        def tick(what: str, total: int) -> Callable[..., None] | None:
             update = step(bar, what)
             if update is None:
                 return None
@@ -204,7 +215,7 @@ def run(args: argparse.Namespace) -> int:
                                   for p in board.processors})
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(text)
-    load_board(str(out))  # what was written loads as a board
+    choose_board(str(out), letters=())  # what was written loads as a board
     fitted = pd.DataFrame([
         {"proc": p, "call ms at top": _call_ms(board, p, f.timing),
          "idle W": cal.idle_power_mw / 1000,
@@ -216,13 +227,13 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _kept(board: Any) -> dict[str, dict[str, Any]]:
+def _kept(board: Board) -> dict[str, dict[str, Any]]:
     keep = ("dvfs_delay_up_us", "dvfs_delay_down_us", "nominal_khz", "nominal_mv")
     return {p: {k: v for k, v in proc.extra.get("sim", {}).items() if k in keep}
             for p, proc in board.processors.items()}
 
 
-def _call_ms(board: Any, letter: str, timing: Any) -> float:
+def _call_ms(board: Board, letter: str, timing: TimingParams) -> float:
     from profiler.sim import model as sim_model
     from profiler.sim.perf import call_overhead_ms
 

@@ -25,7 +25,7 @@ from array import array
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from profiler.cli import command_help
 from profiler.cli.common.options import positive_float, positive_int
@@ -35,6 +35,14 @@ from profiler.errors import BadInputError, PowerSourceError
 from profiler.power.collector import Collector
 from profiler.power.export import export, export_files, require_pyarrow
 from profiler.power.trace import CaptureCounters, DeviceTrace
+
+if TYPE_CHECKING:
+    from types import FrameType
+
+    import numpy as np
+
+    from profiler.cli.common.options import Subparsers
+    from profiler.sim.virtual_logger import VirtualLogger
 
 VIRTUAL_PORT = "virtual"
 
@@ -47,7 +55,7 @@ class _Signalled(Exception):
         self.signum = signum
 
 
-def register(subparsers: Any) -> None:
+def register(subparsers: Subparsers) -> None:
     p = subparsers.add_parser(
         "collect",
         help=command_help(__name__),
@@ -83,7 +91,7 @@ def register(subparsers: Any) -> None:
 class _DemoMarkers:
     """Toggles marker 0 of the virtual logger every ``period_s`` and keeps host times."""
 
-    def __init__(self, logger: Any, period_s: float = 0.05) -> None:
+    def __init__(self, logger: VirtualLogger, period_s: float = 0.05) -> None:
         self.logger = logger
         self.period_s = period_s
         # 8 and 1 bytes an entry (Python ints in a list take ~36): 20 toggles/s for hours
@@ -110,7 +118,7 @@ class _DemoMarkers:
         self._thread.join()
 
 
-def _demo_power_w(t_s: Any, markers: Any) -> Any:
+def _demo_power_w(t_s: np.ndarray, markers: np.ndarray) -> np.ndarray:
     import numpy as np
 
     # 2.5 W idle, +1.5 W while marker 0 is high, a little 7 Hz ripple
@@ -154,7 +162,7 @@ def _collect_virtual(args: argparse.Namespace, trace_dir: Path) -> int:
         return _collect(col, args, logger)
 
 
-def _collect(col: Collector, args: argparse.Namespace, virtual: Any) -> int:
+def _collect(col: Collector, args: argparse.Namespace, virtual: VirtualLogger | None) -> int:
     info = col.open()
     if args.rate:
         info = col.set_rate(args.rate)
@@ -209,7 +217,7 @@ def _signals_raise() -> Iterator[None]:
         yield
         return
 
-    def handler(signum: int, frame: Any) -> None:
+    def handler(signum: int, frame: FrameType | None) -> None:
         raise _Signalled(signum)
 
     old = {sig: signal.signal(sig, handler) for sig in (signal.SIGTERM, signal.SIGHUP)}

@@ -9,7 +9,7 @@ collection is a dataclass so tests and other commands can use it without renderi
 
 On the simulated board it says whether `--board host` would measure real hardware here
 (profiler.boards.hostprobe). On a real board it prints the udev rule and group that let
-a normal user profile it without sudo (profiler.boards.access); ``--udev`` prints only
+a normal user profile it without sudo (profiler.platform.access); ``--udev`` prints only
 the rule file.
 """
 
@@ -24,22 +24,26 @@ import platform
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from rich import box
 from rich.table import Table
 
 from governors import make_governor
 from profiler import __version__
-from profiler.boards.access import DEFAULT_GROUP, AccessPlan, plan_access
 from profiler.boards.hostprobe import probe_host
 from profiler.boards.model import Board
-from profiler.boards.profiles import detect_board, read_model_string, select_board
+from profiler.boards.profiles import detect_board, read_model_string
 from profiler.cli import command_help
 from profiler.cli.common.options import add_board_args, stdout_console
 from profiler.cli.common.plumbing import sysfs_root
 from profiler.errors import BadInputError, ProfilerError
+from profiler.platform import choose_board
+from profiler.platform.access import DEFAULT_GROUP, AccessPlan, plan_access
 from profiler.sim.governor import SimTree
+
+if TYPE_CHECKING:
+    from profiler.cli.common.options import Subparsers
 
 
 @dataclass(frozen=True)
@@ -66,7 +70,7 @@ class Report:
         return [i for i in self.items if i.ok is False]
 
 
-def register(subparsers: Any) -> None:
+def register(subparsers: Subparsers) -> None:
     p = subparsers.add_parser(
         "doctor",
         help=command_help(__name__),
@@ -102,12 +106,12 @@ def register(subparsers: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     root = sysfs_root(args)
     if args.udev:
-        board = select_board(args.board, root)
+        board = choose_board(args.board, root, letters=())
         if board.simulated:
             raise BadInputError(f"board '{board.name}' is simulated: it needs no udev rule",
                                 "name the real board with --board NAME (or --board host)")
-        plan = plan_access(board, root, group=args.group, marker=args.marker, ports=args.port)
-        sys.stdout.write(plan.rules_text())
+        rules = plan_access(board, root, group=args.group, marker=args.marker, ports=args.port)
+        sys.stdout.write(rules.rules_text())
         return 0
     report = collect(root, Path(args.dev_root), args.board, args.port, not args.no_identify)
     plan = None
@@ -230,7 +234,8 @@ def check_board(r: Report, root: Path, board_arg: str | None, dev_root: Path) ->
     r.add("board", "detected", None, detected or "no bundled profile matches")
     notes: list[str] = []
     try:
-        board = select_board(board_arg, root, notes.append)
+        # letters=(): G on `host` is only LiteRT's maybe; the accelerators section tells
+        board = choose_board(board_arg, root, letters=(), announce=notes.append)
     except ProfilerError as err:
         r.add("board", "profile", False, err.message, err.fix or "")
         return None
@@ -270,7 +275,7 @@ def check_governors(r: Report, board: Board, root: Path) -> None:
                       f"profile levels {', '.join(f'{f / 1000:g}' for f in missing)} MHz are not"
                       f" offered by the kernel ({', '.join(f'{f / 1000:g}' for f in have)})",
                       "edit freqs_khz in the board profile to the kernel's levels"
-                      + (" (or use --board host for CPUs)" if p.kind == "cpu" else ""))
+                      + (" (or use --board host for CPUs)" if p.kind.is_cpu else ""))
     finally:
         if tree is not None:
             tree.remove()

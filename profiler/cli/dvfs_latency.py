@@ -13,7 +13,7 @@ import json
 import os
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from rich import box
 from rich.progress import Progress
@@ -24,25 +24,27 @@ from governors.latency import (
     BusyLoop,
     LatencyPlan,
     LatencyRun,
-    SimBusyLoop,
-    VirtualClock,
     measure,
     pin_to_cores,
     summary,
 )
-from profiler.boards.profiles import select_board
 from profiler.cli import command_help
 from profiler.cli.common.options import add_board_args, stdout_console
 from profiler.cli.common.plumbing import say, sysfs_root
 from profiler.errors import BadInputError
+from profiler.platform import choose_board
+from profiler.sim.busy_loop import SimBusyLoop, VirtualClock
 from profiler.sim.governor import SimGovernor, SimTree
+
+if TYPE_CHECKING:
+    from profiler.cli.common.options import Subparsers
 
 SIDECAR_FORMAT = "coupprof-dvfs-latency/1"
 CSV_COLUMNS = ("board", "processor", "method", "simulated", "from_level", "from_mhz",
                "to_level", "to_mhz", "direction", "repeat", "delay_us", "detected")
 
 
-def register(subparsers: Any) -> None:
+def register(subparsers: Subparsers) -> None:
     p = subparsers.add_parser(
         "dvfs-latency",
         help=command_help(__name__),
@@ -90,7 +92,7 @@ def run(args: argparse.Namespace) -> int:
     if args.chunk_us <= 0:
         raise BadInputError(f"--chunk-us {args.chunk_us} must be positive")
     root = sysfs_root(args)
-    board = select_board(args.board, root, announce=say)
+    board = choose_board(args.board, root, letters=[args.processor], announce=say)
     target = board.dvfs_domain(args.processor)
     if not target.freqs_khz:
         raise BadInputError(f"processor {target.letter} on board '{board.name}' has no DVFS levels",
@@ -114,8 +116,8 @@ def run(args: argparse.Namespace) -> int:
         gov = make_governor(board, target, root)
         method = args.method
         if method == "auto":
-            method = "busy-loop" if target.kind == "cpu" else "readback"
-        if method == "busy-loop" and target.kind != "cpu":
+            method = "busy-loop" if target.kind.is_cpu else "readback"
+        if method == "busy-loop" and not target.kind.is_cpu:
             raise BadInputError(f"a busy loop cannot run on {target.letter} ({target.kind})",
                                 "use --method readback for GPUs")
         loop = BusyLoop() if method == "busy-loop" else None
@@ -158,8 +160,11 @@ def title(run: LatencyRun) -> str:
 
 
 def render(run: LatencyRun) -> Table:
-    t = Table(title=title(run), box=box.SIMPLE_HEAD,
-              caption=f"median over repeats; {len(run.transitions)} transitions")
+    caption = f"median over repeats; {len(run.transitions)} transitions"
+    missed = sum(1 for tr in run.transitions for d in tr.delays_us if d is None)
+    if missed:
+        caption += f"; {missed} measurement(s) saw no change within the timeout"
+    t = Table(title=title(run), box=box.SIMPLE_HEAD, caption=caption)
     for col in ("transition", "PE", "min delay us", "levels i -> j", "max delay us",
                 "levels i -> j", "n"):
         t.add_column(col, justify="right" if "us" in col or col == "n" else "left")
@@ -167,9 +172,6 @@ def render(run: LatencyRun) -> Table:
         t.add_row(str(row["direction"]), str(row["processor"]), f"{row['min_delay_us']:.0f}",
                   f"{row['min_from']} -> {row['min_to']}", f"{row['max_delay_us']:.0f}",
                   f"{row['max_from']} -> {row['max_to']}", str(row["transitions"]))
-    missed = sum(1 for tr in run.transitions for d in tr.delays_us if d is None)
-    if missed:
-        t.caption += f"; {missed} measurement(s) saw no change within the timeout"
     return t
 
 

@@ -17,7 +17,7 @@ import argparse
 import json
 import math
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich import box
 from rich.table import Table
@@ -26,10 +26,14 @@ from profiler.cli import command_help
 from profiler.cli.common.options import add_board_args, positive_float, positive_int, stdout_console
 from profiler.cli.common.plumbing import say
 
+if TYPE_CHECKING:
+    from profiler.cli.common.options import Subparsers
+    from profiler.explore.space import CostTables, Evaluation
+
 SIDECAR_FORMAT = "coupprof-explore/1"
 
 
-def register(subparsers: Any) -> None:
+def register(subparsers: Subparsers) -> None:
     p = subparsers.add_parser(
         "explore",
         help=command_help(__name__),
@@ -105,7 +109,7 @@ def _levels(text: str | None) -> list[int] | str | None:
     if not text:
         return None
     if text.strip().lower() == "max":
-        return "max"  # type: ignore[return-value]
+        return "max"
     try:
         return sorted({int(v) for v in text.split(",") if v.strip()})
     except ValueError:
@@ -114,17 +118,17 @@ def _levels(text: str | None) -> list[int] | str | None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from profiler.boards.profiles import load_board
     from profiler.errors import BadInputError
     from profiler.explore.tables import load_tables
+    from profiler.platform import choose_board
     from profiler.sweep.schema import read_sweep
 
     if args.cluster and not args.measure:
         raise BadInputError("--cluster spreads --measure over Dask workers, but no --measure "
                             "was given", "add --measure K")
     meta = read_sweep(args.sweep).meta.get("settings", {})
-    board = load_board(args.board or meta.get("board") or "sim")
     procs = [v.strip().upper() for v in args.processors.split(",")] if args.processors else None
+    board = choose_board(args.board or meta.get("board") or "sim", letters=procs)
     delays = [d for d in args.delays.split(",") if d] if args.delays else []
     tables = load_tables(args.sweep, board, args.transfers, delays, procs, _levels(args.levels))
     for note in tables.notes:
@@ -161,19 +165,19 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _row(tables: Any, ev: Any, rank: int, board: str, model: str, kind: str
+def _row(tables: CostTables, ev: Evaluation, rank: int, board: str, model: str, kind: str
          ) -> dict[str, Any]:
     from profiler.explore.space import row
 
     return row(tables, ev, rank, board, model, kind)
 
 
-def _singles(tables: Any, args: argparse.Namespace) -> list[Any]:
+def _singles(tables: CostTables, args: argparse.Namespace) -> list[Evaluation]:
     """The best whole-model-on-one-processor mapping of each processor, by the objective
     (those meeting --latency-ms / --min-fps first): what the pick must beat."""
     from profiler.explore.space import single_processor
 
-    best: dict[int, Any] = {}
+    best: dict[int, tuple[tuple[bool, float], Evaluation]] = {}
     for ev in single_processor(tables, args.mode):
         u = ev.candidate.units[0]
         if args.mode == "switch":
@@ -188,7 +192,8 @@ def _singles(tables: Any, args: argparse.Namespace) -> list[Any]:
     return [ev for _, ev in sorted(best.values(), key=lambda kv: kv[0])]
 
 
-def _switch(args: argparse.Namespace, tables: Any) -> tuple[list[Any], str, dict[str, Any]]:
+def _switch(args: argparse.Namespace, tables: CostTables
+            ) -> tuple[list[Evaluation], str, dict[str, Any]]:
     from profiler.errors import BadInputError
     from profiler.explore.switch import ranked, search_switch
 
@@ -208,7 +213,8 @@ def _switch(args: argparse.Namespace, tables: Any) -> tuple[list[Any], str, dict
     return ranked(res), f"{res.proof()} ({res.seconds:.2f} s)", info
 
 
-def _pipeline(args: argparse.Namespace, tables: Any) -> tuple[list[Any], str, dict[str, Any]]:
+def _pipeline(args: argparse.Namespace, tables: CostTables
+              ) -> tuple[list[Evaluation], str, dict[str, Any]]:
     from profiler.errors import BadInputError
     from profiler.explore.pipeline import pick, ranked, search_pipeline
 
@@ -229,13 +235,14 @@ def _pipeline(args: argparse.Namespace, tables: Any) -> tuple[list[Any], str, di
     return ranked(res.front, best, objective), f"{res.describe()} ({res.seconds:.2f} s)", info
 
 
-def _f(v: Any, digits: int = 3) -> str:
+def _f(v: float | None, digits: int = 3) -> str:
     if v is None or (isinstance(v, float) and math.isnan(v)):
         return "-"
     return f"{v:.{digits}f}"
 
 
-def _render(rows: list[dict[str, Any]], tables: Any, mode: str, board: str, proof: str) -> Table:
+def _render(rows: list[dict[str, Any]], tables: CostTables, mode: str, board: str, proof: str
+            ) -> Table:
     t = Table(title=f"explore {tables.model} on {board}, {mode} mode: top {len(rows)}",
               caption=proof, box=box.SIMPLE_HEAD, title_justify="left", caption_justify="left")
     for col in ("#", "kind", "order", "--freq", "latency ms", "FPS", "mJ/frame", "FPS/W",
@@ -311,7 +318,7 @@ def _measure(args: argparse.Namespace, rows: list[dict[str, Any]], board: str, m
     print(f"wrote {mpath}")
 
 
-def _err(pred: Any, meas: Any) -> str:
+def _err(pred: float | None, meas: float | None) -> str:
     if pred is None or meas is None or not meas:
         return "-"
     return f"{(pred - meas) / meas * 100:.1f}"

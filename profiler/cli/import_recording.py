@@ -15,10 +15,16 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from profiler.cli import command_help
 from profiler.cli.common.options import nonneg_int, positive_int, stdout_console
+
+if TYPE_CHECKING:
+    from profiler.boards.model import Board
+    from profiler.cli.common.options import Subparsers
+    from profiler.recordings.importer import TraceImport
+    from profiler.recordings.layout import RunLayout
 
 EXAMPLES = """\
 examples (ARM-CO-UP's RK3399Pro recordings, see ../shared/armcoup/README.md):
@@ -69,7 +75,7 @@ def _levels(text: str) -> list[int]:
     return out
 
 
-def register(subparsers: Any) -> None:
+def register(subparsers: Subparsers) -> None:
     p = subparsers.add_parser(
         "import", help=command_help(__name__),
         description="Turn a power trace recorded by another logger (ARM-CO-UP's pin,millis,mW "
@@ -165,13 +171,13 @@ def run(args: argparse.Namespace) -> int:
     return _trace(args, path, fmt)
 
 
-def _board(name: str | None, default: str | None) -> tuple[Any, str]:
-    from profiler.boards.profiles import load_board
+def _board(name: str | None, default: str | None) -> tuple[Board | None, str]:
+    from profiler.platform import choose_board
 
     name = name or default
     if name is None:
         return None, ""
-    board = load_board(name)
+    board = choose_board(name, letters=())
     return board, board.name
 
 
@@ -282,7 +288,7 @@ def _trace(args: argparse.Namespace, path: Path, fmt: str) -> int:
     return 0
 
 
-def _render(res: Any, layout: Any) -> None:
+def _render(res: TraceImport, layout: RunLayout) -> None:
     import numpy as np
     from rich import box
     from rich.table import Table

@@ -12,18 +12,21 @@ from __future__ import annotations
 
 import argparse
 import subprocess
-from typing import Any
+from typing import TYPE_CHECKING
 
 from governors import RestoreGuard, make_governor
 from profiler.boards.model import resolve_level
-from profiler.boards.profiles import select_board
 from profiler.cli import command_help
 from profiler.cli.common.options import add_board_args
 from profiler.cli.common.plumbing import say, sysfs_root
 from profiler.errors import BadInputError
+from profiler.platform import choose_board
+
+if TYPE_CHECKING:
+    from profiler.cli.common.options import Subparsers
 
 
-def register(subparsers: Any) -> None:
+def register(subparsers: Subparsers) -> None:
     p = subparsers.add_parser(
         "pin",
         help=command_help(__name__),
@@ -50,7 +53,7 @@ def run(args: argparse.Namespace) -> int:
         raise BadInputError("no COMMAND given",
                             "put the command after --, e.g. `coupprof pin -p B --freq 3 -- sleep 5`")
     root = sysfs_root(args)
-    board = select_board(args.board, root, announce=say)
+    board = choose_board(args.board, root, letters=[args.processor], announce=say)
     target = board.dvfs_domain(args.processor)
     level = resolve_level(target, args.freq, board.name)
     assert level is not None

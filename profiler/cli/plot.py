@@ -14,12 +14,17 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import pandas as pd
 
 from profiler.cli import command_help
 from profiler.errors import BadInputError
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+
+    from profiler.cli.common.options import Subparsers
 
 KIND_HELP = {
     "efficiency": "FPS/W per layer vs frequency, one panel per processor (ARM-CO-UP Fig. 16); "
@@ -36,7 +41,7 @@ KIND_HELP = {
 }
 
 
-def register(subparsers: Any) -> None:
+def register(subparsers: Subparsers) -> None:
     p = subparsers.add_parser(
         "plot",
         help=command_help(__name__),
@@ -66,7 +71,7 @@ def _concat(paths: list[Path]) -> pd.DataFrame:
     return frames[0] if len(frames) == 1 else pd.concat(frames, ignore_index=True)
 
 
-def figure(args: argparse.Namespace) -> Any:
+def figure(args: argparse.Namespace) -> Figure:
     from profiler import plots
 
     # A sweep's output directory stands for its sweep.csv.
@@ -92,7 +97,7 @@ def figure(args: argparse.Namespace) -> Any:
     return plots.transfers_figure(df, source, include_same=not args.cross_only)
 
 
-def timeline(paths: list[Path], frame: int | None) -> Any:
+def timeline(paths: list[Path], frame: int | None) -> Figure:
     """One layer CSV (its run kept a trace), or a trace (CSV or directory) and a layer CSV."""
     from profiler import plots
     from profiler.plots.common import read_csv

@@ -17,7 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from rich import box
 from rich.table import Table
@@ -29,9 +29,14 @@ from profiler.cli.common.options import (
     positive_int,
     stdout_console,
 )
+from profiler.measure.method import METHODS, Method
+
+if TYPE_CHECKING:
+    from profiler.cli.common.options import Subparsers
+    from profiler.mapping.predict import LayerCosts
 
 
-def register(subparsers: Any) -> None:
+def register(subparsers: Subparsers) -> None:
     p = subparsers.add_parser(
         "predict",
         help=command_help(__name__),
@@ -62,7 +67,7 @@ def register(subparsers: Any) -> None:
                    help="pick the tables measured at these levels (SPEC as in `coupprof run`; "
                    "needs the board)")
     add_board_args(p)
-    p.add_argument("--method", choices=("fused", "sliced"), default="fused",
+    p.add_argument("--method", choices=METHODS, default=Method.FUSED.value,
                    help="how the mapping is executed (as `coupprof run --method`): fused, each "
                    "stage one call (default); sliced, one call per layer")
     add_queue_depth_option(p)
@@ -105,7 +110,7 @@ def run(args: argparse.Namespace) -> int:
             f"add `coupprof layers --processor {missing[0]} --csv ...` to --layers")
     plan = parse_freq(args.freq, mapping, board) if board is not None else None
     transfers = read_transfer_csv(args.transfers) if args.transfers else None
-    pred = predict(mapping, args.mode, costs, transfers, plan, args.method,
+    pred = predict(mapping, args.mode, costs, transfers, plan, Method(args.method),
                    queue_depth=args.queue_depth, frames=args.frames)
 
     t = Table(title=f"{mapping.compact} in {args.mode} mode (predicted)", box=box.SIMPLE_HEAD,
@@ -155,7 +160,7 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _single(args: argparse.Namespace, costs: Any, n_layers: int) -> int:
+def _single(args: argparse.Namespace, costs: LayerCosts, n_layers: int) -> int:
     """Every processor the tables cover, all layers on it; the fastest named."""
     from profiler.errors import BadInputError
     from profiler.mapping.predict import predict

@@ -9,12 +9,15 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from profiler.cli import command_help
 
+if TYPE_CHECKING:
+    from profiler.cli.common.options import Subparsers
 
-def register(subparsers: Any) -> None:
+
+def register(subparsers: Subparsers) -> None:
     p = subparsers.add_parser(
         "report",
         help=command_help(__name__),

@@ -24,7 +24,7 @@ import os
 import sys
 from contextlib import ExitStack
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
@@ -41,17 +41,24 @@ from profiler.cli.common.options import (
     stdout_console,
 )
 from profiler.cli.common.plumbing import (
-    apply_setup_levels,
     choose_board,
-    clock_samplers,
     fused_settings,
-    governors_for,
     load_model,
     open_power,
     say,
     sysfs_root,
 )
 from profiler.cli.common.progress import task_progress
+from profiler.measure.method import Method
+
+if TYPE_CHECKING:
+    from profiler.boards.model import Board
+    from profiler.cli.common.options import Subparsers
+    from profiler.mapping.pipeline import MappedRun
+    from profiler.mapping.predict import Prediction
+    from profiler.mapping.spec import Mapping
+    from profiler.power.session import PowerSession
+    from profiler.slicing.specs import SlicedModel
 
 SIDECAR_FORMAT = "coupprof-run/1"
 
@@ -62,7 +69,7 @@ its host cluster's): '4' every processor at level 4 (set once); 'G=4,B=8' per pr
 requested before each layer. See docs/mapping.md. Default: leave frequencies alone."""
 
 
-def register(subparsers: Any) -> None:
+def register(subparsers: Subparsers) -> None:
     p = subparsers.add_parser(
         "run",
         help=command_help(__name__),
@@ -144,7 +151,8 @@ def _f(v: float | None, digits: int = 3) -> str:
     return f"{v:.{digits}f}"
 
 
-def tables(run: Any, pred: Any, sliced: Any) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+def tables(run: MappedRun, pred: Prediction | None, sliced: SlicedModel
+           ) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
     """(layer rows, stage rows, summary rows) of a measured run and its prediction."""
     mapping = run.mapping
     lt, tt = run.call_time_ns, run.transfer_ns
@@ -155,8 +163,8 @@ def tables(run: Any, pred: Any, sliced: Any) -> tuple[pd.DataFrame, pd.DataFrame
         x_mean, x_p95 = _stats(tt[:, c.index])
         k = pred_calls.get((c.first, c.last))
         p_time = pred.call_ms[k] if pred and k is not None else math.nan
-        row: dict[str, Any] = {"kind": "layer" if run.method == "sliced" else "call"}
-        if run.method == "sliced":
+        row: dict[str, Any] = {"kind": "layer" if run.method == Method.SLICED else "call"}
+        if run.method == Method.SLICED:
             row["layer"] = int(sliced.layers[c.first].index)
         else:
             row.update({"call": c.index, "first_layer": c.first, "last_layer": c.last})
@@ -184,7 +192,7 @@ def tables(run: Any, pred: Any, sliced: Any) -> tuple[pd.DataFrame, pd.DataFrame
         if st.index in run.process_handover_ms:
             stage_rows[-1]["process_ms_mean"] = run.process_handover_ms[st.index]
     lat_mean, lat_p95 = _stats(run.latency_ns)
-    summary = [
+    summary: list[tuple[str, float | None, float | None]] = [
         ("latency_ms_mean", lat_mean, pred.latency_ms if pred else None),
         ("latency_ms_p95", lat_p95, None),
         ("throughput_fps", run.throughput_fps, pred.throughput_fps if pred else None),
@@ -201,7 +209,7 @@ def tables(run: Any, pred: Any, sliced: Any) -> tuple[pd.DataFrame, pd.DataFrame
     return pd.DataFrame(layer_rows), pd.DataFrame(stage_rows), pd.DataFrame(summ_rows)
 
 
-def frame_rows(run: Any, pred: Any) -> pd.DataFrame:
+def frame_rows(run: MappedRun, pred: Prediction | None) -> pd.DataFrame:
     """`--raw`: one row per frame and call (``kind = "frame"``) with the raw timestamps, as
     `coupprof layers --raw` writes them, and the frame's latency beside the predicted one
     (Pipeline mode: the frame's own, waiting in queues that fill from an empty pipeline)."""
@@ -232,7 +240,7 @@ def frame_rows(run: Any, pred: Any) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def render(run: Any, pred: Any, stages: pd.DataFrame, summ: pd.DataFrame, title: str,
+def render(run: MappedRun, pred: Prediction | None, stages: pd.DataFrame, summ: pd.DataFrame, title: str,
            notes: list[str]) -> list[Table]:
     t1 = Table(title=title, box=box.SIMPLE_HEAD, title_justify="left")
     has_e = "energy_mj" in stages.columns
@@ -247,7 +255,7 @@ def render(run: Any, pred: Any, stages: pd.DataFrame, summ: pd.DataFrame, title:
                    _f(r["predicted_ms"]), _f(r["error_pct"], 1),
                    *([_f(r["energy_mj"])] if has_e else []))
     calls = f"{len(run.calls)} call{'s' if len(run.calls) != 1 else ''} a frame"
-    how = (f"fused: each stage's layers in one call, {calls}" if run.method == "fused"
+    how = (f"fused: each stage's layers in one call, {calls}" if run.method == Method.FUSED
            else f"sliced: one call per layer, {calls}")
     t2 = Table(title=f"{run.mode} mode, {run.frames} frames; {how}", box=box.SIMPLE_HEAD,
                title_justify="left", caption="\n".join(notes) or None, caption_justify="left")
@@ -259,7 +267,6 @@ def render(run: Any, pred: Any, stages: pd.DataFrame, summ: pd.DataFrame, title:
 
 
 def run(args: argparse.Namespace) -> int:
-    from governors import RestoreGuard
     from profiler.executors.logs import quiet_native_exit
     from profiler.mapping.pipeline import MappingRunConfig, run_mapping
     from profiler.mapping.predict import (
@@ -272,11 +279,13 @@ def run(args: argparse.Namespace) -> int:
     from profiler.mapping.spec import parse_freq, parse_order
     from profiler.mapping.transfer import read_transfer_csv
     from profiler.measure.freq_trace import FreqSampler, clock_mismatch
+    from profiler.measure.hardware import clock_samplers, governors_for
+    from profiler.measure.layers import Levels
     from profiler.measure.results import environment
     from profiler.tflite.model_io import sha256_bytes
 
     quiet_native_exit()
-    method = args.method or "fused"
+    method = Method(args.method or Method.FUSED)
     letters = [c for c in args.order.upper() if c.isalpha()]
     board = choose_board(args, letters)
     notes: list[str] = []
@@ -293,13 +302,12 @@ def run(args: argparse.Namespace) -> int:
         meter, sim_model = open_power(args, board, Path(csv_path).with_suffix(".trace"))
         if meter is not None:
             stack.enter_context(meter)
-        stack.enter_context(RestoreGuard(list(govs.values())))
+        held = stack.enter_context(Levels(govs.values(), note=say))
         if plan.mode == "per-processor":
-            for w in apply_setup_levels(plan, govs):
-                say(f"warning: {w}")
+            held.setup(plan.setup, govs)
         # Accelerators' clocks (where they can be read): while their tables are measured
         # here, and while the mapping runs, so a run at another clock is said to be one.
-        table_clock = clock_samplers(stack, board, mapping.processors, sysfs_root(args))
+        table_clock = clock_samplers(stack, board, mapping.processors, sysfs_root(args), say)
         if not args.no_predict and layer_costs is None:
             layer_costs, measured_transfers = measure_costs(
                 sliced, board, mapping, freq=plan, governors=govs, frames=args.profile_frames,
@@ -451,7 +459,7 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _shared_cores(board: Any, mapping: Any) -> str:
+def _shared_cores(board: Board, mapping: Mapping) -> str:
     """'B and G (cores 0-15)' when processors of different stages drive from the same host
     cores (on the `host` board, G is driven from B's), else ''."""
     from profiler.boards.host import format_cpu_list
@@ -466,7 +474,7 @@ def _shared_cores(board: Any, mapping: Any) -> str:
     return ", ".join(pairs)
 
 
-def _host_note(run: Any) -> str:
+def _host_note(run: MappedRun) -> str:
     """On the simulated board the stages really run on this machine: say how much of it
     they needed, and how busy it was (a short host stretches modelled times)."""
     cores = len(os.sched_getaffinity(0))
@@ -476,7 +484,7 @@ def _host_note(run: Any) -> str:
             "layers and hand-overs run late and measured times exceed the model's")
 
 
-def _power_meta(run: Any, meter: Any) -> dict[str, Any] | None:
+def _power_meta(run: MappedRun, meter: PowerSession | None) -> dict[str, Any] | None:
     """The sidecar's power block: baseline, window, per-frame and per-stage energies."""
     if meter is None:
         return None

@@ -2,18 +2,25 @@
 
 from __future__ import annotations
 
+import argparse
 import shutil
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from profiler.cli import command_help
 from profiler.cli.common.options import add_model_options, stdout_console
 from profiler.cli.common.progress import step, task_progress
 from profiler.errors import BadInputError, VerificationError
 
+if TYPE_CHECKING:
+    from rich.console import JustifyMethod
 
-def register(subparsers: Any) -> None:
+    from profiler.cli.common.options import Subparsers
+    from profiler.slicing.specs import SlicedModel
+
+
+def register(subparsers: Subparsers) -> None:
     p = subparsers.add_parser(
         "slice",
         help=command_help(__name__),
@@ -51,7 +58,7 @@ def _op_summary(types: list[str], limit: int = 4) -> str:
     return " ".join(short[:limit]) + f" …{len(short) - limit} more"
 
 
-def run(args: Any) -> int:
+def run(args: argparse.Namespace) -> int:
     from rich.table import Table
 
     from profiler.slicing import slice_model, verify
@@ -71,10 +78,11 @@ def run(args: Any) -> int:
     mode = f"cuts {','.join(map(str, sliced.cuts))}" if sliced.granularity == "cuts" else sliced.granularity
     table = Table(title=f"{args.model.name}: {len(sliced.layers)} layers ({mode}), "
                   f"sha256 {sliced.source_sha256[:12]}")
-    for col, justify in (("layer", "right"), ("ops", "right"), ("op types", "left"),
-                         ("MACs", "right"), ("param bytes", "right"),
-                         ("in bytes", "right"), ("out bytes", "right")):
-        table.add_column(col, justify=justify)  # type: ignore[arg-type]
+    columns: tuple[tuple[str, JustifyMethod], ...] = (
+        ("layer", "right"), ("ops", "right"), ("op types", "left"), ("MACs", "right"),
+        ("param bytes", "right"), ("in bytes", "right"), ("out bytes", "right"))
+    for col, justify in columns:
+        table.add_column(col, justify=justify)
     for layer in sliced.layers:
         ops = layer.op_indices
         span = str(ops[0]) if len(ops) == 1 else f"{ops[0]}-{ops[-1]}"
@@ -101,7 +109,7 @@ def run(args: Any) -> int:
     return 0
 
 
-def _write(sliced: Any, out: Path) -> None:
+def _write(sliced: SlicedModel, out: Path) -> None:
     from profiler.slicing.cache import MANIFEST, layer_file
 
     if out.exists() and not out.is_dir():

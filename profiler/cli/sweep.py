@@ -14,7 +14,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich import box
 from rich.table import Table
@@ -30,13 +30,23 @@ from profiler.cli.common.options import (
     positive_int,
     stdout_console,
 )
-from profiler.cli.common.plumbing import fused_settings, open_power, say, sysfs_root
+from profiler.cli.common.plumbing import (
+    choose_board,
+    fused_settings,
+    open_power,
+    say,
+    sysfs_root,
+)
 from profiler.cli.common.progress import Throttle, new_bar
+from profiler.measure.method import Method
 from profiler.sweep.plan import Pair
 from profiler.sweep.run import PairResult, SweepProgress, SweepResult
 
+if TYPE_CHECKING:
+    from profiler.cli.common.options import Subparsers
 
-def register(subparsers: Any) -> None:
+
+def register(subparsers: Subparsers) -> None:
     p = subparsers.add_parser(
         "sweep",
         help=command_help(__name__),
@@ -174,7 +184,7 @@ def summary_table(result: SweepResult) -> Table:
         ms = r.totals.get("whole_ms", r.totals["latency_ms_mean"])
         cells = [r.pair.processor, "" if r.pair.level is None else str(r.pair.level),
                  _mhz(r.pair.freq_khz), _mhz(r.effective_khz),
-                 "fused" if "whole_ms" in r.totals else "sliced", f"{ms:.3f}",
+                 str(Method.FUSED if "whole_ms" in r.totals else Method.SLICED), f"{ms:.3f}",
                  f"{1000.0 / ms if ms > 0 else float('inf'):.1f}"]
         if power:
             cells += [f"{r.totals.get('energy_mj', float('nan')):.3f}",
@@ -184,7 +194,6 @@ def summary_table(result: SweepResult) -> Table:
 
 
 def run(args: argparse.Namespace) -> int:
-    from profiler.boards.profiles import select_board
     from profiler.sweep.plan import parse_freqs, parse_processors, plan_pairs
     from profiler.sweep.run import Sweep, SweepSettings
 
@@ -193,13 +202,16 @@ def run(args: argparse.Namespace) -> int:
 
         args.model = default_model_path()
     root = sysfs_root(args)
-    board = select_board(args.board, root, announce=say)
+    # G on `host` only when --processors names it: the default sweeps what is surely there.
+    wanted = [t.strip() for t in (args.processors or "").split(",") if t.strip()]
+    board = choose_board(args, wanted)
     freqs = parse_freqs(args.freqs)
     pairs = plan_pairs(board, parse_processors(args.processors, board), freqs)
     out = args.output or Path("coupprof-out") / f"sweep-{Path(args.model).stem}-{board.name}"
     settings = SweepSettings(frames=args.frames, warmup=args.warmup, threads=args.threads,
                              granularity=args.granularity, cuts=args.cuts, seed=args.seed,
-                             method=args.method, fused=fused_settings(args),
+                             method=Method(args.method) if args.method else None,
+                             fused=fused_settings(args),
                              host_freq=args.host_freq)
     power, _ = open_power(args, board, layer_runs=True)
     sweep = Sweep(board, Path(args.model), pairs, out, settings, resume=args.resume,

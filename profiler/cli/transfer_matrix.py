@@ -22,7 +22,7 @@ import argparse
 import sys
 from contextlib import ExitStack
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from rich import box
 from rich.table import Table
@@ -36,10 +36,8 @@ from profiler.cli.common.options import (
     stdout_console,
 )
 from profiler.cli.common.plumbing import (
-    apply_setup_levels,
     choose_board,
     fused_settings,
-    governors_for,
     load_model,
     open_power,
     parse_letters,
@@ -48,9 +46,15 @@ from profiler.cli.common.plumbing import (
 )
 from profiler.cli.common.progress import step, task_progress
 from profiler.errors import BadInputError
+from profiler.measure.method import Method
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from profiler.cli.common.options import Subparsers
 
 
-def register(subparsers: Any) -> None:
+def register(subparsers: Subparsers) -> None:
     p = subparsers.add_parser(
         "transfer-matrix",
         help=command_help(__name__),
@@ -118,7 +122,7 @@ def _ms(v: float) -> str:
     return f"{v:.3f}" if v < 10 else f"{v:.1f}"
 
 
-def render_matrix(df: Any, title: str) -> list[Table]:
+def render_matrix(df: pd.DataFrame, title: str) -> list[Table]:
     """The src x dst summary and the per-boundary view."""
     from profiler.mapping.transfer import summary
 
@@ -186,7 +190,8 @@ def run(args: argparse.Namespace) -> int:
         raise BadInputError(f"--freq {spec!r}: the transfer matrix holds one level per "
                             "processor", "use --freq 4 or --freq G=4,B=8")
     plan = parse_freq(spec, Mapping("".join(letters)), board) if spec else None
-    from governors import RestoreGuard
+    from profiler.measure.hardware import governors_for
+    from profiler.measure.layers import Levels
 
     govs = governors_for(board, letters, sysfs_root(args)) if plan is not None else {}
     with ExitStack() as stack, task_progress(sys.stderr.isatty()) as bar:
@@ -200,15 +205,15 @@ def run(args: argparse.Namespace) -> int:
             stack.enter_context(meter)
         if meter is not None:
             meter.counter_updates = args.energy_updates
-        stack.enter_context(RestoreGuard(list(govs.values())))
-        for w in apply_setup_levels(plan, govs) if plan is not None else []:
-            say(f"warning: {w}")
-        method = args.method or "sliced"
+        held = stack.enter_context(Levels(govs.values(), note=say))
+        if plan is not None:
+            held.setup(plan.setup, govs)
+        method = Method(args.method or Method.SLICED)
         matrix = measure_transfer_matrix(
             sliced, board, letters, reps=args.frames, warmup=args.warmup, boundaries=bounds,
             power=meter, activity=sim_model, seed=args.seed, model_name=model.name,
             progress=step(bar, "hand-overs"), method=method, model_bytes=data,
-            fused=fused_settings(args) if method == "fused" else None)
+            fused=fused_settings(args) if method == Method.FUSED else None)
     df = matrix.table()
     sim = " (simulated board)" if board.simulated else ""
     title = (f"{model.name} on {board.name}{sim}: transfer matrix ({matrix.info['method']}), "

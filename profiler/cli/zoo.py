@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from rich.table import Table
 
@@ -17,6 +17,9 @@ from profiler.tflite.model_io import sha256_bytes
 from profiler.zoo import armcoup
 from profiler.zoo.registry import get_entry, resolve_params, write_atomic
 
+if TYPE_CHECKING:
+    from profiler.cli.common.options import Subparsers
+
 EXAMPLES = """\
 examples:
   coupprof zoo --list
@@ -25,7 +28,7 @@ examples:
   coupprof zoo googlenet            # build into the cache and print its path"""
 
 
-def register(subparsers: Any) -> None:
+def register(subparsers: Subparsers) -> None:
     p = subparsers.add_parser(
         "zoo",
         help=command_help(__name__),

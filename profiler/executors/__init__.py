@@ -8,7 +8,8 @@
 
 Back ends: `cpu` (interpreter on a core set), `accelerator` (LiteRT CompiledModel on
 a GPU/NPU), `delegate` (load_delegate); on the simulated board a CPU executor whose runs
-are paced to the modelled processor (`PacedSubModel`, `profiler.sim.executor`).
+are paced to the modelled processor (`PacedSubModel`, `profiler.sim.executor`, plugged
+in through `register_executor_kind`).
 `ProcessorWorker` owns an executor on its own pinned thread.
 """
 
@@ -26,7 +27,7 @@ from profiler.executors.base import (
 )
 from profiler.executors.cpu import CpuExecutor, InterpreterSubModel
 from profiler.executors.delegate import DelegateExecutor, delegate_coverage
-from profiler.executors.factory import make_executor, with_accelerators
+from profiler.executors.factory import make_executor, register_executor_kind, with_accelerators
 from profiler.executors.worker import ProcessorWorker
 
 __all__ = [
@@ -47,5 +48,6 @@ __all__ = [
     "late_runs",
     "make_executor",
     "pin_thread",
+    "register_executor_kind",
     "with_accelerators",
 ]

@@ -1,30 +1,13 @@
 """GPU and NPU processors through LiteRT's `CompiledModel` and `HardwareAccelerator`.
 
-Each layer's sub-model is compiled for the accelerator alone first. If that works,
-every op runs on it. If LiteRT answers "some ops are not accelerated", the layer is
-compiled again with the CPU added and reported as a CPU fallback (``fallback`` in
-the tables, with LiteRT's reason). `CompiledModel.is_fully_accelerated()` is not
-enough on its own: with the CPU in the accelerator set, ops that XNNPACK takes
-count as "accelerated" too.
+Each layer's sub-model is compiled for the accelerator alone first, and again with the CPU
+added (reported as a CPU fallback, with LiteRT's reason) when some ops are not
+accelerated. A missing accelerator is a `RuntimeUnavailableError` (exit 3) naming what is
+missing. `run()` is `run_by_index` followed by reading every output into host memory, the
+only completion signal LiteRT's Python API offers. ``accelerator="cpu"`` drives LiteRT's
+CPU accelerator through the same code, for tests on machines without a GPU.
 
-A missing accelerator (no Vulkan loader, no GPU adapter, no NPU dispatch library) is
-a `RuntimeUnavailableError` (exit 3) naming what is missing, taken from LiteRT's own
-log lines, which `native_stderr` keeps off the terminal. The Vulkan loader is looked
-for before LiteRT is asked at all when WebGPU is this LiteRT's only GPU accelerator:
-LiteRT's own failure lists every plugin it could not load (NPU, OpenVINO) before it
-gets to Vulkan.
-
-Timing: `run()` is `run_by_index` followed by reading every output into host memory.
-The read blocks until the device has finished, so a layer's time covers its work and
-the download of its outputs (``readback="run"``, the default). ``readback="lazy"``
-leaves the read to the first `output()` call, for checking whether `run_by_index`
-itself waits for the device (it then moves the download into the hand-over).
-
-One LiteRT `Environment` per executor is shared by its sub-models (creating one per
-model costs milliseconds and reloads every accelerator library).
-
-``accelerator="cpu"`` drives LiteRT's CPU accelerator through exactly this code path;
-the tests use it on machines without a GPU.
+Why each choice: docs/measure.md ("GPU and NPU through LiteRT").
 """
 
 from __future__ import annotations
@@ -37,7 +20,8 @@ import glob
 import os
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -46,6 +30,12 @@ from profiler.clock import Clock, perf_clock
 from profiler.errors import BadInputError, ModelError, RuntimeUnavailableError
 from profiler.executors.base import Executor, SubModel, TensorIO
 from profiler.executors.logs import NativeLog, native_stderr
+
+if TYPE_CHECKING:  # LiteRT ships no type information: these name what is passed around
+    from ai_edge_litert.compiled_model import CompiledModel
+    from ai_edge_litert.environment import Environment
+    from ai_edge_litert.hardware_accelerator import HardwareAccelerator
+    from ai_edge_litert.options import Options
 
 ACCELERATORS = ("gpu", "npu", "cpu")
 # LiteRT's GPU accelerators that do not run over Vulkan (OpenCL, OpenGL).
@@ -77,7 +67,7 @@ VULKAN_FIX = ("install the Vulkan loader and the GPU driver's Vulkan ICD (Debian
 NOT_GPU = ("NPU accelerator", "CompilerPlugin", "compiler plugin", "dispatch")
 
 
-def _litert() -> Any:
+def _litert() -> ModuleType:
     try:
         from ai_edge_litert import compiled_model
     except ImportError as err:
@@ -151,7 +141,7 @@ def ensure_vulkan_icd() -> str | None:
 class CompiledSubModel(SubModel):
     """A sub-model compiled by LiteRT for an accelerator, with its own tensor buffers."""
 
-    def __init__(self, cm: Any, name: str, fallback: bool, detail: str,
+    def __init__(self, cm: CompiledModel, name: str, fallback: bool, detail: str,
                  readback: str = "run") -> None:
         self.cm = cm
         self.name = name
@@ -245,7 +235,7 @@ class AcceleratorExecutor(Executor):
         self.allow_fallback = allow_fallback
         self.readback = readback
         self.dispatch_library_path = dispatch_library_path
-        self.env: Any = None
+        self.env: Environment | None = None
         self.env_log = NativeLog()
         self.notes: list[str] = []
         super().__init__(proc, cores=cores, threads=threads, clock=clock)
@@ -255,7 +245,7 @@ class AcceleratorExecutor(Executor):
 
     # -- runtime -------------------------------------------------------------------
 
-    def _accel_flag(self, with_cpu: bool) -> Any:
+    def _accel_flag(self, with_cpu: bool) -> HardwareAccelerator:
         ha = _litert().HardwareAccelerator
         flag = {"gpu": ha.GPU, "npu": ha.NPU, "cpu": ha.CPU}[self.accelerator]
         return flag | ha.CPU if with_cpu else flag
@@ -290,13 +280,14 @@ class AcceleratorExecutor(Executor):
                 "install the vendor's LiteRT NPU package (e.g. Qualcomm or MediaTek dispatch),"
                 " or give the board profile a `delegate` library, or map the layers elsewhere")
 
-    def _options(self, with_cpu: bool) -> Any:
+    def _options(self, with_cpu: bool) -> Options:
         cm = _litert()
         opts = cm.Options(hardware_accelerators=self._accel_flag(with_cpu),
                           cpu_options=cm.CpuOptions(num_threads=self.threads))
         return opts
 
-    def _compile(self, model_bytes: bytes, with_cpu: bool) -> tuple[Any, NativeLog, str]:
+    def _compile(self, model_bytes: bytes, with_cpu: bool
+                 ) -> tuple[CompiledModel | None, NativeLog, str]:
         cm = _litert()
         with native_stderr() as log:
             try:
@@ -335,7 +326,7 @@ class AcceleratorExecutor(Executor):
                              "map this layer to a CPU processor")
         return self._wrap(model, name, True, detail)
 
-    def _wrap(self, model: Any, name: str, fallback: bool, detail: str) -> SubModel:
+    def _wrap(self, model: CompiledModel, name: str, fallback: bool, detail: str) -> SubModel:
         with native_stderr():
             sub = CompiledSubModel(model, name, fallback, detail, self.readback)
         return sub

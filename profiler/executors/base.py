@@ -1,30 +1,13 @@
 """What every executor offers: a processor that loads sub-models and runs them.
 
-An `Executor` stands for one processor of a board (a CPU core set, a GPU or NPU
-accelerator, a delegate). It is opened *on the thread that will drive it*: `open()`
-pins that thread to the processor's host cores before any sub-model is created,
-because LiteRT's worker threads are born inside the constructors and inherit the
-creator's affinity (`os.sched_setaffinity(0, ...)` affects only the calling thread
-on Linux). `load()` then gives a `SubModel` per layer.
+An `Executor` stands for one processor of a board. It is opened *on the thread that will
+drive it*: `open()` pins that thread to the processor's host cores before any sub-model is
+created, because LiteRT's worker threads inherit the creator's affinity. `load()` then
+gives a `SubModel` per layer: ``set_input``, ``run`` (returns once outputs are readable on
+the host, so "a layer's time" is always `run()`), ``output``. `modelled` turns an executor
+into a simulated processor; `SubModelInterpreter` lets the layer runner drive a `SubModel`.
 
-A `SubModel` has three steps, the same for every kind of processor:
-
-    sub.set_input(i, array)   host -> the sub-model's input buffer i (an upload on a device)
-    sub.run()                 execute; returns once outputs are readable on the host
-    sub.output(i)             a host array of output i, valid until the next run()
-
-so "a layer's time" is always `run()`: for an accelerator that covers the work and
-reading the outputs back, the only completion signal LiteRT's Python API has (the
-read blocks until the device is done). A hand-over between layers is
-`dst.set_input(j, src.output(i))`, with a copy in between when it crosses threads.
-
-`modelled` turns an executor into a simulated processor: given a sub-model's bytes
-it returns a `ModelledCall`, asked at each run for the modelled duration at the
-frequencies in effect then (so DVFS changes apply); each run lasts that long, or the
-host's own time if that is longer (counted in `PacedSubModel.late_runs`).
-
-`SubModelInterpreter` dresses a `SubModel` as a LiteRT interpreter so the per-layer
-runner (`profiler.measure.runner.LayerRunner`) drives accelerators unchanged.
+The three steps and the modelled calls in full: docs/measure.md.
 """
 
 from __future__ import annotations
@@ -36,7 +19,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
@@ -44,6 +27,9 @@ from profiler.boards.host import format_cpu_list
 from profiler.boards.model import Board, ProcessorSpec
 from profiler.clock import Clock, perf_clock
 from profiler.errors import BadInputError, BoardError, HardwareError
+
+if TYPE_CHECKING:
+    from ai_edge_litert.interpreter import Interpreter
 
 #: A sub-model's bytes (and name) -> the model of its calls on a simulated processor.
 Modelled = Callable[[bytes, str], "ModelledCall"]
@@ -324,7 +310,8 @@ class Executor(ABC):
     @abstractmethod
     def _load(self, model_bytes: bytes, name: str) -> SubModel: ...
 
-    def interpreter(self, model_bytes: bytes, name: str = "model") -> Any:
+    def interpreter(self, model_bytes: bytes, name: str = "model"
+                    ) -> Interpreter | SubModelInterpreter:
         """An object with LiteRT's interpreter API, for `LayerRunner`."""
         return SubModelInterpreter(self.load(model_bytes, name))
 

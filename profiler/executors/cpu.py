@@ -8,13 +8,16 @@ worker threads inherit the cores) and `make_interpreter` for the runtime.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from profiler.executors.base import Executor, SubModel, TensorIO
+from profiler.executors.base import Executor, SubModel, SubModelInterpreter, TensorIO
 from profiler.executors.logs import native_stderr
 from profiler.runtime import make_interpreter
+
+if TYPE_CHECKING:
+    from ai_edge_litert.interpreter import Interpreter
 
 
 class InterpreterSubModel(SubModel):
@@ -24,7 +27,7 @@ class InterpreterSubModel(SubModel):
     numpy views of it, taken fresh per call and never held across `invoke` (LiteRT
     refuses to run while a view is alive)."""
 
-    def __init__(self, interp: Any, name: str) -> None:
+    def __init__(self, interp: Interpreter, name: str) -> None:
         self.interp = interp
         self.name = name
         ins, outs = interp.get_input_details(), interp.get_output_details()
@@ -61,11 +64,12 @@ class CpuExecutor(Executor):
     def _load(self, model_bytes: bytes, name: str) -> SubModel:
         return InterpreterSubModel(self._make(model_bytes, name), name)
 
-    def _make(self, model_bytes: bytes, name: str) -> Any:
+    def _make(self, model_bytes: bytes, name: str) -> Interpreter:
         with native_stderr():  # "INFO: Created TensorFlow Lite XNNPACK delegate for CPU."
             return make_interpreter(model_bytes, num_threads=self.threads, name=name)
 
-    def interpreter(self, model_bytes: bytes, name: str = "model") -> Any:
+    def interpreter(self, model_bytes: bytes, name: str = "model"
+                    ) -> Interpreter | SubModelInterpreter:
         """The raw interpreter when nothing wraps it (the runner's fast view-copy path)."""
         if self.modelled is not None:
             return super().interpreter(model_bytes, name)

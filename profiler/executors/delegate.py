@@ -17,7 +17,7 @@ import contextlib
 import gc
 import sys
 from collections.abc import Iterator, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from profiler.boards.model import ProcessorSpec
 from profiler.clock import Clock, perf_clock
@@ -27,8 +27,11 @@ from profiler.executors.cpu import InterpreterSubModel
 from profiler.executors.logs import native_stderr
 from profiler.runtime import make_interpreter, runtime
 
+if TYPE_CHECKING:
+    from ai_edge_litert.interpreter import Delegate, Interpreter
 
-def delegate_coverage(interp: Any) -> tuple[bool, str]:
+
+def delegate_coverage(interp: Interpreter) -> tuple[bool, str]:
     """(fully delegated, why not) from an interpreter's node list."""
     try:
         ops = interp._get_ops_details()
@@ -60,7 +63,7 @@ def _quiet_failed_delegate() -> Iterator[None]:
     with that one complaint silenced, so the user sees our one-line error only."""
     previous = sys.unraisablehook
 
-    def hook(unraisable: Any) -> None:
+    def hook(unraisable: sys.UnraisableHookArgs) -> None:
         if not (isinstance(unraisable.exc_value, AttributeError)
                 and "_library" in str(unraisable.exc_value)):
             previous(unraisable)
@@ -88,7 +91,7 @@ class DelegateExecutor(Executor):
                              "add `delegate = \"lib...so\"` to its board profile entry")
         self.library = lib
         self.delegate_options = dict(delegate_options or {})
-        self._delegate: Any = None
+        self._delegate: Delegate | None = None
         super().__init__(proc, cores=cores, threads=threads, clock=clock)
 
     def default_threads(self) -> int:

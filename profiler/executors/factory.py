@@ -3,8 +3,10 @@
     kind "cpu"                    -> CpuExecutor (interpreter, threads on its cores)
     accelerator = "gpu" / "npu"   -> AcceleratorExecutor (LiteRT CompiledModel)
     delegate = "lib....so"        -> DelegateExecutor (load_delegate)
-    simulated board               -> profiler.sim.executor: a CpuExecutor on this machine's
-                                     cores, paced to the processor's modelled speed
+    simulated board               -> the executor registered as ``sim``
+                                     (`register_executor_kind`, by `profiler.sim.platform`):
+                                     a CpuExecutor on this machine's cores, paced to the
+                                     processor's modelled speed
 
 The `host` board is read from /sys and knows only CPU clusters; `with_accelerators`
 adds G (LiteRT's GPU accelerator, driven from B) when this LiteRT ships one, so
@@ -16,14 +18,33 @@ from __future__ import annotations
 
 from dataclasses import replace
 from pathlib import Path
+from typing import Protocol
 
-from profiler.boards.model import Board, ProcessorSpec
+from profiler.boards.model import Board, ProcessorKind, ProcessorSpec
 from profiler.clock import Clock, perf_clock
 from profiler.errors import BoardError
 from profiler.executors.accelerator import AcceleratorExecutor
 from profiler.executors.base import Executor
 from profiler.executors.cpu import CpuExecutor
 from profiler.executors.delegate import DelegateExecutor
+
+
+class ExecutorBuilder(Protocol):
+    """Builds the executor of one processor of a board of a registered kind."""
+
+    def __call__(self, board: Board, proc: ProcessorSpec, *, threads: int | None,
+                 clock: Clock) -> Executor: ...
+
+
+_BUILDERS: dict[str, ExecutorBuilder] = {}
+#: The registered kind that drives every processor of a simulated board.
+SIMULATED = "sim"
+
+
+def register_executor_kind(kind: str, builder: ExecutorBuilder) -> None:
+    """Add (or replace) the executor of a kind of board (``sim``: the simulated board's)."""
+    _BUILDERS[kind] = builder
+
 
 GPU_LIBS = ("libLiteRtWebGpuAccelerator.so", "libLiteRtGpuAccelerator.so",
             "libLiteRtOpenClAccelerator.so")
@@ -51,7 +72,7 @@ def with_accelerators(board: Board) -> Board:
         return board
     big = board.processors["B"]
     gpu = ProcessorSpec(
-        letter="G", kind="gpu", name=f"GPU via LiteRT ({lib.name}), driven from B",
+        letter="G", kind=ProcessorKind.GPU, name=f"GPU via LiteRT ({lib.name}), driven from B",
         cores=big.cores, host="B", accelerator="gpu",
         extra={"notes": "added by coupprof: availability is checked when layers compile"})
     procs = dict(board.processors)
@@ -69,16 +90,20 @@ def make_executor(board: Board, letter: str, *, threads: int | None = None,
     """
     proc = board.processor(letter)
     if board.simulated:
-        from profiler.sim.executor import sim_executor
-
-        return sim_executor(board, proc, threads=threads, clock=clock)
+        builder = _BUILDERS.get(SIMULATED)
+        if builder is None:
+            raise BoardError(f"board '{board.name}' is simulated, but no executor is registered "
+                             f"for kind '{SIMULATED}'",
+                             "get the board from profiler.platform.choose_board, which plugs in "
+                             "the simulated board")
+        return builder(board, proc, threads=threads, clock=clock)
     if accelerator is not None or proc.accelerator:
         return AcceleratorExecutor(proc, accelerator=accelerator, threads=threads,
                                    allow_fallback=allow_fallback, readback=readback,
                                    clock=clock)
     if proc.delegate:
         return DelegateExecutor(proc, threads=threads, clock=clock)
-    if proc.kind == "cpu":
+    if proc.kind.is_cpu:
         return CpuExecutor(proc, threads=threads, clock=clock)
     raise BoardError(
         f"processor {letter} ({proc.kind}) of board '{board.name}' names neither a LiteRT "

@@ -81,13 +81,17 @@ def native_stderr() -> Iterator[NativeLog]:
                 log.lines = [line.strip() for line in log.text.splitlines() if line.strip()]
 
 
+_exit_silenced = False  # quiet_native_exit has registered its handler
+
+
 def quiet_native_exit() -> None:
     """Keep LiteRT's destructor log lines (printed after Python has finished, when the
     process-wide environment is torn down) off the terminal. For the CLI only: it
     silences fd 2 from the last atexit handler on, after every message of ours."""
     import atexit
 
-    if os.environ.get(PASS_THROUGH_ENV) or getattr(quiet_native_exit, "_done", False):
+    global _exit_silenced
+    if os.environ.get(PASS_THROUGH_ENV) or _exit_silenced:
         return
 
     def _silence() -> None:
@@ -100,4 +104,4 @@ def quiet_native_exit() -> None:
             pass
 
     atexit.register(_silence)
-    quiet_native_exit._done = True  # type: ignore[attr-defined]
+    _exit_silenced = True

@@ -2,7 +2,8 @@
 cluster.
 
 `measure(job)` loads the board and model, sets the per-processor levels or requests
-the per-layer ones, opens the power source (`sim` on the simulated board) and runs the
+the per-layer ones, opens the power source (`sim` on the simulated board) as `coupprof
+run` does (`profiler.measure.hardware`, `profiler.measure.layers.Levels`) and runs the
 mapping with `profiler.mapping.pipeline.run_mapping`, restoring every governor after. A job
 is a small frozen dataclass, so Dask ships it to a worker as it is; each worker drives
 the board it runs on (start workers with one thread each: one measurement per board at
@@ -60,32 +61,29 @@ class Measured:
 
 def measure(job: MeasureJob) -> Measured:
     """Run one job on this machine's board (see the module docstring)."""
-    from governors import RestoreGuard, sysfs_root_from_env, writable_governor
-    from profiler.boards.profiles import load_board
+    from governors import sysfs_root_from_env
     from profiler.mapping.pipeline import MappingRunConfig, run_mapping
     from profiler.mapping.spec import parse_freq, parse_order
+    from profiler.measure.hardware import governors_for, open_power
+    from profiler.measure.layers import Levels
+    from profiler.platform import choose_board
     from profiler.slicing.slicer import slice_model
 
     t0 = time.perf_counter()
     root = Path(job.sysfs_root) if job.sysfs_root else sysfs_root_from_env()
-    board = load_board(job.board, root)
+    board = choose_board(job.board, root, letters=[c for c in job.order.upper() if c.isalpha()])
     sliced = slice_model(Path(job.model), job.granularity, job.cuts)
     mapping = parse_order(job.order, len(sliced.layers), board)
     plan = parse_freq(job.freq, mapping, board)
-    govs = {}
-    if plan.mode != "none":
-        for letter in mapping.processors:
-            dom = board.dvfs_domain(letter)
-            if dom.has_dvfs and dom.letter not in govs:
-                govs[dom.letter] = writable_governor(board, letter, root)
+    govs = governors_for(board, mapping.processors, root) if plan.mode != "none" else {}
     with ExitStack() as stack:
-        session, activity = _power(job, board, root)
+        session, activity = open_power(board, job.power, job.marker, baseline_s=0.3,
+                                       sysfs_root=root)
         if session is not None:
             stack.enter_context(session)
-        stack.enter_context(RestoreGuard(list(govs.values())))
+        levels = stack.enter_context(Levels(govs.values()))
         if plan.mode == "per-processor":
-            for dom, (level, _khz) in plan.setup.items():
-                govs[dom].set_level(level)
+            levels.setup(plan.setup, govs)
         run = run_mapping(sliced, board, MappingRunConfig(
             mapping, job.mode, frames=job.frames, warmup=job.warmup, freq=plan,
             governors=govs, power=session, activity=activity, seed=job.seed,
@@ -93,37 +91,6 @@ def measure(job: MeasureJob) -> Measured:
     return Measured(job, float(run.latency_ns.mean()) / 1e6, float(run.throughput_fps),
                     None if run.energy_mj is None else float(run.energy_mj),
                     time.perf_counter() - t0, f"{socket.gethostname()}:{os.getpid()}")
-
-
-def _power(job: MeasureJob, board: object, root: Path) -> tuple[object | None, object | None]:
-    """(PowerSession, sim activity model) for the job's power spec, as `coupprof run`."""
-    from profiler.markers import open_marker
-    from profiler.power.session import PowerSession
-    from profiler.power.sources import NoneSource, SourceHardware, open_power_source
-
-    simulated = bool(getattr(board, "simulated", False))
-    spec = job.power or ("sim" if simulated else "none")
-    extra: dict[str, object] = {"trace_dir": None}
-    model = None
-    if spec.split(":")[0].lower() == "sim":
-        if not simulated:
-            raise BadInputError("--power sim needs the simulated board")
-        from profiler.sim.power import SimPowerModel
-
-        model = SimPowerModel(board)  # type: ignore[arg-type]
-        extra["sim_power_model"] = model
-    source = open_power_source(spec, SourceHardware(extra=extra))
-    if isinstance(source, NoneSource):
-        return None, None
-    if source.mode == "readings":
-        raise BadInputError(f"--power {spec} measures layer runs only (coupprof layers, sweep)",
-                            "use --power sim (or arduino:PORT) to measure mappings")
-    marker = None
-    if source.mode == "stream":
-        marker = open_marker(job.marker or ("sim" if source.kind == "sim" else "none"),
-                             sim_sink=source if source.kind == "sim" else None,
-                             sysfs_root=root / "class" / "gpio")
-    return PowerSession(source, marker, baseline_s=0.3), model
 
 
 def measure_all(jobs: Sequence[MeasureJob], cluster: str | None = None,

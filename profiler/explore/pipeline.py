@@ -180,7 +180,7 @@ def enumerate_front(t: CostTables) -> PipelineResult:
             continue
         shape = tuple(len(dl[d]) for d in doms)
         for cuts in itertools.combinations(range(1, n), len(seq) - 1):
-            bounds = [0, *cuts, n]
+            bounds = (0, *cuts, n)
             slowest = np.zeros(shape)
             energy = np.zeros(shape)
             serial = np.zeros(shape)

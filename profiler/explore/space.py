@@ -1,49 +1,22 @@
 """The space `coupprof explore` searches, and the cost of one point in it.
 
-A *unit* is what runs a layer: a processor letter (L, B, G, N) and, where the tables
-say which host CPU drives a G or N, that host (unit ``G@L``). Each unit runs at the
-level of its DVFS *domain*: its own, or for N its host cluster's (``Board.dvfs_domain``).
+A *unit* runs a layer: a processor letter (L, B, G, N) and, where the tables say which host
+CPU drives a G or N, that host (unit ``G@L``); each unit runs at the level of its DVFS
+*domain* (``Board.dvfs_domain``). `CostTables` holds the costs as arrays (per unit, level
+and layer; per boundary and unit pair; per domain the transition delays), so a search can
+evaluate millions of points; `profiler.explore.tables` fills them. Costs follow
+`profiler.mapping.predict`, so a pick's prediction is the one `coupprof predict` gives for
+the same tables, plus the DVFS transition delays in switch mode.
 
-**Cost tables** (`CostTables`) are arrays, so a search can evaluate millions of points:
-per (unit, level, layer) the layer's time, energy, dynamic energy and the layer table's
-feed time (``transfer_ms_mean``); per (boundary, src unit, dst unit) the hand-over's time
-and energy; per domain the DVFS transition delay between levels. They are filled from
-coupprof's own tables (`profiler.explore.tables`) or, later, imported ones.
-
-**Costs** follow `profiler.mapping.predict` (see its docstring), so a pick's prediction is the
-one `coupprof predict` gives for the same tables:
-
-- layers run as the calls `coupprof run` makes (`profiler.mapping.spec.calls`, fused): a
-  stage (a maximal run of layers on one unit) is one call, cut again where a switch
-  candidate changes the level within it. Each call pays the unit's fixed per-call cost
-  at its first layer's level once (fused tables, `time_ms_fused`, give it; sliced ones
-  0, their layer times hold it), in time and in energy: the fixed row's energy where a
-  counter measured it (``fixed_energy_mj``), else the idle power over its time, as predict.
-  A fused call that ends at a cut also pays the read-back of its outputs in full, which
-  its layer times (measured with reduced outputs) leave out: the transfer matrix's
-  ``readout_ms`` for (boundary, src), at least 0, at the idle power, as predict.
-- hand-over into the first layer i > 0 of a call: the transfer table's time where it
-  has (i - 1, src, dst); else, on the same unit, the layer table's feed time of layer i;
-  else 0 (missing, listed). Inside a call: none. Its energy: the transfer table's, else
-  the idle power x its time.
-- switch: latency = sum (t_i + h_i + d_i), energy = sum (e_i + E(h_i) + P_idle d_i), where
-  d_i is the DVFS transition delay of layer i's domain from the level it was last set
-  to (by any earlier layer on that domain, or in the previous frame: frames repeat, so a
-  domain starts each frame where the last one left it) to layer i's level; 0 when
-  unchanged. `coupprof run` requests a layer's level just before it, so the change
-  happens while the layer runs; charging the whole delay as time at idle power is the
-  model's choice.
-- pipeline: one level per domain (set once, no transition cost); stage time = its fixed
-  cost + its read-back at the cut after it + sum of its (t_i + h_i); throughput = 1000 /
-  slowest stage; latency = the steady state's, waiting in the full queues (of
-  `coupprof run`'s default depth) before the slowest stage (`profiler.mapping.queueing`); energy
-  as predict's pipeline formula.
+The cost model, term by term: docs/explore.md ("The model").
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -244,7 +217,7 @@ def _layer(t: CostTables, u: int, level: int, i: int) -> tuple[int, float]:
 
 
 def evaluate(t: CostTables, c: Candidate) -> Evaluation:
-    """Predicted latency, throughput and energy of `c` (module docstring), written
+    """Predicted latency, throughput and energy of `c` (docs/explore.md), written
     plainly, layer by layer: the searches' ground truth."""
     n = t.n_layers
     if len(c.units) != n or len(c.levels) != n:
@@ -362,12 +335,12 @@ def row(t: CostTables, ev: Evaluation, rank: int, board: str = "", model: str = 
             "command": run_command(t, c, board, model)}
 
 
-def row_latency_ms(r: dict[str, object], frames: int) -> float:
+def row_latency_ms(r: Mapping[str, Any], frames: int) -> float:
     """A `row`'s predicted latency for a measured run of `frames` (`coupprof run
     --frames`): a pipeline's from its ``stage_ms``, the mean over frames from an empty
     pipeline (the row's own latency is the steady state's); a switch row's as it is."""
     if r["mode"] != "pipeline":
-        return float(r["latency_ms"])  # type: ignore[arg-type]
+        return float(r["latency_ms"])
     from profiler.mapping.queueing import pipeline_latency_ms
 
     stage_ms = [float(x) for x in str(r["stage_ms"]).split(";")]
@@ -385,9 +358,9 @@ def candidate_for(t: CostTables, order: str, freq: str, mode: str) -> Candidate:
     if len(letters) != t.n_layers:
         raise BadInputError(f"order {order!r} maps {len(letters)} layers but the tables have "
                             f"{t.n_layers}", "give one letter per layer, e.g. G2B4N2")
-    by_letter = {}
-    for i, u in enumerate(t.units):
-        by_letter.setdefault(u.letter, i)  # the first host where the tables have several
+    by_letter: dict[str, int] = {}
+    for i, unit in enumerate(t.units):
+        by_letter.setdefault(unit.letter, i)  # the first host where the tables have several
     try:
         units = tuple(by_letter[x] for x in letters)
     except KeyError as err:
@@ -411,8 +384,8 @@ def candidate_for(t: CostTables, order: str, freq: str, mode: str) -> Candidate:
     if len(levels) != t.n_layers:
         raise BadInputError(f"freq {freq!r} gives {len(levels)} levels for {t.n_layers} layers")
     c = Candidate(mode, units, tuple(levels))
-    for u, lv in zip(c.units, c.levels, strict=True):
-        t.level_index(u, lv)  # a level the tables lack: one line naming it
+    for u, level in zip(c.units, c.levels, strict=True):
+        t.level_index(u, level)  # a level the tables lack: one line naming it
     return c
 
 

@@ -1,27 +1,13 @@
 """Exact switch-mode search: a unit and a level per layer, by dynamic programming.
 
-A state of layer i is its unit and the level each DVFS domain was last set to: the
-next transition delay depends on it (`profiler.explore.space` charges a domain's change
-from its last level, also across layers on other domains). The cost of going from a
-state of layer i - 1 to one of layer i is the layer and, where layer i's domain changes
-level, the transition delay at idle power; where layer i starts a call (another unit,
-or the same unit at another level: `profiler.explore.space.call_starts`) also the
-hand-over and the unit's fixed per-call cost (at idle power in energy); inside a call
-nothing more.
+A state of layer i is its unit and the level each DVFS domain was last set to, since the
+next transition delay depends on it. Least latency, or least energy with no bound, is a DP
+over a scalar cost; least energy under ``latency_ms`` is a DP over (state, latency bin)
+with each step's latency rounded down, so its value is a lower bound and a pick that meets
+it is optimal (bins doubled up to ``max_bins`` until it does). Frames repeat, so where the
+first pick pays a frame-to-frame transition every start vector is tried (``cycle_limit``).
 
-Frames repeat, so each domain starts a frame at the level the last frame left it. The
-first DP lets every domain start wherever suits (first uses cost nothing): a relaxation,
-so its value is a lower bound. Where the pick it finds pays nothing for the
-frame-to-frame transitions, it meets the bound and is optimal; otherwise every start
-vector is tried (start fixed, end required equal: exact), up to ``cycle_limit`` of them.
-
-- least latency, or least energy with no bound: DPs over a scalar cost; exact.
-- least energy under ``latency_ms``: a DP over (state, latency bin). Each step's latency
-  is rounded *down* to a multiple of delta = latency_ms / bins, so every mapping that
-  meets the bound is in the DP's set and its best energy is a lower bound. The
-  lower-bound mapping, evaluated exactly, that meets the bound is optimal; where the
-  cheapest ones do not, the best that does is kept, the gap to the bound reported, and
-  the bins doubled (up to ``max_bins``) until it closes.
+Why each search is exact, or by how much it may miss: docs/explore.md.
 """
 
 from __future__ import annotations
@@ -29,7 +15,6 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass, field
-from typing import Any
 
 import numpy as np
 
@@ -187,7 +172,11 @@ def _dp(sp: _Space, w_lat: float, w_en: float, bound_ms: float | None, bins: int
     at (each must end there too); None leaves them free (first uses cost nothing)."""
     shape = sp.shape
     nb = bins + 1 if bins else 1
-    delta = bound_ms / bins if bins else 0.0
+    delta = 0.0
+    if bins:
+        if bound_ms is None:
+            raise ValueError("a binned table needs its latency bound")
+        delta = bound_ms / bins
 
     def cost(lat: float, en: float) -> tuple[int, float]:
         if bins:
@@ -200,7 +189,7 @@ def _dp(sp: _Space, w_lat: float, w_en: float, bound_ms: float | None, bins: int
             lat, en = float(sp.lat0[u, j]), float(sp.en0[u, j])
             if not math.isfinite(lat):
                 continue
-            idx: list[Any] = [u, *([slice(None)] * len(sp.dlev))]
+            idx: list[int | slice] = [u, *([slice(None)] * len(sp.dlev))]
             if v0 is not None:
                 dl = float(sp.delay[d][v0[d], j])
                 lat, en = lat + dl, en + sp.idle_w * dl
@@ -242,7 +231,8 @@ def _dp(sp: _Space, w_lat: float, w_en: float, bound_ms: float | None, bins: int
         E = newE
     if v0 is not None:  # frames repeat: each domain must end where it started
         keep = np.full(E.shape, INF)
-        keep[(slice(None), *v0)] = 0.0
+        start: tuple[slice | int, ...] = (slice(None), *v0)
+        keep[start] = 0.0
         E = E + keep
     return _Table(E, back, w_lat, w_en, delta)
 
@@ -276,7 +266,7 @@ def _starts(sp: _Space) -> list[tuple[int, ...]]:
 def search_switch(t: CostTables, latency_ms: float | None = None, objective: str = "energy",
                   bins: int = 1000, max_bins: int = 8000, cycle_limit: int = 64,
                   front: bool = False) -> SwitchResult:
-    """The optimal switch-mode mapping (module docstring): least latency
+    """The optimal switch-mode mapping (docs/explore.md): least latency
     (``objective="latency"``), or least energy, under ``latency_ms`` when given.
     ``cycle_limit``: at most this many start vectors are tried where the relaxed pick's
     own frame-to-frame transition keeps it from being proven. ``front``: with no bound,
@@ -377,7 +367,7 @@ def _bins_pass(t: CostTables, sp: _Space, bound: float, bins: int, v0: tuple[int
         if not np.isfinite(best_e[b]) or tries >= 64 or (
                 incumbent is not None and float(best_e[b]) >= float(incumbent.energy_mj or 0)):
             break
-        where = (*np.unravel_index(int(arg[b]), tab.E.shape[:-1]), int(b))
+        where = (*map(int, np.unravel_index(int(arg[b]), tab.E.shape[:-1])), int(b))
         cand = _path(sp, tab, int(np.ravel_multi_index(where, tab.E.shape)))
         if cand in seen:
             continue
@@ -390,7 +380,7 @@ def _bins_pass(t: CostTables, sp: _Space, bound: float, bins: int, v0: tuple[int
     if v0 is None:  # the latency / energy trade-off: each bin's cheapest mapping
         finite = np.flatnonzero(np.isfinite(best_e))
         for b in finite[np.linspace(0, len(finite) - 1, min(len(finite), FRONT_BINS)).astype(int)]:
-            where = (*np.unravel_index(int(arg[b]), tab.E.shape[:-1]), int(b))
+            where = (*map(int, np.unravel_index(int(arg[b]), tab.E.shape[:-1])), int(b))
             cand = _path(sp, tab, int(np.ravel_multi_index(where, tab.E.shape)))
             if cand not in seen:
                 seen.add(cand)

@@ -169,8 +169,8 @@ def from_frames(layers: pd.DataFrame, board: Board, transfers: pd.DataFrame | No
     if transfers is not None and len(transfers):
         tr_mj = np.full_like(tr_ms, np.nan) if "energy_mj" in transfers.columns else None
         by_letter: dict[str, list[int]] = {}
-        for i, u in enumerate(units):
-            by_letter.setdefault(u.letter, []).append(i)
+        for i, unit in enumerate(units):
+            by_letter.setdefault(unit.letter, []).append(i)
         for r in transfers.itertuples(index=False):
             b = int(r.boundary)
             if not 0 <= b < n - 1:
@@ -203,9 +203,9 @@ def from_frames(layers: pd.DataFrame, board: Board, transfers: pd.DataFrame | No
                 if unit.letter == str(proc).upper() and lv is not None and int(lv) in lvls[u]:
                     dst[u, lvls[u].index(int(lv))] = float(v)
     freq_khz = {}
-    for u in units:
-        dom = board.dvfs_domain(u.letter)
-        freq_khz[dom.letter] = {i + 1: f for i, f in enumerate(dom.freqs_khz)}
+    for unit in units:
+        domain = board.dvfs_domain(unit.letter)
+        freq_khz[domain.letter] = {i + 1: f for i, f in enumerate(domain.freqs_khz)}
     return CostTables(units, lvls, time_ms, feed_ms, energy, dyn, tr_ms, tr_mj, delay_ms,
                       idle_power_w, freq_khz, model, board.name, [*sources, *notes],
                       notes=list(notes), fixed_ms=fixed, readout_ms=readout,
@@ -262,10 +262,10 @@ def synthetic_tables(board: Board, n_layers: int, seed: int = 0,
                              "time_ms_mean": t_ms[i], "transfer_ms_mean": 0.01,
                              "energy_mj": (p_w + idle_power_w) * t_ms[i],
                              "dynamic_energy_mj": p_w * t_ms[i]})
-    fixed_ms: dict[tuple[str, int], float] = {}
+    fixed_ms: dict[tuple[str, int | None], float] = {}
     if fixed:
         for letter in letters:
-            if board.processor(letter).kind in ("gpu", "npu"):
+            if board.processor(letter).kind.is_accelerator:
                 n = len(board.dvfs_domain(letter).freqs_khz) or 1
                 for k in range(1, n + 1):
                     fixed_ms[(letter, k)] = 0.3 + 0.7 * (n - k) / max(n - 1, 1)

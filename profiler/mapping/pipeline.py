@@ -1,77 +1,14 @@
 """Run a mapping of layers to processors, as ARM-CO-UP does, in Switch or Pipeline mode.
 
-Each stage (a maximal run of same-letter layers, `profiler.mapping.spec`) gets its own
-thread, pinned to its processor's host cores, which creates the stage's sub-models
-(so runtime worker threads inherit the cores) and then loops:
+Each stage gets its own thread, pinned to its processor's host cores, which creates the
+stage's sub-models and loops over frames taken from a bounded input queue: hand the inputs
+over, apply per-layer DVFS, run the stage's calls (fused or sliced), put the outputs on its
+output queue. Pipeline mode feeds frames as fast as the first queue takes them; Switch mode
+keeps one frame in flight. A stage whose executor holds the GIL runs apart, in a process of
+its own (`profiler.mapping.stage_process`). With a power source the run also gets its
+energy per frame. `run_mapping(MappingRunConfig)` returns a `MappedRun`.
 
-    take (frame, tensors) from its input queue
-    per call: hand its inputs over (from the message, or straight from the producing
-              call of this stage), apply per-layer DVFS, run
-    read the tensors later stages need out of its buffers (host copies)
-    put (frame, tensors) on its output queue
-
-**Calls** (`profiler.mapping.spec.calls`, ``MappingRunConfig.method``): with ``fused`` (the
-default) a stage's layers are one sub-model cut from the original model
-(`profiler.slicing.spans`), run by one call as an application runs them, so a GPU
-stage pays its fixed per-call cost (dispatch, synchronisation, read-back) once; a
-per-layer DVFS SPEC that changes the level inside a stage cuts it into several calls,
-the request made before each. With ``sliced`` every layer is its own sub-model and
-call (what the per-layer tables measure), and each pays that cost.
-
-**Stages apart** (``MappingRunConfig.apart``): LiteRT's accelerator call keeps Python's
-GIL while the device works, so in Pipeline mode a stage whose executor says so
-(`Executor.holds_gil`) runs in a child process of its own (`profiler.mapping.stage_process`);
-its thread here only hands frames over. A stage that needs this process (per-layer
-DVFS requests, the simulated board's power model, a caller's executor factory or
-clock) stays on its thread.
-
-Queues are `queue.Queue(maxsize=queue_depth)`: a slow stage blocks the ones before it
-instead of letting a backlog grow. A tensor needed two stages later (a skip
-connection cut in the middle) is forwarded through the stages in between.
-
-* **Pipeline mode**: the source feeds frames as fast as the first queue takes them,
-  so stages work on consecutive frames at once; throughput = completed frames per
-  second in the steady state.
-* **Switch mode**: the same threads, but frame ``f + 1`` is fed only after frame ``f``
-  has left the last stage (by the thread that took it out, so no source thread wakes
-  up in between), so exactly one frame is in flight and the processors take turns
-  (ARM-CO-UP's Switch mode; hand-overs cross threads as in the transfer matrix).
-
-**Energy per frame** (with a power source):
-
-* streaming (the logger; ``sim`` on the simulated board): one capture around the
-  measured frames; the marker goes high before the first measured frame is admitted
-  and changes level each time a frame leaves the last stage (edges for the clock
-  fit). Energy per frame = the board's energy from the first to the last
-  completion / (frames - 1), the same steady-state span the throughput is measured
-  over (one frame: from its first hand-over to its completion). Per frame, the
-  energy between consecutive completions is kept too, and the idle baseline
-  measured before. In switch mode each stage also gets the board energy of its own
-  window (its first hand-over in .. its read-out done; mean over the same frames);
-  in pipeline mode stages
-  overlap, so per-stage board energy has no meaning and is not reported.
-* counter sources (NVML, RAPL, hwmon): the measured batch is repeated until the
-  counter window spans enough updates; energy per frame = energy / frames.
-
-``activity`` (the simulated board's power model) hears ``busy(letter, stage)`` when a
-stage takes a frame, again before each layer when per-layer DVFS may have changed the
-frequency, and ``idle(letter, stage)`` after its read-out: on the simulated board,
-the board's power is the baseline plus every busy processor's dynamic power, so
-concurrent stages add up.
-
-Per frame and call, four timestamps are kept as in the layer runner (transfer
-start/end, call start/end; with ``sliced``, a call is a layer). For the first call of
-a stage the transfer starts when the producing stage finished its last call (or, if
-this stage was still busy with an earlier frame then, when it became free), so
-queueing is never counted as transfer.
-
-A run is configured by one `MappingRunConfig`; `run_mapping` goes through four steps:
-set-up (`_Stages`: plans, queues, stage threads), per-mode execution (`_Driver`, whose
-which feeds frames from a source thread for Pipeline and, for Switch, feeds the next
-frame from the thread that took the last one out, so one frame is in flight and a frame
-waits for no extra thread wake-up), measurement
-(`_measure`: warm-up done, frames run through the power source if any) and the result
-(`_result`: a `MappedRun` with the energy attributed).
+The design (timestamps, energy per frame, the stage loop): docs/mapping.md.
 """
 
 from __future__ import annotations
@@ -82,8 +19,9 @@ import queue
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from time import thread_time_ns
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -94,7 +32,6 @@ from profiler.executors.base import Executor, MakeExecutor, SubModel
 from profiler.executors.factory import make_executor
 from profiler.mapping.queueing import QUEUE_DEPTH
 from profiler.mapping.spec import (
-    EXECUTIONS,
     Call,
     FreqPlan,
     Mapping,
@@ -105,8 +42,13 @@ from profiler.mapping.spec import (
 )
 from profiler.mapping.stage_process import StageProcess, StageReady, StageSpec
 from profiler.mapping.transfer import Activity, NoActivity, model_inputs
+from profiler.measure.method import METHODS, Method
 from profiler.measure.results import LAYER_END, LAYER_START, TRANSFER_END, TRANSFER_START
 from profiler.power.session import PowerSession, StreamCapture
+
+if TYPE_CHECKING:
+    from profiler.slicing.spans import Span
+    from profiler.slicing.specs import Layer, SlicedModel
 
 MODES = ("switch", "pipeline")
 APART = ("auto", "always", "never")  # MappingRunConfig.apart
@@ -153,12 +95,12 @@ class MappedRun:
     energy_window_ns: tuple[int, int] | None = None  # the span energy_mj comes from
     power_info: dict[str, Any] = field(default_factory=dict)  # baseline, samples, clock fit
     power_error: ProfilerError | None = None  # the capture failed; timings are kept
-    method: str = "sliced"  # how layers were executed: "fused" or "sliced" (one call each)
+    method: Method = Method.SLICED  # how layers were executed (sliced: one call each)
     calls: list[Call] = field(default_factory=list)  # what ran; default: one per layer
 
     def __post_init__(self) -> None:
         if not self.calls:
-            self.calls = calls(self.mapping, method="sliced")
+            self.calls = calls(self.mapping, method=Method.SLICED)
 
     def stage_first_call(self, stage: int) -> int:
         """Index of the first call of `stage` (its column in ts_ns)."""
@@ -217,8 +159,8 @@ class MappingRunConfig:
     inputs: FrameInputs | None = None  # frame -> {model input tensor: array}; default: seeded
     keep_outputs: bool = False  # keep every measured frame's model outputs (tests compare)
     model_name: str = "model"  # for the executors' messages
-    # How layers run (module docstring): "fused" needs the model's bytes to cut spans from.
-    method: str = "fused"
+    # How layers run (docs/mapping.md): "fused" needs the model's bytes to cut spans from.
+    method: Method = Method.FUSED
     model_bytes: bytes | None = None
     # What the run talks to:
     make: MakeExecutor | None = None  # default: profiler.executors.factory.make_executor
@@ -241,10 +183,10 @@ class MappingRunConfig:
         if self.mode not in MODES:
             raise BadInputError(f"--mode {self.mode!r} is not one of {', '.join(MODES)}",
                                 "use --mode switch or --mode pipeline")
-        if self.method not in EXECUTIONS:
+        if self.method not in METHODS:
             raise BadInputError(f"--method {self.method!r} is not one of "
-                                f"{', '.join(EXECUTIONS)}", "use --method fused or sliced")
-        if self.method == "fused" and self.model_bytes is None:
+                                f"{', '.join(METHODS)}", "use --method fused or sliced")
+        if self.method == Method.FUSED and self.model_bytes is None:
             raise ValueError("fused execution cuts stages from the model: give model_bytes")
         if self.apart not in APART:
             raise ValueError(f"apart must be one of {', '.join(APART)}, not {self.apart!r}")
@@ -265,7 +207,7 @@ class MappingRunConfig:
 class _StagePlan:
     stage: Stage
     calls: list[Call]
-    units: list[Any]  # per call: what it loads (a sliced layer, or a Span of layers)
+    units: Sequence[Layer | Span]  # per call: what it loads (a layer, or a span of layers)
     # per call position in the stage, per input slot: ("msg", tensor) or ("local", pos, slot)
     feeds: list[list[tuple[Any, ...]]]
     forwards: list[int]  # tensors to send on (needed later, or model outputs)
@@ -273,9 +215,10 @@ class _StagePlan:
     requests: list[int | None]  # per call: the kHz its per-layer SPEC asks for, if any
 
 
-def _units(sliced: Any, config: MappingRunConfig, run_calls: list[Call]) -> list[Any]:
+def _units(sliced: SlicedModel, config: MappingRunConfig, run_calls: list[Call]
+           ) -> Sequence[Layer | Span]:
     """What each call loads: the sliced layer itself, or its layers cut as one span."""
-    if config.method == "sliced":
+    if config.method == Method.SLICED:
         return [sliced.layers[c.first] for c in run_calls]
     from profiler.slicing.spans import span_models
 
@@ -283,7 +226,8 @@ def _units(sliced: Any, config: MappingRunConfig, run_calls: list[Call]) -> list
     return span_models(config.model_bytes, sliced, [(c.first, c.last) for c in run_calls])
 
 
-def _plans(sliced: Any, mapping: Mapping, run_calls: list[Call], units: list[Any],
+def _plans(sliced: SlicedModel, mapping: Mapping, run_calls: list[Call],
+           units: Sequence[Layer | Span],
            freq: FreqPlan | None) -> list[_StagePlan]:
     layers = list(sliced.layers)
     crossing = boundary_tensors(sliced)
@@ -318,13 +262,25 @@ def _plans(sliced: Any, mapping: Mapping, run_calls: list[Call], units: list[Any
     return plans
 
 
+_Put = Callable[[int, np.ndarray], None]
+
+
+def _local_feed(put: _Put, slot: int, get: Callable[[int], np.ndarray], o: int
+                ) -> Callable[[], None]:
+    return lambda: put(slot, get(o))
+
+
+def _remote_feed(put: _Put, slot: int, idx: int) -> Callable[[Any], None]:
+    return lambda t: put(slot, t[idx])
+
+
 def _call_name(c: Call, model: str) -> str:
     what = f"layer {c.first}" if len(c.layers) == 1 else f"layers {c.first}..{c.last}"
     return f"{what} of {model}"
 
 
 class _StageThread(threading.Thread):
-    """One stage: creates its sub-models, then runs every frame it takes (module docstring)."""
+    """One stage: creates its sub-models, then runs every frame it takes (docs/mapping.md)."""
 
     def __init__(self, plan: _StagePlan, make: Callable[[], Executor], q_in: queue.Queue[Any],
                  q_out: queue.Queue[Any], config: MappingRunConfig) -> None:
@@ -391,7 +347,7 @@ class _StageThread(threading.Thread):
         for c, f in zip(self.plan.calls, self.plan.requests, strict=True):
             gov = self.governors.get(self.freq.domain[c.first]) if f is not None and self.freq \
                 else None
-            out.append((lambda g=gov, k=f: g.request_khz(k)) if gov is not None else None)
+            out.append(partial(gov.request_khz, f) if gov is not None else None)
         return out
 
     def _feeders(self) -> list[tuple[list[Callable[[], None]], list[Callable[[Any], None]]]]:
@@ -404,10 +360,9 @@ class _StageThread(threading.Thread):
             for slot, src in enumerate(self.plan.feeds[k]):
                 put = sub.set_input
                 if src[0] == "local":
-                    get = self.subs[src[1]].output
-                    local.append(lambda put=put, slot=slot, get=get, o=src[2]: put(slot, get(o)))
+                    local.append(_local_feed(put, slot, self.subs[src[1]].output, src[2]))
                 else:
-                    remote.append(lambda t, put=put, slot=slot, idx=src[1]: put(slot, t[idx]))
+                    remote.append(_remote_feed(put, slot, src[1]))
             out.append((local, remote))
         return out
 
@@ -528,7 +483,7 @@ def _no_executor() -> Executor:
 
 
 def _runs_apart(board: Board, plan: _StagePlan, config: MappingRunConfig, stages: int) -> bool:
-    """Whether this stage runs in its own process (module docstring: stages apart)."""
+    """Whether this stage runs in its own process (docs/mapping.md: stages apart)."""
     if config.apart == "never" or stages < 2:
         return False
     own_power = config.activity is not None and not isinstance(config.activity, NoActivity)
@@ -541,7 +496,7 @@ def _runs_apart(board: Board, plan: _StagePlan, config: MappingRunConfig, stages
         make_executor(board, plan.stage.processor).holds_gil
 
 
-def run_mapping(sliced: Any, board: Board, config: MappingRunConfig) -> MappedRun:
+def run_mapping(sliced: SlicedModel, board: Board, config: MappingRunConfig) -> MappedRun:
     """Run `config.frames` measured frames (after `config.warmup`) of `sliced` on `board`,
     its layers placed by `config.mapping`: set up the stages, run the warm-up, measure
     (with the power source, if any), and gather the result."""
@@ -564,7 +519,7 @@ def run_mapping(sliced: Any, board: Board, config: MappingRunConfig) -> MappedRu
 # -- set-up ------------------------------------------------------------------------
 
 
-def _frame_inputs(sliced: Any, config: MappingRunConfig) -> FrameInputs:
+def _frame_inputs(sliced: SlicedModel, config: MappingRunConfig) -> FrameInputs:
     if config.inputs is not None:
         return config.inputs
     fixed = model_inputs(sliced, config.seed)
@@ -575,7 +530,7 @@ class _Stages:
     """The stage threads and the queues that join them: queue k feeds stage k, the
     last one takes finished frames."""
 
-    def __init__(self, sliced: Any, board: Board, config: MappingRunConfig,
+    def __init__(self, sliced: SlicedModel, board: Board, config: MappingRunConfig,
                  run_calls: list[Call]) -> None:
         build = config.make or (lambda bd, letter: make_executor(bd, letter, clock=config.clock))
         plans = _plans(sliced, config.mapping, run_calls, _units(sliced, config, run_calls),
@@ -594,7 +549,7 @@ class _Stages:
                 self.threads.append(_ApartStage(p, spec, q_in, q_out, config))
             else:
                 self.threads.append(_StageThread(
-                    p, (lambda letter=p.stage.processor: build(board, letter)), q_in, q_out,
+                    p, partial(build, board, p.stage.processor), q_in, q_out,
                     config))
 
     def start(self) -> None:

@@ -1,60 +1,14 @@
 """Predict a mapping's latency, throughput and energy from layer and transfer tables.
 
-Costs (all per frame, ms unless named otherwise), for layer ``i`` on processor ``P_i``:
+A mapping is priced as the calls `coupprof run` executes (`profiler.mapping.spec.calls`):
+each call pays its processor's fixed per-call cost, its layers' times, the read-back at a
+cut and the hand-over into it. Switch mode sums the calls; Pipeline mode takes the slowest
+stage for throughput (AutoDiCE's model) and the wait in the full queues for latency
+(`profiler.mapping.queueing`). Energy per frame follows the same calls, with the idle
+baseline where a table lacks a figure. A missing transfer at a processor change counts as
+0 and is listed in ``missing``.
 
-    t_i   the layer's time on P_i                 (layer table: time_ms_mean)
-    h_i   the hand-over into layer i:
-          i = 0:              feeding the model input into it (layer table: transfer_ms_mean)
-          P_{i-1} != P_i:     transfer(i - 1, P_{i-1}, P_i)        (transfer table)
-          P_{i-1} == P_i:     transfer(i - 1, P_i, P_i) if the transfer table has it,
-                              else the layer table's transfer_ms_mean for layer i
-
-**Calls.** A mapping runs as calls (`profiler.mapping.spec.calls`, the same ones `coupprof
-run` executes): with ``method="fused"`` (the default) each stage is one call, cut only
-where a per-layer DVFS SPEC changes the level; with ``"sliced"`` every layer is a call.
-A call c on processor P costs
-
-    C_c = F_P + sum of t_i over its layers + R_c + h_{first layer of c}
-
-where F_P is P's fixed per-call cost (the fixed row of a fused table, `coupprof layers
---method fused`, times its call factor as t_i below; 0 for sliced tables, whose t_i
-already hold a call's cost each), t_i
-the fused time (time_ms_fused; for a CPU table, times its call factor: the mean of its
-whole model's calls back to back over their undisturbed time, `profiler.measure.fused`,
-"Disturbed calls") or the sliced one (time_ms_mean), and R_c the extra
-read-back of the call's outputs at a cut: the fused transfer table's ``readout_ms``
-for its last boundary (`coupprof transfer-matrix --method fused`: an accelerator
-downloads the whole boundary tensor, which the fused layer times, measured with
-outputs reduced, leave out; 0 on CPUs and where unknown). Layers inside a call have no
-hand-over.
-
-**Switch mode** (one frame at a time): latency = sum over calls of C_c;
-throughput = 1000 / latency.
-
-**Pipeline mode** (AutoDiCE's model): stage k's time S_k = sum of its calls' C_c, so
-the hand-over into a stage is charged to the stage that receives it, plus, for a stage
-that runs in a process of its own (an accelerator's, `profiler.mapping.pipeline`), the hand-over
-of each frame to that process and back (`coupprof run` measures it over its warm-up
-frames; 0 where not given); throughput =
-1000 / max_k S_k (the slowest stage sets the pace). Latency counts the waiting: stages
-are joined by queues of Q frames (`coupprof run --queue-depth`), so every queue before
-the slowest stage b fills and a frame's latency is b (Q + 1) S_b + sum_{k >= b} S_k in
-the steady state, or the mean over a run of N frames that starts empty
-(`profiler.mapping.queueing`); the serial sum sum_k S_k when the first stage is the slowest.
-
-**Energy per frame**: Switch: sum_i e_i + sum_c E(F_c) + sum_i E(h_i), where E(F_c) is the
-fixed row's energy (its power x F, when the table has it; else the idle baseline
-times F) and e_i is the layer table's
-energy_mj (board energy during the layer) and E(h_i) the board energy of the hand-over
-into layer i: the transfer table's energy_mj where it has the row (every boundary a
-`coupprof transfer-matrix` or `coupprof run` measured, same-processor ones included),
-else the idle baseline times h_i when a baseline is known (0 otherwise; at a processor
-change this is noted). Pipeline: stages overlap, so summing board energies would count
-the idle power once per stage; with dynamic energies and the idle baseline known,
-E = sum_i dyn_i + sum_i (E(h_i) - P_idle * h_i) + P_idle * (1000 / throughput);
-otherwise the Switch sum is given and flagged as an upper bound.
-
-A missing transfer at a processor change counts as 0 and is listed in ``missing``.
+The formulas: docs/mapping.md ("Predictions").
 """
 
 from __future__ import annotations
@@ -63,21 +17,28 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 import pandas as pd
 
 from profiler.boards.model import Board
-from profiler.errors import BadInputError
-from profiler.executors.base import Executor
+from profiler.errors import BadInputError, ProfilerError
+from profiler.executors.base import Executor, SubModel
 from profiler.executors.factory import make_executor
 from profiler.executors.worker import ProcessorWorker
 from profiler.mapping.queueing import QUEUE_DEPTH, pipeline_latency_ms
 from profiler.mapping.spec import Call, FreqPlan, Mapping, calls
 from profiler.mapping.transfer import Activity, NoActivity, measure_transfer_matrix
-from profiler.measure.freq_trace import FreqSampler, FreqTrace, clock_while
-from profiler.power.session import MarkerHooks, PowerSession, StreamCapture
+from profiler.measure.freq_trace import FreqSampler, FreqTrace
+from profiler.measure.method import Method
+from profiler.power.session import PowerSession
+
+if TYPE_CHECKING:
+    from governors import Governor
+    from profiler.mapping.pipeline import MappedRun
+    from profiler.measure.fused import FusedSettings
+    from profiler.slicing.specs import SlicedModel
 
 T = TypeVar("T")
 #: A fused table whose whole model's 95 % interval is wider than this share of it is
@@ -210,7 +171,7 @@ class Prediction:
     energy_mj: float | None = None
     energy_note: str = ""
     missing: list[str] = field(default_factory=list)
-    method: str = "fused"
+    method: Method = Method.FUSED
     calls: list[Call] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     call_ms: list[float] = field(default_factory=list)  # per call: fixed + layers + read-back
@@ -250,11 +211,11 @@ def _transfer(transfers: pd.DataFrame | None, b: int, src: str, dst: str) -> pd.
 
 def predict(mapping: Mapping, mode: str, layers: LayerCosts,
             transfers: pd.DataFrame | None = None, freq: FreqPlan | None = None,
-            method: str = "fused", queue_depth: int = QUEUE_DEPTH,
+            method: Method = Method.FUSED, queue_depth: int = QUEUE_DEPTH,
             frames: int | None = None, process_ms: dict[int, float] | None = None
             ) -> Prediction:
     """Latency, throughput and energy of `mapping` in `mode`, executed by `method`'s
-    calls (see the module docstring). Pipeline latency waits in queues of `queue_depth`
+    calls (see docs/mapping.md). Pipeline latency waits in queues of `queue_depth`
     frames: the mean over a run of `frames` that starts empty (None: the steady state).
     `process_ms`: per stage that runs in a process of its own, the hand-over of a frame
     to that process and back, added to the stage's time (`coupprof run` measures it over
@@ -339,7 +300,7 @@ def predict(mapping: Mapping, mode: str, layers: LayerCosts,
             notes.append(f"{p}: its calls priced x{kappa:.3f}, the mean of its whole model's "
                          "calls back to back over their undisturbed time (its table's; "
                          "the layers' figures are undisturbed)")
-    if method == "fused":
+    if method == Method.FUSED:
         sliced_only = [p for p in mapping.processors if not layers.fused(p)]
         if sliced_only and len(mapping.order) > len(run_calls):
             notes.append(f"{', '.join(sliced_only)}: sliced tables, so each fused call is "
@@ -568,12 +529,12 @@ def _sidecar_format(json_path: Path) -> str:
 
 
 def measure_costs(
-    sliced: Any,
+    sliced: SlicedModel,
     board: Board,
     mapping: Mapping,
     *,
     freq: FreqPlan | None = None,
-    governors: dict[str, Any] | None = None,
+    governors: dict[str, Governor] | None = None,
     frames: int = 20,
     warmup: int = 3,
     make: Callable[[Board, str], Executor] | None = None,
@@ -581,9 +542,9 @@ def measure_costs(
     activity: Activity | None = None,
     seed: int = 0,
     model_name: str = "model",
-    method: str = "sliced",
+    method: Method = Method.SLICED,
     model_bytes: bytes | None = None,
-    fused: Any = None,
+    fused: FusedSettings | None = None,
     clock: dict[str, FreqSampler] | None = None,
 ) -> tuple[LayerCosts, pd.DataFrame]:
     """Layer and transfer tables for what `mapping` needs, measured as `coupprof layers`
@@ -606,97 +567,96 @@ def measure_costs(
     Energy: with a streaming source, the marker is high around each layer's invoke and
     each layer's energy is attributed over those windows (as `coupprof layers`), with
     the dynamic energy and the idle baseline, which the Pipeline prediction needs;
-    with a counter source, each layer is repeated until the counter resolves it."""
-    from profiler.measure.runner import LayerRunner
+    with a counter source, each layer's power is that of its repeat window and its energy
+    that power times its time in the frames (as `coupprof layers`). The layers of each
+    processor are measured by `profiler.measure.layers.ProcessorLayers`."""
+    from profiler.markers.hooks import LayerHooks
+    from profiler.measure.fused import FusedSettings
+    from profiler.measure.layers import (
+        LayerMeasurement,
+        LayerSettings,
+        ModelUnderTest,
+        ProcessorLayers,
+    )
 
     build = make or (lambda bd, letter: make_executor(bd, letter))
     govs = governors or {}
     act = activity or NoActivity()
     n = mapping.n_layers
+    if method == Method.FUSED and model_bytes is None:
+        raise ValueError("the fused method needs the model's bytes")
+    model = ModelUnderTest(sliced, model_bytes, model_name, model_name)
+    settings = LayerSettings(frames=frames, warmup=warmup, seed=seed,
+                             fused=(fused or FusedSettings()) if method == Method.FUSED else None)
 
-    class Hooks(MarkerHooks):
-        """Per-layer DVFS requests, activity, and (streaming) the marker per layer."""
+    class Requests(LayerHooks):
+        """Per-layer DVFS requests and the simulated board's activity around each layer
+        (the power marker's hooks run inside these, nearest the invoke)."""
 
-        def __init__(self, letter: str, cap: StreamCapture | None) -> None:
-            super().__init__(cap, frames, n)
+        def __init__(self, letter: str) -> None:
             self.letter = letter
-            self.requests: list[tuple[Any, int] | None] = []
+            self.requests: list[tuple[Governor, int] | None] = []
             for pos in range(n):
                 khz = freq.khz[pos] if freq is not None and freq.mode == "per-layer" else None
                 gov = govs.get(freq.domain[pos]) if khz is not None and freq else None
                 mine = mapping.order[pos] == letter
-                self.requests.append((gov, khz) if gov is not None and mine else None)
+                self.requests.append((gov, khz) if gov is not None and khz is not None
+                                     and mine else None)
 
         def before_layer(self, layer: int) -> None:
             req = self.requests[layer]
             if req is not None:
                 req[0].request_khz(req[1])
             act.busy(self.letter)
-            super().before_layer(layer)
 
         def after_layer(self, layer: int) -> None:
-            super().after_layer(layer)
             act.idle(self.letter)
 
-    streaming = power is not None and power.streaming
+    def power_failed(err: ProfilerError) -> None:
+        raise err
+
     baselines: dict[str, float] = {}
     fixed: dict[tuple[str, int | None], float] = {}
-    if method == "fused" and model_bytes is None:
-        raise ValueError("the fused method needs the model's bytes")
-
-    fused_energy: dict[str, Any] = {}
     fixed_e: dict[tuple[str, int | None], float] = {}
     samplers = clock or {}
     whole: dict[tuple[str, int | None], tuple[float, float]] = {}
     factors: dict[tuple[str, int | None], float] = {}
-
-    def fused_times(ex: Executor, letter: str) -> np.ndarray | None:
-        if method != "fused":
-            return None
-        from profiler.measure.fused import measure_model
-
-        # With a power source, each layer's energy is a difference of prefix energies
-        # (each prefix run back to back while the source resolves its power).
-        with clock_while(samplers.get(letter)):
-            res, energy = measure_model(
-                ex, model_bytes or b"", sliced, fused, seed=seed, model_name=model_name,
-                prefix_powers=power.call_powers if power is not None else None)
-        pos = mapping.order.index(letter)
-        key = (letter, freq.level[pos] if freq is not None else None)
-        fixed[key] = res.fixed.time_ms
-        whole[key] = (res.whole.time_ms, res.whole.ci95_ms)
-        if res.call_factor is not None:
-            factors[key] = res.call_factor
-        if energy is not None:
-            fused_energy[letter] = energy
-            fixed_e[key] = energy.fixed_energy_mj
-        return res.times_ms()
+    traces: dict[tuple[str, int | None], FreqTrace] = {}
 
     def profile(ex: Executor, letter: str) -> list[dict[str, Any]]:
-        cap = power.capture().start() if power is not None and streaming else None
-        hooks = Hooks(letter, cap)
-        runner = LayerRunner(sliced, ex, hooks=hooks, seed=seed, model_name=model_name)
-        try:
-            with clock_while(samplers.get(letter) if method != "fused" else None):
-                timings = runner.run(frames=frames, warmup=warmup)
-        finally:
-            if cap is not None:
-                cap.stop()
-        att = None
-        if cap is not None:
-            ts = np.asarray(timings.ts_ns)
-            att = cap.windows_on_edges(ts[:, :, 2], ts[:, :, 3], hooks.rise[:, :, 0],
-                                       hooks.fall[:, :, 1])
-            baselines[letter] = float(att.baseline_power_w)
-        fz = fused_times(ex, letter)
+        sampler = samplers.get(letter)
+        with ProcessorLayers(board, letter, model, settings, executor=ex, hooks=Requests(letter),
+                             freq_reader=sampler.reader if sampler is not None else None,
+                             env={}) as layers:
+            m = layers.measure(power=power, on_power_error=power_failed)
+            subs = [getattr(interp, "sub", None) for interp in layers.runner.interpreters]
+        return table_rows(m, letter, subs)
+
+    def table_rows(m: LayerMeasurement, letter: str, subs: list[SubModel | None]
+                   ) -> list[dict[str, Any]]:
         first = mapping.order.index(letter)
+        key = (letter, freq.level[first] if freq is not None else None)
+        if m.freq_trace is not None:
+            traces[key] = m.freq_trace
+        att = m.power.attribution if m.power is not None else None
+        if att is not None:
+            baselines[letter] = float(att.baseline_power_w)
+        fz = None
+        if m.fused is not None:
+            fixed[key] = m.fused.fixed.time_ms
+            whole[key] = (m.fused.whole.time_ms, m.fused.whole.ci95_ms)
+            if m.fused.call_factor is not None:
+                factors[key] = m.fused.call_factor
+            if m.fused_energy is not None:
+                fixed_e[key] = m.fused_energy.fixed_energy_mj
+            fz = m.fused.times_ms()
+        timings = m.run.timings
         # the layers' power and dynamic energy are taken over the time predict prices
         # them at (`LayerCosts.lookup`: at the call factor)
-        kappa = factors.get((letter, freq.level[first] if freq is not None else None), 1.0)
+        kappa = factors.get(key, 1.0)
         rows = []
         for pos in (i for i, p in enumerate(mapping.order) if p == letter):
-            interp = runner.interpreters[pos]
-            sub = getattr(interp, "sub", None)
+            sub = subs[pos]
             sliced_ms = float(timings.time_ns[:, pos].mean()) / 1e6
             t_ms = sliced_ms if fz is None else float(fz[pos])
             row: dict[str, Any] = {
@@ -704,8 +664,8 @@ def measure_costs(
                 "layer": pos, "time_ms": t_ms, "time_ms_sliced": sliced_ms,
                 "transfer_ms": float(timings.transfer_ns[:, pos].mean()) / 1e6,
                 "fallback": sub.fallback if sub is not None else None}
-            if letter in fused_energy:  # fused: the prefix energies' difference
-                e = float(fused_energy[letter].layer_energy_mj[pos])
+            if m.fused_energy is not None:  # fused: the prefix energies' difference
+                e = float(m.fused_energy.layer_energy_mj[pos])
                 t_priced = t_ms * kappa
                 row["energy_mj"] = e
                 row["power_w"] = e / t_priced if t_priced > 0 else float("nan")
@@ -718,26 +678,21 @@ def measure_costs(
                 row["power_w"] = lw.power_w
                 row["energy_mj"] = lw.energy_mj
                 row["dynamic_energy_mj"] = lw.dynamic_energy_mj
-            elif power is not None:
-                def call(interp: Any = interp, letter: str = letter) -> None:
-                    act.busy(letter)
-                    interp.invoke()
-                    act.idle(letter)
-
-                e_call = power.per_call(call)
-                row["energy_mj"] = e_call if fz is None else e_call * t_ms / max(sliced_ms, 1e-9)
+            elif m.power is not None and "energy_mj" in m.power.columns:
+                row["energy_mj"] = float(m.power.columns["energy_mj"][pos])
             rows.append(row)
         return rows
 
     rows: list[dict[str, Any]] = []
-    traces: dict[tuple[str, int | None], FreqTrace] = {}
     for letter in mapping.processors:
-        with ProcessorWorker(lambda letter=letter: build(board, letter), name=letter) as w:
-            rows += w.call(lambda ex, letter=letter: profile(ex, letter))
-        trace = samplers[letter].trace() if letter in samplers else None
-        if trace is not None:
-            pos = mapping.order.index(letter)
-            traces[(letter, freq.level[pos] if freq is not None else None)] = trace
+        def opened(letter: str = letter) -> Executor:
+            return build(board, letter)
+
+        def measured(ex: Executor, letter: str = letter) -> list[dict[str, Any]]:
+            return profile(ex, letter)
+
+        with ProcessorWorker(opened, name=letter) as w:
+            rows += w.call(measured)
     table = pd.DataFrame(rows)
     table["level"] = table["level"].astype("Int64")
     transfers = mapping_transfers(sliced, board, mapping, freq=freq, frames=frames,
@@ -749,18 +704,19 @@ def measure_costs(
 
 
 def handover_points(mapping: Mapping, freq: FreqPlan | None = None,
-                    method: str = "fused") -> list[tuple[int, str, str]]:
+                    method: Method = Method.FUSED) -> list[tuple[int, str, str]]:
     """(boundary, src, dst) where `method`'s calls of `mapping` meet: where a run hands over."""
     return [(c.last, c.processor, mapping.order[c.last + 1])
             for c in calls(mapping, freq, method) if c.last + 1 < mapping.n_layers]
 
 
-def mapping_transfers(sliced: Any, board: Board, mapping: Mapping, *,
+def mapping_transfers(sliced: SlicedModel, board: Board, mapping: Mapping, *,
                       freq: FreqPlan | None = None, frames: int = 20, warmup: int = 3,
                       make: Callable[[Board, str], Executor] | None = None,
                       power: PowerSession | None = None, activity: Activity | None = None,
-                      seed: int = 0, model_name: str = "model", method: str = "sliced",
-                      model_bytes: bytes | None = None, fused: Any = None) -> pd.DataFrame:
+                      seed: int = 0, model_name: str = "model", method: Method = Method.SLICED,
+                      model_bytes: bytes | None = None, fused: FusedSettings | None = None
+                      ) -> pd.DataFrame:
     """The transfer table at the mapping's hand-over points (`handover_points`), measured as
     `coupprof transfer-matrix --method METHOD` does; empty when the run hands nothing over."""
     needed = handover_points(mapping, freq, method)
@@ -778,7 +734,7 @@ def mapping_transfers(sliced: Any, board: Board, mapping: Mapping, *,
 # Measured against predicted
 # --------------------------------------------------------------------------------
 
-def compare(pred: Prediction, run: Any) -> pd.DataFrame:
+def compare(pred: Prediction, run: MappedRun) -> pd.DataFrame:
     """Rows of metric, predicted, measured, error_pct (measured vs predicted)."""
     rows: list[tuple[str, float, float | None]] = [
         ("latency_ms", pred.latency_ms, float(run.latency_ns.mean()) / 1e6),

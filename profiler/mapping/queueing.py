@@ -1,29 +1,11 @@
 """A frame's latency through Pipeline mode's bounded queues, from its stages' times.
 
-`profiler.mapping.pipeline` runs Pipeline mode as a line of stages joined by queues of
-``queue_depth`` frames each: the source puts frames into queue 0 as fast as it takes
-them; stage k takes a frame from queue k, works on it for S_k, then puts it into queue
-k + 1, waiting while that queue is full (blocking after service); the driver empties the
-last queue at once. A batch of frames starts with the line empty (the warm-up batch
-drains before the measured one). `MappedRun.latency_ns` measures a frame from stage 0
-taking it to the last stage done, so in the steady state most of a frame's latency is
-waiting: every queue before the slowest stage is full.
+Stages are joined by queues of ``queue_depth`` frames, so in the steady state most of a
+frame's latency is waiting in the full queues before the slowest stage b:
+b (Q + 1) S_b + sum_{k >= b} S_k. `pipeline_latency_ms` gives that, or with ``frames`` the
+mean over a batch that starts empty, from the recurrences of the frames' times.
 
-With stage times taken as fixed, frame i's times follow (Q = queue_depth, n stages):
-
-    T[i, k] = max(D[i-1, k], D[i, k-1])      stage k takes it (T[i, 0]: from the source)
-    D[i, k] = max(T[i, k] + S_k, T[i-Q, k+1])  it leaves stage k (room in queue k + 1)
-    D[i, n-1] = T[i, n-1] + S_{n-1};  latency_i = D[i, n-1] - T[i, 0]
-
-In the steady state, with b the first of the slowest stages, a frame that stage 0 takes
-finds b (Q + 1) frames ahead of it at or before stage b (Q in each of queues 1..b, one in
-each of stages 1..b), so its latency is
-
-    b (Q + 1) S_b + sum_{k >= b} S_k
-
-(the serial sum when the first stage is the slowest). A finite batch starts empty, so its
-first frames wait less; `pipeline_latency_ms` with ``frames`` gives the mean over such a
-batch, which is what `coupprof run --mode pipeline --frames N` reports.
+The recurrences and the closed form, derived: docs/mapping.md ("Predictions").
 """
 
 from __future__ import annotations
@@ -36,7 +18,7 @@ QUEUE_DEPTH = 2  # frames each queue between stages holds, unless a run says oth
 
 
 def steady_latency_ms(stage_ms: Sequence[float], queue_depth: int) -> float:
-    """Latency of a frame once the line is full (module docstring's closed form)."""
+    """Latency of a frame once the line is full (the closed form in docs/mapping.md)."""
     _check(stage_ms, queue_depth)
     slowest = max(stage_ms)
     b = next(k for k, s in enumerate(stage_ms) if s == slowest)
@@ -45,7 +27,7 @@ def steady_latency_ms(stage_ms: Sequence[float], queue_depth: int) -> float:
 
 def frame_latencies_ms(stage_ms: Sequence[float], queue_depth: int, frames: int) -> list[float]:
     """Each frame's latency over a batch of `frames` that starts with the line empty
-    (module docstring's recurrences)."""
+    (the recurrences in docs/mapping.md)."""
     _check(stage_ms, queue_depth)
     if frames < 1:
         raise BadInputError(f"need frames >= 1 (got {frames})")

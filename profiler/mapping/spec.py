@@ -1,45 +1,28 @@
 """Mappings of layers to processors, their stages and boundaries, and frequency SPECs.
 
-**Order strings** (ARM-CO-UP's notation): one processor letter per layer, in layer
-order, e.g. ``GGBBBBNN`` for an 8-layer model. A count may follow a letter
-(``G2B4N2`` is the same) and ``-``, ``_``, spaces and commas are ignored
-(``GG-BBBB-NN``). The length must equal the model's layer count.
+Order strings (``GGBBBBNN``, ``G2B4N2``) map one processor letter to each layer; a stage is
+a maximal run of same-letter layers; boundary ``b`` lies between layers ``b`` and ``b + 1``
+and carries every tensor produced at or before it and read after it. A ``--freq`` SPEC
+sets levels per processor, per stage or per layer, as ARM-CO-UP's DVFS modes do. `calls`
+says how a stage's layers run: fused (one call per stage, cut where a per-layer SPEC
+changes the level) or sliced (one call per layer); `profiler.mapping.pipeline` runs these
+calls and `profiler.mapping.predict` prices the same ones.
 
-**Stages**: each maximal run of same-letter layers (``GG | BBBB | NN``). Pipeline mode
-gives every stage its own thread; adjacent stages always differ in processor.
-
-**Boundaries**: boundary ``b`` lies between layer ``b`` and layer ``b + 1``; its
-tensors are those produced by layers ``<= b`` (or model inputs) and read by a layer
-``> b`` -- with a residual block cut in the middle, the skip tensor crosses too.
-
-**Frequency SPEC** (``--freq``), ARM-CO-UP's per-processor and per-layer DVFS; levels
-are 1-based indices into each processor's frequency table, or ``min``/``max``. ``N``
-(no DVFS of its own) uses its host cluster's table and governor:
-
-    4                     every processor of the mapping at level 4 (set once, at setup)
-    G=4,B=8,L=max         per processor (set once); processors not named are left alone
-    4/8/3                 per stage, in stage order (set when each stage starts)
-    4,4,6,6,6,6,3,3       per layer, one level per layer (set before each layer)
-    -                     per layer, '-' (or '') leaves that layer's frequency alone
-
-Per-stage and per-layer SPECs are applied at run time (the governor's write only,
-non-blocking, skipped when unchanged), as ARM-CO-UP's per-layer mode does.
-
-**Calls** (`calls`): how a stage's layers are executed. Fused, as an application
-runs them: consecutive layers of a stage are one sub-model and one call, cut only where
-a per-layer SPEC asks for another level (the request must come before the layers it
-is for, so a level change needs a call boundary). Sliced: one call per layer.
-`profiler.mapping.pipeline` runs these calls and `profiler.mapping.predict` prices the same ones.
+The forms and what each means: docs/mapping.md.
 """
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING
 
 from profiler.boards.model import PROCESSOR_LETTERS, Board, resolve_level
 from profiler.errors import BadInputError, BoardError
+from profiler.measure.method import METHODS, Method
+
+if TYPE_CHECKING:
+    from profiler.slicing.specs import SlicedModel, TensorSpec
 
 ORDER_FIX = "write one processor letter per layer, e.g. --order GGBBBBNN (or G2B4N2)"
 FREQ_FIX = ("use --freq 4 (all), --freq G=4,B=8 (per processor), --freq 4/8/3 (per stage) "
@@ -123,22 +106,20 @@ class Call:
         return self.layers[-1]
 
 
-EXECUTIONS = ("fused", "sliced")
-
-
-def calls(mapping: Mapping, freq: FreqPlan | None = None, method: str = "fused") -> list[Call]:
-    """The calls that run `mapping` (module docstring): fused, each stage cut only
+def calls(mapping: Mapping, freq: FreqPlan | None = None,
+          method: Method = Method.FUSED) -> list[Call]:
+    """The calls that run `mapping` (docs/mapping.md): fused, each stage cut only
     where a per-layer level changes (a '-' level continues the call); sliced, one call
     per layer."""
-    if method not in EXECUTIONS:
-        raise BadInputError(f"--method {method!r} is not one of {', '.join(EXECUTIONS)}")
+    if method not in METHODS:
+        raise BadInputError(f"--method {method!r} is not one of {', '.join(METHODS)}")
     out: list[Call] = []
     for st in mapping.stages:
         groups: list[list[int]] = []
         level: int | None = None
         for pos in st.layers:
             khz = freq.khz[pos] if freq is not None and freq.mode == "per-layer" else None
-            if method == "sliced" or not groups or (khz is not None and level is not None
+            if method == Method.SLICED or not groups or (khz is not None and level is not None
                                                     and khz != level):
                 groups.append([pos])
             else:
@@ -184,11 +165,11 @@ def parse_order(text: str, n_layers: int, board: Board | None = None) -> Mapping
 
 # ---- liveness: which tensors cross each boundary ------------------------------------
 
-def boundary_tensors(sliced: Any) -> list[list[Any]]:
+def boundary_tensors(sliced: SlicedModel) -> list[list[TensorSpec]]:
     """For each boundary b (0 .. n_layers - 2), the TensorSpecs that cross it."""
     layers = list(sliced.layers)
     produced_at: dict[int, int] = {int(t.index): -1 for t in sliced.model_inputs}
-    spec_of: dict[int, Any] = {int(t.index): t for t in sliced.model_inputs}
+    spec_of: dict[int, TensorSpec] = {int(t.index): t for t in sliced.model_inputs}
     for pos, layer in enumerate(layers):
         for t in layer.outputs:
             produced_at[int(t.index)] = pos
@@ -198,7 +179,7 @@ def boundary_tensors(sliced: Any) -> list[list[Any]]:
         for t in layer.inputs:
             last_use[int(t.index)] = pos
             spec_of.setdefault(int(t.index), t)
-    out: list[list[Any]] = []
+    out: list[list[TensorSpec]] = []
     for b in range(len(layers) - 1):
         live = [spec_of[t] for t, p in produced_at.items()
                 if p <= b and last_use.get(t, -2) > b]
@@ -246,7 +227,7 @@ def _level(board: Board, letter: str, token: str, what: str) -> tuple[int, int]:
 
 
 def parse_freq(spec: str | None, mapping: Mapping, board: Board) -> FreqPlan:
-    """Turn a --freq SPEC into a per-layer plan (see the module docstring)."""
+    """Turn a --freq SPEC into a per-layer plan (see docs/mapping.md)."""
     n = mapping.n_layers
     domains = tuple(board.dvfs_domain(p).letter for p in mapping.order)
     none: tuple[None, ...] = (None,) * n

@@ -1,24 +1,12 @@
 """A pipeline stage's calls run in a process of their own.
 
-LiteRT's accelerator call (``CompiledModel.run``) keeps Python's GIL while the GPU
-works, so in Pipeline mode a G stage on a thread stops every other stage's Python for
-the length of its call, and the stages no longer overlap (measured on an H100:
-``data/validation/README.md``). A stage whose executor says so
-(`Executor.holds_gil`) therefore runs in a child process (spawned, so no runtime
-thread is forked), and the stage thread in the parent only proxies frames to it:
+LiteRT's accelerator call keeps Python's GIL while the GPU works, so a G stage on a thread
+would stop every other stage's Python for the length of its call. A stage whose executor
+says so (`Executor.holds_gil`) runs in a spawned child process; the stage thread in the
+parent only proxies frames to it, tensors cross through shared memory, and both sides
+time on the same monotonic clock.
 
-    parent stage thread                       child process
-    inputs -> shared memory, send (frame) --> copy inputs in, run the calls (timed)
-                                               outputs -> shared memory
-    outputs <- shared memory            <-- send (timestamps, busy window, CPU time)
-
-Tensors cross through `multiprocessing.shared_memory` blocks allocated on the first
-frame (the pipe carries only frame ids and timestamps); both sides use the same
-monotonic clock (``perf_counter_ns``), so the child's timestamps join the parent's.
-
-What the child cannot do, the stage keeps on a thread (`profiler.mapping.pipeline._runs_apart`): per-layer
-DVFS requests (the governors live in the parent), activity hooks (the simulated
-board's power model lives in the parent), a caller's own executor factory or clock.
+How, and what stays on a thread: docs/mapping.md ("Switch and Pipeline runs").
 """
 
 from __future__ import annotations
@@ -30,13 +18,16 @@ from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from multiprocessing.shared_memory import SharedMemory
 from time import thread_time_ns
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from profiler.boards.model import Board
 from profiler.clock import perf_clock
 from profiler.errors import ProfilerError
+
+if TYPE_CHECKING:
+    from multiprocessing.context import SpawnProcess
 
 # Slot of a tensor: (shared memory block name, shape, dtype string)
 Layout = dict[int, tuple[str, tuple[int, ...], str]]
@@ -189,7 +180,7 @@ class StageProcess:
     def __init__(self, spec: StageSpec) -> None:
         self.spec = spec
         self._needed = _needed(spec)
-        self._proc: Any = None
+        self._proc: SpawnProcess | None = None
         self._conn: Connection | None = None
         self._blocks: dict[str, SharedMemory] = {}
         self._ins: dict[int, np.ndarray] = {}
@@ -208,7 +199,7 @@ class StageProcess:
         assert isinstance(got, StageReady)
         return got
 
-    def _recv(self) -> Any:
+    def _recv(self) -> object:
         assert self._conn is not None
         try:
             got = self._conn.recv()

@@ -1,61 +1,16 @@
 """The transfer matrix: what handing a layer boundary's tensors from one processor to
 another costs, per boundary and ordered processor pair (ARM-CO-UP Fig. 18).
 
-For boundary ``b`` (between layer ``b`` and ``b + 1``; its tensors are listed by
-`profiler.mapping.spec.boundary_tensors`) and a pair ``src -> dst``, one hand-over is:
+One hand-over runs from the producer's finish on src (its thread) to its tensors written
+into dst's input buffers (dst's thread), so it includes the cross-core or host-device
+copies and the thread wake-up, as a real switch does; ``src == dst`` is the baseline.
+With a power source each hand-over also gets its energy (a streaming source's windows, or
+a counter source's difference of two repeated windows). The fused view (``method="fused"``)
+adds the producer's read-back of the boundary tensors in full (``readout_ms``), which
+fused layer times leave out. `PowerSession` (`profiler.power.session`) measures the
+energy; `coupprof run` uses this module too.
 
-    src thread:  run layer b's sub-model on src             (not timed: the producer)
-                 t0 = clock()                               the producer has finished
-                 read the boundary's tensors out of src's output buffers (host copies)
-                 hand them to the dst thread (a one-slot queue; it is already waiting)
-    dst thread:  write them into the input buffers of every layer > b that reads them
-                 t1 = clock()                               the consumer can start
-
-and its time is ``t1 - t0``. Each processor is driven by its own thread pinned to its
-host cores (`ProcessorWorker`), so a cross-processor hand-over includes the
-cross-core (or host-device) copies and the thread wake-up, as a real switch does.
-For ``src == dst`` (the baseline) one thread copies straight from the producer's
-output buffers into the consumers' input buffers, as within a pipeline stage.
-
-On accelerators a layer's `run()` ends with its outputs read back to the host (the
-only completion signal LiteRT's Python API offers), so that download is part of the
-layer's time; the upload into an accelerator's input buffers is part of the transfer.
-
-Energy (only with a power source; the board's energy during one hand-over):
-
-* **streaming sources** (the logger, and ``sim``): the marker goes high right before
-  ``t0`` (on src's thread) and low right after ``t1`` (on dst's thread) in every
-  measured hand-over; one capture spans the whole matrix, the logger's clock is fitted
-  to those edges, and the trace is integrated over each timed window ``[t0, t1]``.
-  ``energy_mj`` = the mean power over the windows x the mean time (see
-  `_energy_from_windows` for why not the mean of the window energies).
-* **counter sources** (NVML, RAPL, hwmon) cannot resolve tens of microseconds: the
-  energy of "run layer b on src, then hand over" minus that of "run layer b on src"
-  alone, each per call from a window long enough for the counter.
-
-Without a power source the ``energy_mj`` column is absent.
-
-**Fused view** (``method="fused"``, `coupprof transfer-matrix --method fused`). Layer
-times measured by the fused method (`profiler.measure.fused`) come from prefixes whose outputs
-are reduced on the processor before they are read back, so they leave out what an
-accelerator pays to download a boundary tensor in full, which is exactly what cutting
-the model there costs the producer: its call must hand the whole tensor back. So the
-fused matrix adds, per (boundary, src), ``readout_ms``: T(layers 0..b, every crossing
-tensor read back in full) - T(layers 0..b, reduced), the two prefixes called in
-interleaved rounds beside the empty one (a 95 % interval in ``readout_ms_ci95``; 0 on
-CPU clusters, whose outputs stay in host memory). ``time_ms_*`` stay the hand-over
-itself (read-out copies, thread wake-up, the write into dst), as sliced measures it,
-except that each crossing tensor is written once, into the one sub-model a fused call
-starts (sliced writes it into every later layer that reads it, as a sliced run does).
-The cost of cutting at b from src to dst is then readout + hand-over + dst's fixed
-per-call cost (the fixed row of its fused table); `profiler.mapping.predict` charges the
-read-out to the producing stage, which is where it is spent.
-
-`activity` (the simulated board's power model, `profiler.sim.power.SimPowerModel`)
-is told which processor works when: src from the producer's run through the read-out,
-dst while it writes the tensors into its input buffers.
-
-`PowerSession` (`profiler.power.session`) measures it; `coupprof run` uses it too.
+The measurement step by step: docs/mapping.md ("Transfer matrix").
 """
 
 from __future__ import annotations
@@ -65,8 +20,9 @@ import queue
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
+from functools import partial
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 import pandas as pd
@@ -79,8 +35,13 @@ from profiler.executors.base import Executor, MakeExecutor, SubModel
 from profiler.executors.factory import make_executor
 from profiler.executors.worker import ProcessorWorker
 from profiler.mapping.spec import boundary_tensors
+from profiler.measure.method import METHODS, Method
 from profiler.measure.runner import random_input
 from profiler.power.session import PowerSession, StreamCapture
+
+if TYPE_CHECKING:
+    from profiler.measure.fused import FusedSettings
+    from profiler.slicing.specs import SlicedModel, TensorSpec
 
 __all__ = ["CSV_COLUMNS", "Activity", "NoActivity", "TransferMatrix", "TransferSample",
            "measure_transfer_matrix", "model_inputs", "read_transfer_csv", "summary",
@@ -168,12 +129,12 @@ class _Plan:
     """Where each boundary tensor lives (producer layer, output slot) and goes
     (consumer layer, input slot)."""
 
-    tensors: list[list[Any]]  # per boundary: TensorSpecs
+    tensors: list[list[TensorSpec]]  # per boundary
     producer: dict[int, tuple[int, int]]  # tensor -> (layer pos or -1 for model input, slot)
     consumers: dict[int, list[tuple[int, int]]]  # tensor -> [(layer pos, input slot)]
 
 
-def _plan(sliced: Any) -> _Plan:
+def _plan(sliced: SlicedModel) -> _Plan:
     producer: dict[int, tuple[int, int]] = {int(t.index): (-1, k)
                                             for k, t in enumerate(sliced.model_inputs)}
     consumers: dict[int, list[tuple[int, int]]] = {}
@@ -188,7 +149,7 @@ def _plan(sliced: Any) -> _Plan:
 class _Loaded:
     """A processor's copy of every layer, chained once so all buffers hold real data."""
 
-    def __init__(self, ex: Executor, sliced: Any, plan: _Plan, inputs: dict[int, np.ndarray],
+    def __init__(self, ex: Executor, sliced: SlicedModel, plan: _Plan, inputs: dict[int, np.ndarray],
                  model_name: str) -> None:
         self.subs: list[SubModel] = [ex.load(layer.model_bytes,
                                              f"layer {layer.index} of {model_name}")
@@ -215,14 +176,14 @@ class _Loaded:
                         break
 
 
-def model_inputs(sliced: Any, seed: int = 0) -> dict[int, np.ndarray]:
+def model_inputs(sliced: SlicedModel, seed: int = 0) -> dict[int, np.ndarray]:
     """Random inputs shaped as the slicer lists them, keyed by tensor index."""
     rng = np.random.default_rng(seed)
     return {int(t.index): random_input(t.shape, t.dtype, rng) for t in sliced.model_inputs}
 
 
 def measure_transfer_matrix(
-    sliced: Any,
+    sliced: SlicedModel,
     board: Board,
     processors: Sequence[str],
     *,
@@ -237,19 +198,19 @@ def measure_transfer_matrix(
     seed: int = 0,
     model_name: str = "model",
     progress: Progress | None = None,
-    method: str = "sliced",
+    method: Method = Method.SLICED,
     model_bytes: bytes | None = None,
-    fused: Any = None,
+    fused: FusedSettings | None = None,
 ) -> TransferMatrix:
-    """Time (and energy) of every (boundary, src, dst) hand-over; see the module docstring.
+    """Time (and energy) of every (boundary, src, dst) hand-over; see docs/mapping.md.
 
     only: measure just these (boundary, src, dst) triples (what a mapping needs).
     method "fused" (``model_bytes`` given; ``fused``: the `FusedSettings` of each
     read-back measurement) adds each (boundary, src)'s read-back at a cut.
     """
-    if method not in ("fused", "sliced"):
+    if method not in METHODS:
         raise BadInputError(f"--method {method!r} is not fused or sliced")
-    if method == "fused" and model_bytes is None:
+    if method == Method.FUSED and model_bytes is None:
         raise ValueError("the fused method needs the model's bytes")
     if reps < 1 or warmup < 0:
         raise BadInputError(f"need at least 1 repetition and warmup >= 0, got {reps}, {warmup}")
@@ -278,7 +239,7 @@ def measure_transfer_matrix(
     info: dict[str, Any] = {}
     try:
         for p in letters:
-            workers[p] = ProcessorWorker(lambda p=p: build(board, p), name=p)
+            workers[p] = ProcessorWorker(partial(build, board, p), name=p)
             workers[p].start()
             loaded[p] = workers[p].call(lambda ex: _Loaded(ex, sliced, plan, inputs, model_name))
         if power is not None and power.streaming:
@@ -292,7 +253,7 @@ def measure_transfer_matrix(
                     if wanted is not None and (b, src, dst) not in wanted:
                         continue
                     pair = _Pair(b, src, dst, workers[src], loaded[src], workers[dst],
-                                 loaded[dst], clock, act, once=method == "fused")
+                                 loaded[dst], clock, act, once=method == Method.FUSED)
                     times, marks = pair.time(reps, warmup, cap)
                     energy = None
                     if power is not None and cap is None:
@@ -302,12 +263,12 @@ def measure_transfer_matrix(
                     done += 1
                     if progress:
                         progress(done, total)
-        if method == "fused":
+        if method == Method.FUSED:
             readouts = {}
             for b, src in dict.fromkeys((s.boundary, s.src) for s in samples):
-                readouts[(b, src)] = workers[src].call(
-                    lambda ex, b=b: _readout_cost(ex, sliced, model_bytes or b"", b, fused,
-                                                  seed, model_name))
+                readouts[(b, src)] = workers[src].call(partial(
+                    _readout_cost, sliced=sliced, data=model_bytes or b"", b=b, settings=fused,
+                    seed=seed, model_name=model_name))
             for s in samples:
                 s.readout_ms, s.readout_ms_ci95 = readouts[(s.boundary, s.src)]
         if cap is not None:
@@ -348,14 +309,15 @@ def _energy_from_windows(cap: StreamCapture, samples: list[TransferSample],
             else float(le.energy_mj)
 
 
-def _readout_cost(ex: Executor, sliced: Any, data: bytes, b: int, settings: Any, seed: int,
+def _readout_cost(ex: Executor, sliced: SlicedModel, data: bytes, b: int,
+                  settings: FusedSettings | None, seed: int,
                   model_name: str) -> tuple[float, float]:
     """(ms, 95 % half-width): what src's call of layers 0..b takes longer when it reads
     every crossing tensor back in full rather than reduced (0 on a CPU)."""
-    from profiler.measure.fused import FusedProfiler, FusedSettings, downloads
+    from profiler.measure.fused import FusedProfiler, FusedSettings
     from profiler.slicing.prefix import REDUCE_ABOVE_BYTES, prefix_models
 
-    if not downloads(ex.proc.kind):
+    if not ex.proc.kind.downloads_results:
         return 0.0, 0.0
     empty, reduced = prefix_models(data, sliced, reduce_above_bytes=REDUCE_ABOVE_BYTES,
                                    lasts=[-1, b])

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import warnings
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from types import TracebackType
 
 from profiler.errors import MarkerError
@@ -44,6 +45,10 @@ class Marker(ABC):
         Bits above the marker's width are ignored (masked, not checked: hot path)."""
         raise MarkerError(f"marker {self.spec!r} is not open",
                           fix="use it inside `with marker:` or call open() first")
+
+    def _bind(self, set_level: Callable[[int], None]) -> None:
+        """Make ``set_level`` this instance's ``set`` until close() (for _open_lines)."""
+        self.__dict__["set"] = set_level
 
     @property
     def is_open(self) -> bool:

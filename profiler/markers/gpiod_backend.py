@@ -14,10 +14,14 @@ Lines are offsets on the chip (``17``) or line names from the device tree
 from __future__ import annotations
 
 import errno
-from typing import Any
+from types import ModuleType
+from typing import TYPE_CHECKING
 
-from profiler.errors import MarkerError, PermissionDeniedError
+from profiler.errors import HardwareError, MarkerError, PermissionDeniedError
 from profiler.markers.base import Marker
+
+if TYPE_CHECKING:
+    from gpiod import LineRequest
 
 CONSUMER = "coupprof"
 
@@ -31,7 +35,7 @@ def chip_path(chip: str) -> str:
     return f"/dev/{chip}"
 
 
-def _import_gpiod() -> Any:
+def _import_gpiod() -> ModuleType:
     try:
         import gpiod
     except ImportError as err:
@@ -61,7 +65,7 @@ class GpiodMarker(Marker):
         self.chip = path
         self.lines = list(lines)
         self.consumer = consumer
-        self._request: Any = None
+        self._request: LineRequest | None = None
 
     def _open_lines(self) -> None:
         gpiod = _import_gpiod()
@@ -86,7 +90,7 @@ class GpiodMarker(Marker):
             set_values(table[level & mask])
 
         self._low = table[0]
-        self.set = set_level  # type: ignore[method-assign]
+        self._bind(set_level)
 
     def _close_lines(self) -> None:
         request, self._request = self._request, None
@@ -99,7 +103,7 @@ class GpiodMarker(Marker):
         finally:
             request.release()
 
-    def _translate(self, err: Exception) -> MarkerError:
+    def _translate(self, err: Exception) -> HardwareError:
         """The one place libgpiod errors become coupprof errors."""
         lines = ",".join(map(str, self.lines))
         code = getattr(err, "errno", None)

@@ -18,7 +18,7 @@ class NoneMarker(Marker):
         super().__init__(spec, width)
 
     def _open_lines(self) -> None:
-        self.set = _ignore  # type: ignore[method-assign]
+        self._bind(_ignore)
 
     def _close_lines(self) -> None:
         return None

@@ -50,7 +50,7 @@ class SimMarker(Marker):
         def set_level(level: int) -> None:
             send(level & mask)
 
-        self.set = set_level  # type: ignore[method-assign]
+        self._bind(set_level)
 
     def _close_lines(self) -> None:
         try:

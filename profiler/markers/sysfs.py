@@ -20,7 +20,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from profiler.errors import MarkerError, PermissionDeniedError
+from profiler.errors import HardwareError, MarkerError, PermissionDeniedError
 from profiler.markers.base import Marker
 
 DEFAULT_ROOT = Path("/sys/class/gpio")
@@ -78,7 +78,7 @@ class SysfsMarker(Marker):
                 for bit, line_fd in pairs:
                     os.pwrite(line_fd, _LEVEL_BYTES[(level >> bit) & 1], 0)
 
-        self.set = set_level  # type: ignore[method-assign]
+        self._bind(set_level)
 
     def _acquire(self, number: int) -> None:
         directory = self.root / f"gpio{number}"
@@ -164,7 +164,7 @@ def _write(path: Path, text: str, number: int, what: str) -> None:
         os.close(fd)
 
 
-def _translate(err: OSError, path: Path, number: int, what: str) -> MarkerError:
+def _translate(err: OSError, path: Path, number: int, what: str) -> HardwareError:
     """One place that turns sysfs errnos into messages with a fix."""
     if err.errno in (errno.EACCES, errno.EPERM):
         return PermissionDeniedError(

@@ -1,32 +1,13 @@
 """What an accelerator's clock did while it was measured: sampled, read only.
 
-A per-layer table holds at one clock. Where coupprof sets the level (``--freq`` through
-a devfreq governor) the table says which, and a run at another level is priced from the
-table of that level. Where nobody sets it, the clock moves on its own, and a table and a
-later run of the same calls can disagree by far more than any layer:
+A per-layer table holds at one clock, and where nobody sets an accelerator's level its
+clock moves on its own. So `layers` samples the processor's clock while its table is
+measured, `run` while the mapping runs, and `run` says when a stage ran at another clock
+than its table (`clock_mismatch`). Back ends, in `freq_reader_for`'s order (accelerators
+only: on a CPU cluster a sampling thread would cost the layers it measures): ``nvml`` (SM
+clock of NVIDIA GPU 0), ``governor`` (the profile's governor's read-back), none.
 
-- An NVIDIA GPU under LiteRT on the host board has no governor coupprof may use. Its
-  driver moves the SM clock with the load of the last seconds. On an H100 the default
-  model's whole call took 0.99 ms at 1245 MHz and 1.44 ms at 525 MHz, same process,
-  same calls, a minute apart (`data/validation/h100-run/pace-probe/`). Pinning it
-  (``nvidia-smi -lgc``) needs root and changes the machine for everyone on it.
-- A devfreq GPU or NPU left on its own governor (no ``--freq``) moves as well.
-
-So `layers` samples the processor's clock while its table is measured and keeps the
-summary in the sidecar, `run` samples it while the mapping runs, and `run` says when a
-stage ran at another clock than its table was measured at (`clock_mismatch`), instead
-of printing a prediction as if it held.
-
-Back ends, tried in this order by `freq_reader_for` (accelerators only: on a CPU cluster
-a sampling thread would cost the layers it measures):
-
-1. ``nvml``: the SM clock of NVIDIA GPU 0 (``nvidia-ml-py`` and a driver), for a GPU
-   run through LiteRT's accelerator whose profile names no governor (the host board's
-   G, or a profile of that machine). LiteRT picks the first Vulkan device: GPU 0 on a
-   machine with one NVIDIA GPU, which is what this reads.
-2. ``governor``: the profile's governor's read-back (devfreq ``cur_freq``, the
-   simulated board's modelled level).
-3. none: nothing is sampled and nothing is compared.
+Why, with the measurements: docs/fused.md ("The accelerator's clock").
 """
 
 from __future__ import annotations
@@ -157,7 +138,7 @@ def freq_reader_for(board: Board, proc: ProcessorSpec,
     CPU cluster or where nothing can be read. An NVML reader comes back open (opening it
     is how NVML's presence is known; opening it again costs nothing): close it, or enter
     it on a stack."""
-    if proc.kind not in ("gpu", "npu"):
+    if proc.kind.is_cpu:
         return None
     if proc.governor is None or proc.governor.kind == "none":
         if proc.accelerator == "gpu" and not board.simulated:
@@ -264,7 +245,8 @@ class FreqSampler:
         self.stop()
 
 
-def clock_while(sampler: FreqSampler | None) -> contextlib.AbstractContextManager[Any]:
+def clock_while(sampler: FreqSampler | None
+                ) -> contextlib.AbstractContextManager[FreqSampler | None]:
     """Sample with ``sampler`` for the ``with`` block (nothing when None); samples from
     several blocks add up."""
     return sampler if sampler is not None else contextlib.nullcontext()

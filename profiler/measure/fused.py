@@ -1,162 +1,16 @@
 """Fused per-layer times: what each layer costs inside an uninterrupted run of the model.
 
-The sliced method (`profiler.measure.runner`) runs every layer as its own sub-model, so each
-layer pays the processor's fixed per-call cost (dispatch, upload, synchronisation,
-read-back). On a CPU that is microseconds; on LiteRT's GPU accelerator it is about
-0.9 ms per call, more than most layers, and the sliced layers add up to 15-30 times
-the whole model. Here a layer's cost is measured inside a run of the model instead.
-
-Scheme: cumulative prefixes. For a model of n layers, n + 1 sub-models are compiled
-once on the processor (`profiler.slicing.prefix`): the empty prefix P(-1) (upload the
-inputs, reduce them, read back) and P(k) = layers 0..k. Then, round after round, every
-prefix is called once with the same inputs, and
-
-    fixed per-call cost  = T(P(-1))
-    layer k              = T(P(k)) - T(P(k-1))
-
-After the rounds the whole model (the last prefix) is also called alone, back to back,
-as an application calls its model frame after frame (``alone_warm`` untimed calls, then
-``alone_calls`` groups of ``visit_calls - visit_warm`` calls, each group's fastest kept,
-the statistic a visit keeps): ``whole_alone``, recorded beside T(P(n-1)) to show what
-interleaving changes, not used in the figures (see below).
-
-Why this scheme:
-
-- Every layer runs where an application runs it: after its predecessors, in one call,
-  with no synchronisation or read-back of its own. Whatever a call costs once
-  (dispatch, upload, the final sync) cancels in the difference and is reported once,
-  as the fixed row, measured in the same rounds as the layers (interleaving itself
-  changes what a call costs, by 0.3-0.6 ms on an H100).
-- The layers telescope: sum of layers = T(P(n-1)) - T(P(-1)), whatever a call costs
-  in the rounds beyond its layers cancelling in each difference.
-- The fixed row is T(P(-1)) in the same rounds, and fixed + layers = T(P(n-1)), the
-  whole model (with its real outputs, when they are small). Calling the whole model
-  alone instead (``whole_alone``) was tried as the fixed row's reference and dropped:
-  on an H100 a small model's call on LiteRT's GPU took 1.3 ms in the rounds, 1.5 ms
-  alone right after them in the same process, 0.9 ms alone in a fresh one and 0.9 to
-  1.35 ms in `coupprof run` from one run to the next, with the GPU's power (and so its
-  clock) differing between those states (85 W against 130 W); no one reference is
-  "the" fixed cost there. ResNet50's calls moved by about 10 % between those states.
-- On a GPU or NPU each prefix's outputs are reduced on the processor (a MEAN over H and
-  W) before they are read back, so a difference does not measure how the boundary
-  tensor's size changes the read-back. On a CPU nothing is downloaded: outputs stay in
-  host memory unread, as an application's intermediate tensors do.
-- The empty prefix is a SLICE of a corner of the inputs: its call is the fixed cost
-  (dispatch, upload, synchronisation, a tiny read-back) and nothing that grows with the
-  model, so the layers keep all of their own time.
-- Each round visits every prefix once, and a visit is ``visit_calls`` calls back to back
-  of which the first ``visit_warm`` are not timed: the timed calls then find the caches
-  and the processor's state as an application running the model frame after frame
-  does. Interleaving single calls measures every call cold: on one core of the 2-core
-  development VM the prefixes of the default model then add up to 8 % more than the
-  whole model run alone, and on the H100 interleaving added 0.3-0.6 ms to every call.
-  A visit's figure is its fastest timed call: what disturbs a call (a preemption, a
-  late wake-up, another process on the processor) only adds time, so the fastest of a
-  few back-to-back calls is the undisturbed one, and every prefix is treated alike.
-- Rounds interleave the prefixes, alternating forward and backward order, so slow drift
-  (clocks, temperature, other load) hits P(k) and P(k-1) alike and a linear drift
-  within a round cancels over two rounds. Each prefix's figure is the trimmed mean of
-  its rounds (20 % off each end, as Wilcox recommends: on a busy host one call in ten
-  may be disturbed), and a layer's is the difference of two such, so the layers add up
-  exactly; its 95 % interval comes from the round-by-round paired differences (free of
-  the drift both calls of a round share), by the winsorized variance (Tukey-McLaughlin).
-
-- A call's timed window is `run` and the read-back; its inputs are written just before,
-  outside the window. That write is the hand-over into a call (the layer runner and
-  `coupprof run` time it as transfer), so the fixed row does not count it a second
-  time, and the whole model's figure is the issue's "run plus reading every output".
-
-**Energy with a counter source** (NVML, RAPL, hwmon: `energy_by_prefix`). Each prefix
-is repeated back to back until the counter resolves its power P(k); its energy per
-call is E(k) = P(k) x T(P(k)), its power times its time in the rounds, and
-
-    fixed row's energy = E(-1)        layer k's energy = E(k) - E(k-1)
-
-and the whole call's energy is P(n-1) x T(whole, alone), the fixed row's that less the
-layers', so the fixed row and the layers add up to the whole model's energy per call
-exactly, as the times do. The alternative, a layer's power (its sliced sub-model repeated
-alone) times its fused time, does not add up: a sliced call of a small layer is mostly
-the processor's fixed cost, so its power is not the layer's power inside the model,
-and where neighbouring fused times alternate in sign (below resolution on a GPU) a
-few watts' difference between their powers swings the sum (ResNet50 on an H100: 0.55
-of the whole call's energy, half of it from comparing with the whole model repeated at
-another pace than its in-round time). The fixed row carries energy: every call pays
-it, and a stage's energy is its calls' fixed energy plus its layers'.
-
-Other schemes considered: per-op profiling inside the runtime (LiteRT's GPU
-accelerator fuses and queues kernels; it has no per-layer timing to read); suffixes
-(the same maths, but every call would upload a different boundary tensor). The
-prefixes' price is time: a round costs about n/2 whole runs, and a layer's
-interval comes from the jitter of runs as long as the model, so deep models on slow
-processors need many rounds. Rounds therefore adapt: they stop when every layer's
-interval is within the target (``target_ms``, or ``target_rel`` of the layer's time,
-whichever is larger) or when the time budget is spent. A layer whose interval still
-reaches zero is flagged below resolution: its figure is an upper bound, never a
-confident number.
-
-**Disturbed calls** (``call_factor``). A visit keeps its fastest call, so the layers are
-the undisturbed cost. An application's frames are not all undisturbed: on a busy host a
-call whose 15 worker threads meet at every operator waits for the one that was
-preempted, and its mean is what `coupprof run` reports. On an H100's host (ResNet50, B on
-15 threads) 400 back-to-back calls had a mean 13-17 % above the trimmed mean of each
-pair's fastest (`data/validation/h100-run/b-calls/`), and `run` measured the mean. So
-on a processor that hands nothing back (a CPU cluster) the calls alone after the rounds
-also give the factor mean / fastest (at least 1), which `profiler.mapping.predict` applies to
-the fixed row and the layers of every call on it. Disturbances come at a rate in time,
-so the factor scales a call's time; energy is left as measured. Accelerators get none:
-a GPU's calls alone after the rounds move with its clock (`profiler.measure.freq_trace`), which
-a factor would fold in silently.
-
-**Windows** (``window`` = W > 0, `profiler.slicing.prefix`): for deep models on CPU
-clusters (`settings_for` keeps whole prefixes on a GPU or NPU, and says why).
-The layers are cut into segments of W; the first segment is measured by the prefixes
-above, every later segment a..b by prefixes of its own that start ``lead`` = L layers
-early, at s = max(0, a-L), with the segment's inputs computed by one run of the model:
-s..a-1 is the segment's base, and layer k = T(s..k) - T(s..k-1). Every layer still runs
-right after its predecessors, inside one call; a round costs about (W/2 + L) layers
-per layer instead of n/2, and a layer's interval comes from the jitter of calls
-W+L layers long, not of the whole model. The whole model is visited in the same rounds
-(the last column, the whole row). The price: the layers no longer telescope to the
-whole model exactly, since each segment's base call differs from its predecessors'
-share of the whole run; they add up to it within their intervals, and the table shows
-both. On one core of the 2-core VM, ResNet50/224 (54 layers of 0.5-20 ms): whole
-prefixes gave a median interval of +-1.1 ms after 10 rounds in 60 s; windows of 3,
-+-0.05 to +-0.10 ms after 60 rounds in 300 s, the sum within 1 % of the whole model,
-and the median layer of 1 ms or more 0.9-1.2 % from its sliced time
-(`benchmarks/slicing_overhead.py`). On a GPU whole prefixes suffice (an H100's
-intervals were 0.04-0.14 ms) and keep the exact sum. Why a lead of 6 by default, not 1:
-a window's first layers write buffers of its own that nothing has touched since the
-caches were emptied (below), where in the whole model those buffers were written a few
-layers before; the lead's layers take those first writes, and they cancel in the
-difference. Cold, on one core of a 2-core AMD EPYC VM (32 MB of L3), ResNet50 in
-windows of 3 for 150 s: leads of 1, 3 and 6 summed to 1.038, 1.023 and 1.009 of the
-whole model (174, 133 and 102 rounds; `benchmarks/slicing_overhead.py --frames 50
---resnet-frames 10 --fused-budget-s 5 --resnet-fused-budget-s 150 --lead L`).
-
-**Cache state** (``cache``; `cache_state`, `profiler.measure.cpu_cache`). A visit calls its
-prefix back to back, so a timed call finds the prefix's weights in cache. An application
-calling its model frame after frame finds a weight in cache only if the whole model's
-weights fit there: each weight is read once a frame, and between two reads of it the
-rest of the model passes. So where a CPU cluster's last-level cache is smaller than the
-model's weights, "auto" empties it before every timed call (reading twice its size,
-outside the timed window, before the inputs are written), and the layers pay for their
-weights as the frame does. Warm, on that VM (ResNet50 at 102 MB of weights), windows
-of 3 put its four layers of 1 ms or more 7-25 % below their sliced times (layer 0: 1.098
-against 1.464 ms) and `benchmarks/cache_state.py` showed why: a layer's sub-model
-warm took 0.73-0.83 of its sliced time, right after a call of the whole model
-0.99-1.01. Cold with a lead of 6 (`benchmarks/slicing_overhead.py
---resnet-fused-budget-s 300`, 206 rounds): those layers within 2.7 % of sliced, the sum
-1.008 of the whole model. Models whose weights fit stay warm: frame after frame they
-stay in cache too. A multi-threaded call's workers keep what they last touched in their
-cores' private caches, which reading from one core does not reach. On the H100's host
-(300 MB of L3, 2 MB of L2 a core; ResNet50, B on 15 threads, windows of 3) neither
-state is the frame's: warm summed to 0.903 of the whole model alone (the windows'
-weights in the cores' L2), cold (forced: the weights fit the L3) to 1.106
-(`data/validation/h100-run/cache-cold/`); B keeps whole prefixes there. Compare the
-sum with the whole row before trusting a cluster's figures.
+A sliced layer (`profiler.measure.runner`) pays the processor's fixed per-call cost, which on
+an accelerator outweighs most layers. Here the model's cumulative prefixes P(-1)..P(n-1)
+(`profiler.slicing.prefix`) are visited in interleaved rounds: layer k = T(P(k)) - T(P(k-1)),
+the fixed per-call cost T(P(-1)) is a row of its own, and the rows add up to the whole model.
+Options: windows with a lead (deep models on CPU clusters), the cache state, energy from a
+counter source's prefix powers, and a call factor for disturbed calls.
 
 `FusedProfiler(prefixes, executor).measure(settings)` returns a `FusedResult`. The
 clock is a parameter (`profiler.clock`), so the maths is checked exactly in tests.
+
+Why this scheme, the measurements behind its defaults and what was tried: docs/fused.md.
 """
 
 from __future__ import annotations
@@ -173,12 +27,14 @@ import numpy as np
 from profiler.clock import Clock, perf_clock
 from profiler.errors import BadInputError
 from profiler.measure.cpu_cache import Evictor, last_level_cache_bytes
+from profiler.measure.method import Method
 
 if TYPE_CHECKING:  # types only: importing profiler.executors loads LiteRT's runtimes
+    from profiler.boards.model import ProcessorKind
     from profiler.executors.base import Executor, SubModel
     from profiler.slicing.prefix import PrefixModel
+    from profiler.slicing.specs import SlicedModel
 
-METHODS = ("fused", "sliced")
 CACHE_STATES = ("auto", "warm", "cold")
 #: Share of rounds cut from each end before averaging a layer's differences.
 TRIM = 0.2
@@ -201,11 +57,11 @@ class FusedSettings:
     visit_warm: int = 1  # ... of which the first are not timed
     alone_calls: int = 20  # groups of the whole model's calls alone after the rounds (0: not)
     alone_warm: int = 5  # ... after this many untimed calls
-    window: int = 0  # layers per segment (0: prefixes of the whole model; module docstring)
+    window: int = 0  # layers per segment (0: prefixes of the whole model; docs/fused.md)
     lead: int = 6  # layers a window starts before its segment, differenced out
     # the caches a timed call finds: "warm" (left by the visit's previous call), "cold"
     # (the last-level cache emptied first), "auto" (cold where the model's weights
-    # outgrow a CPU cluster's last-level cache; module docstring, "Cache state")
+    # outgrow a CPU cluster's last-level cache; docs/fused.md, "Cache state")
     cache: str = "auto"
 
     def __post_init__(self) -> None:
@@ -268,7 +124,7 @@ class FusedResult:
     """Per-layer fused times, the fixed per-call row, and how they were measured."""
 
     layers: list[FusedLayer]
-    fixed: Estimate  # what a call costs beyond its layers (module docstring)
+    fixed: Estimate  # what a call costs beyond its layers (docs/fused.md)
     whole: Estimate  # the whole model, one call (alone, when measured so)
     rounds: int
     elapsed_s: float
@@ -333,7 +189,7 @@ class FusedResult:
                   "cumulative prefixes") + ", large outputs reduced on a processor that " \
             "downloads them (MEAN over H, W)"
         return {
-            "method": "fused",
+            "method": Method.FUSED,
             "scheme": scheme,
             "rounds": self.rounds,
             "elapsed_s": round(self.elapsed_s, 3),
@@ -420,7 +276,7 @@ def within_target(est: Estimate, settings: FusedSettings) -> bool:
 @dataclass(frozen=True)
 class FusedEnergy:
     """Energy per call from a counter: each prefix's repeat-window power times its time
-    in the rounds, and the differences (module docstring)."""
+    in the rounds, and the differences (docs/fused.md)."""
 
     prefix_power_w: list[float]  # per prefix, 0 = the empty prefix
     prefix_energy_mj: list[float]  # per call: power x the prefix's time
@@ -438,7 +294,7 @@ class FusedEnergy:
 
 
 def energy_by_prefix(result: FusedResult, prefix_power_w: Sequence[float]) -> FusedEnergy:
-    """Layer and fixed-row energies per call from each prefix's power (module docstring):
+    """Layer and fixed-row energies per call from each prefix's power (docs/fused.md):
     E(k) = P(k) T(k) with the rounds' times, layer k's E(k) - E(k-1), the fixed row's E(-1)."""
     t_ms = result.prefix_ms()
     power = np.asarray(prefix_power_w, dtype=np.float64)
@@ -485,7 +341,7 @@ class FusedProfiler:
         self.clock = clock
         self.read_outputs = read_outputs
         # a CPU cluster's calls alone give a call factor; an accelerator's move with its clock
-        self.factor_from_alone = not downloads(executor.proc.kind)
+        self.factor_from_alone = not executor.proc.kind.downloads_results
         self.subs: list[SubModel] = [
             executor.load(p.model_bytes, name=f"prefix {p.first}..{p.last} of {model_name}")
             for p in self.prefixes]
@@ -565,15 +421,14 @@ class FusedProfiler:
                 call()
             if hooks:
                 hooks(p, True)
-            best = None
+            times_ns = []
             for _ in range(timed):
                 if evict is not None:
                     evict()
-                t = call()
-                best = t if best is None or t < best else best
+                times_ns.append(call())
             if hooks:
                 hooks(p, False)
-            out[p] = best
+            out[p] = min(times_ns)
         return out
 
     def measure(self, settings: FusedSettings | None = None,
@@ -610,6 +465,18 @@ class FusedProfiler:
         res = self.result(np.array(rows), s, elapsed, converged, self.alone(s))
         res.prefix_late_runs = [sub.late_runs - n for sub, n in zip(self.subs, late0, strict=True)]
         return res
+
+    def measure_energy(self, settings: FusedSettings,
+                       progress: Callable[[int, int], None] | None = None,
+                       prefix_powers: PrefixPowers | None = None,
+                       ) -> tuple[FusedResult, FusedEnergy | None]:
+        """`measure`, then with ``prefix_powers`` (each prefix call's power,
+        `profiler.power.session.PowerSession.call_powers`) the energies per call
+        (`energy_by_prefix`)."""
+        result = self.measure(settings, progress=progress)
+        if prefix_powers is None:
+            return result, None
+        return result, energy_by_prefix(result, prefix_powers(self.calls))
 
     def alone(self, settings: FusedSettings) -> np.ndarray | None:
         """The whole model called alone, back to back: (groups, calls a group) ns."""
@@ -650,13 +517,7 @@ class FusedProfiler:
         )
 
 
-def downloads(kind: str) -> bool:
-    """Whether a processor of this kind hands its outputs back by a download (GPU, NPU;
-    the simulated G too, which models one), so prefixes reduce and read them."""
-    return kind in ("gpu", "npu")
-
-
-def settings_for(settings: FusedSettings, kind: str) -> FusedSettings:
+def settings_for(settings: FusedSettings, kind: ProcessorKind) -> FusedSettings:
     """``settings`` for a processor of this kind: windows on CPU clusters only. On a GPU
     or NPU a window is handed its segment's inputs, and if the runtime uploads an input
     only once a layer of the call reads it (the likeliest cause of what we measured), a
@@ -664,13 +525,8 @@ def settings_for(settings: FusedSettings, kind: str) -> FusedSettings:
     over ResNet50 summed to 7.04 ms with the fixed row against 4.65 ms for the whole
     model in the same rounds (`data/validation/h100-run/windows-gpu/`). Whole prefixes
     suffice there."""
-    return replace(settings, window=0) if settings.window and downloads(kind) else settings
-
-
-def default_method(kind: str) -> str:
-    """fused for accelerators (G, N: a fixed per-call cost dwarfs small layers), sliced
-    for CPU clusters (microseconds per call; sliced also gives the hand-overs)."""
-    return "fused" if kind in ("gpu", "npu") else "sliced"
+    return replace(settings, window=0) if settings.window and kind.downloads_results \
+        else settings
 
 
 PrefixPowers = Callable[[Sequence[Callable[[], int]]], Sequence[float]]
@@ -692,7 +548,7 @@ class CacheChoice:
 
 def cache_state(settings: FusedSettings, executor: Executor, weight_bytes: int,
                 sysfs_root: Path) -> CacheChoice:
-    """``settings.cache`` resolved for this executor and model (module docstring, "Cache
+    """``settings.cache`` resolved for this executor and model (docs/fused.md, "Cache
     state"): "auto" is cold on a real CPU cluster whose last-level cache (that of its
     first core, from ``sysfs_root``) is smaller than the model's weights, warm otherwise:
     an accelerator's weights live in its own memory, and a simulated processor's time is
@@ -721,19 +577,20 @@ def cache_state(settings: FusedSettings, executor: Executor, weight_bytes: int,
     return CacheChoice("warm", llc, weight_bytes, "the weights fit in the last-level cache")
 
 
-def fused_profiler(executor: Executor, data: bytes, sliced: Any, settings: FusedSettings,
+def fused_profiler(executor: Executor, data: bytes, sliced: SlicedModel, settings: FusedSettings,
                    *, seed: int = 0, clock: Clock = perf_clock,
                    model_name: str = "model", sysfs_root: Path | None = None,
                    ) -> FusedProfiler:
     """The prefixes of ``data`` cut as ``sliced``, loaded on the open ``executor``: outputs
-    reduced and read back where the processor downloads them (`downloads`), in windows
-    where ``settings`` asks and the processor allows (`settings_for`), the caches emptied
-    before each timed call where `cache_state` says cold (``sysfs_root``: where the CPU's
-    cache sizes are read; default $COUPPROF_SYSFS_ROOT or /sys)."""
+    reduced and read back where the processor downloads them
+    (`ProcessorKind.downloads_results`), in windows where ``settings`` asks and the
+    processor allows (`settings_for`), the caches emptied before each timed call where
+    `cache_state` says cold (``sysfs_root``: where the CPU's cache sizes are read;
+    default $COUPPROF_SYSFS_ROOT or /sys)."""
     from governors.sysfs_io import sysfs_root_from_env
     from profiler.slicing.prefix import REDUCE_ABOVE_BYTES, prefix_models
 
-    down = downloads(executor.proc.kind)
+    down = executor.proc.kind.downloads_results
     s = settings_for(settings, executor.proc.kind)
     prefixes = prefix_models(data, sliced, reduce_above_bytes=REDUCE_ABOVE_BYTES if down else None,
                              window=s.window, lead=s.lead)
@@ -745,7 +602,7 @@ def fused_profiler(executor: Executor, data: bytes, sliced: Any, settings: Fused
                          read_outputs=down, model_data=data, evict=evict, cache_choice=choice)
 
 
-def measure_model(executor: Executor, data: bytes, sliced: Any,
+def measure_model(executor: Executor, data: bytes, sliced: SlicedModel,
                   settings: FusedSettings | None = None, *,
                   progress: Callable[[int, int], None] | None = None, seed: int = 0,
                   clock: Clock = perf_clock, model_name: str = "model",
@@ -753,7 +610,8 @@ def measure_model(executor: Executor, data: bytes, sliced: Any,
                   ) -> tuple[FusedResult, FusedEnergy | None]:
     """Build the prefixes of ``data`` cut as ``sliced`` (a `SlicedModel` of it), load them
     on the open ``executor`` and measure (see `FusedProfiler.measure`). Outputs are
-    reduced and read back where the processor downloads them (`downloads`).
+    reduced and read back where the processor downloads them
+    (`ProcessorKind.downloads_results`).
     ``prefix_powers`` (a counter source: each prefix call's power from a repeat window,
     `profiler.power.session.PowerSession.call_powers`) adds the energies per call (a
     prefix's repeat window calls it back to back, warm whatever the cache state: its
@@ -763,7 +621,4 @@ def measure_model(executor: Executor, data: bytes, sliced: Any,
     s = settings_for(settings or FusedSettings(), executor.proc.kind)
     prof = fused_profiler(executor, data, sliced, s, seed=seed, clock=clock,
                           model_name=model_name, sysfs_root=sysfs_root)
-    result = prof.measure(s, progress=progress)
-    if prefix_powers is None:
-        return result, None
-    return result, energy_by_prefix(result, prefix_powers(prof.calls))
+    return prof.measure_energy(s, progress=progress, prefix_powers=prefix_powers)

@@ -14,11 +14,15 @@ import shlex
 import socket
 import sys
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from profiler import __version__
+from profiler.measure.method import Method
+
+if TYPE_CHECKING:
+    from profiler.slicing.specs import Layer
 
 # Column order of the raw timestamp array's last axis.
 TRANSFER_START, TRANSFER_END, LAYER_START, LAYER_END = range(4)
@@ -36,7 +40,7 @@ class LayerInfo:
     bytes_out: int
 
     @classmethod
-    def from_layer(cls, layer: Any) -> LayerInfo:
+    def from_layer(cls, layer: Layer) -> LayerInfo:
         """From a `profiler.slicing` Layer (index, op_types, macs, param_bytes, inputs, outputs)."""
         return cls(
             index=int(layer.index),
@@ -118,7 +122,7 @@ class RunInfo:
     freq_level: int | None = None
     freq_khz: int | None = None
     power_source: str = "none"
-    method: str = "sliced"  # how layer times were measured: sliced | fused (profiler.measure.fused)
+    method: Method = Method.SLICED  # how layer times were measured (profiler.measure.fused)
     runtime: str = ""
     runtime_version: str = ""
     python: str = ""

@@ -19,35 +19,23 @@ from __future__ import annotations
 
 import gc
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, TypeAlias
 
 import numpy as np
+import numpy.typing as npt
 
 from profiler.clock import Clock, perf_clock
 from profiler.errors import ModelError
+from profiler.markers.hooks import LayerHooks
 from profiler.measure.results import LayerTimings
 
 if TYPE_CHECKING:  # a type only: importing profiler.executors loads LiteRT's runtimes
-    from profiler.executors.base import Executor
+    from ai_edge_litert.interpreter import Interpreter
 
+    from profiler.executors.base import Executor, SubModelInterpreter
+    from profiler.slicing.specs import SlicedModel
 
-class LayerHooks:
-    """Called around every layer and frame (warm-up frames included, with warmup=True).
-
-    Subclass and override what you need; the runner skips methods left as these no-ops.
-    """
-
-    def before_frame(self, frame: int, warmup: bool) -> None:
-        """Before frame `frame` (0-based within warm-up or measured frames)."""
-
-    def after_frame(self, frame: int, warmup: bool) -> None:
-        """After the frame's last layer."""
-
-    def before_layer(self, layer: int) -> None:
-        """After the layer's inputs were handed over, right before its invoke is timed."""
-
-    def after_layer(self, layer: int) -> None:
-        """Right after the layer's invoke was timed."""
+    LayerInterpreter: TypeAlias = Interpreter | SubModelInterpreter
 
 
 def _overridden(hooks: LayerHooks | None, name: str) -> Callable[..., None] | None:
@@ -56,7 +44,8 @@ def _overridden(hooks: LayerHooks | None, name: str) -> Callable[..., None] | No
     return getattr(hooks, name)
 
 
-def random_input(shape: Sequence[int], dtype: np.dtype | type, rng: np.random.Generator) -> np.ndarray:
+def random_input(shape: Sequence[int], dtype: npt.DTypeLike, rng: np.random.Generator
+                 ) -> np.ndarray:
     """A reproducible input: uniform [-1, 1) floats, full-range integers, False booleans."""
     dt = np.dtype(dtype)
     if dt.kind == "f":
@@ -79,7 +68,7 @@ class LayerRunner:
 
     def __init__(
         self,
-        sliced: Any,
+        sliced: SlicedModel,
         executor: Executor,
         *,
         clock: Clock = perf_clock,
@@ -126,11 +115,11 @@ class LayerRunner:
                         out[idx] = random_input(det["shape"], det["dtype"], rng)
         return out
 
-    def _plan(self, pos: int) -> tuple[Callable[[], None], list[Callable[[], Any]]]:
+    def _plan(self, pos: int) -> tuple[Callable[[], None], list[Callable[[], None]]]:
         """(invoke, feeds) for layer `pos`; records its outputs as producers for later layers."""
         layer, interp = self.layers[pos], self.interpreters[pos]
         in_details = interp.get_input_details()
-        feeds: list[Callable[[], Any]] = []
+        feeds: list[Callable[[], None]] = []
         for spec, det in zip(layer.inputs, in_details, strict=True):
             idx, dst = int(spec.index), int(det["index"])
             if idx in self._producer:
@@ -222,7 +211,8 @@ class LayerRunner:
         return out
 
 
-def _hand_over(src_interp: Any, src: int, dst_interp: Any, dst: int) -> Callable[[], Any]:
+def _hand_over(src_interp: LayerInterpreter, src: int, dst_interp: LayerInterpreter, dst: int
+               ) -> Callable[[], None]:
     """One copy from a producer's output buffer into a consumer's input buffer: a fresh
     view of the producer's buffer, written by set_tensor (which checks type and shape).
     On an accelerator sub-model that write is the upload, which belongs to the
@@ -236,7 +226,7 @@ def _hand_over(src_interp: Any, src: int, dst_interp: Any, dst: int) -> Callable
     return feed
 
 
-def _set_input(interp: Any, dst: int, value: np.ndarray) -> Callable[[], Any]:
+def _set_input(interp: LayerInterpreter, dst: int, value: np.ndarray) -> Callable[[], None]:
     set_tensor = interp.set_tensor
 
     def feed() -> None:

@@ -3,30 +3,11 @@
 Measuring and rendering are separate: `run_tables(run)` turns a `LayerRun` into a
 `RunTables` (DataFrames + metadata + totals); `write_tables` saves it as CSV and a
 JSON sidecar; `read_tables` loads those files back into the same `RunTables`;
-`render` draws a rich table from a `RunTables`, fresh or loaded.
+`render` draws a rich table from a `RunTables`, fresh or loaded. The CSV is tidy, units in
+column names, every row led by the run's identifying columns (`ID_COLUMNS`); power columns
+are present only when the run has them, never 0.
 
-CSV layout (tidy; units in column names). Every row starts with the run's
-identifying columns (`ID_COLUMNS`: board, simulated, model, processor,
-freq_level, freq_khz; the frequency columns are blank when the run left the
-frequency alone) so runs can be concatenated (sweeps, notebooks); then:
-
-- one row per layer, ``kind = "layer"``: layer, op_types, macs, param_bytes,
-  bytes_in, bytes_out, time_ms_{mean,median,p95,std}, transfer_ms_{mean,median,p95},
-  frames, then power columns when a power source gave them;
-- with raw rows, one row per layer and frame, ``kind = "frame"``: layer, frame,
-  time_ms, transfer_ms, start_ns, end_ns, transfer_start_ns, transfer_end_ns.
-
-Power columns (power_w, energy_mj, dynamic_energy_mj, fps_per_w, samples) are
-present only when the run has them; without a power source they are absent, never 0.
-
-A run measured with the fused method (`profiler.measure.fused`, `with_fused`) adds to each layer
-row time_ms_fused, time_ms_fused_ci95 and below_resolution, and one row ``kind =
-"fixed"``: the fixed per-call cost (time_ms_fused and its interval, layer blank). Its
-energy columns are then the layer's power times its fused time (energy_mj_sliced keeps
-the sliced window's), or, from a counter source's prefix energies
-(`profiler.measure.fused.energy_by_prefix`), the difference of two prefixes' energies per call,
-with the fixed row's energy on the fixed row (totals ``fixed_energy_mj``,
-``whole_energy_mj``); the time_ms_* columns stay the sliced sub-model's.
+The rows and columns, fused runs included: docs/measure.md ("From a measured run to tables").
 """
 
 from __future__ import annotations
@@ -45,9 +26,12 @@ from rich.table import Table
 
 from profiler.boards.host import format_cpu_list
 from profiler.errors import BadInputError
+from profiler.measure.method import Method
 from profiler.measure.results import LayerRun
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from profiler.measure.fused import FusedEnergy, FusedResult
 
 SIDE_CAR_FORMAT = "coupprof-layers/1"
@@ -119,7 +103,7 @@ def _stats_ms(values_ns: np.ndarray, axis: int = 0) -> dict[str, np.ndarray]:
     }
 
 
-def model_name(model_path: Any) -> str:
+def model_name(model_path: str | Path | None) -> str:
     """'/x/mobilenet_v1_0.25_128.tflite' -> 'mobilenet_v1_0.25_128' (the CSV's `model`)."""
     name = Path(str(model_path or "model")).name
     return name[: -len(".tflite")] if name.endswith(".tflite") else name
@@ -127,7 +111,7 @@ def model_name(model_path: Any) -> str:
 
 def id_columns(info: dict[str, Any], rows: int) -> dict[str, Any]:
     """The ID_COLUMNS for `rows` rows of a run with metadata `info` (RunInfo.to_dict())."""
-    def nullable(v: Any) -> pd.arrays.IntegerArray:
+    def nullable(v: int | None) -> pd.arrays.IntegerArray:
         return pd.array([None if v is None else int(v)] * rows, dtype="Int64")
 
     return {
@@ -220,7 +204,7 @@ def run_tables(run: LayerRun, raw: bool = True) -> RunTables:
 
 def with_fused(tables: RunTables, fused: FusedResult,
                energy: FusedEnergy | None = None) -> RunTables:
-    """`tables` of a sliced run plus the fused figures (see the module docstring). A
+    """`tables` of a sliced run plus the fused figures (see docs/measure.md). A
     layer's energy becomes its power (from its own windows) times its fused time, or,
     given the prefix ``energy`` of a counter source, the difference of prefix energies."""
     df = tables.layers.copy()
@@ -273,7 +257,7 @@ def with_fused(tables: RunTables, fused: FusedResult,
     if fused.call_factor is not None:
         tot["call_factor"] = fused.call_factor
     info = dict(tables.info)
-    info["method"] = "fused"
+    info["method"] = Method.FUSED
     info["fused"] = fused.info()
     if energy is not None:
         info["fused"]["energy"] = energy.info()
@@ -393,7 +377,7 @@ def with_id_columns(df: pd.DataFrame, info: dict[str, Any]) -> pd.DataFrame:
 # -- rendering ---------------------------------------------------------------------
 
 
-def _count(n: Any, noun: str) -> str:
+def _count(n: int | None, noun: str) -> str:
     return f"{n} {noun}" if n == 1 else f"{'?' if n is None else n} {noun}s"
 
 
@@ -409,11 +393,11 @@ def title(info: dict[str, Any]) -> str:
     return text
 
 
-def _f(v: Any, digits: int = 3) -> str:
+def _f(v: float | None, digits: int = 3) -> str:
     return "" if v is None or (isinstance(v, float) and np.isnan(v)) else f"{float(v):.{digits}f}"
 
 
-def _i(v: Any) -> str:
+def _i(v: float | None) -> str:
     return "" if v is None or pd.isna(v) else f"{int(v):,}"
 
 
@@ -432,7 +416,7 @@ def short_ops(op_types: str) -> str:
     return "+".join(OP_SHORT.get(op, op.lower()) for op in str(op_types).split("+"))
 
 
-def _kib(v: Any) -> str:
+def _kib(v: float | None) -> str:
     return "" if v is None or pd.isna(v) else f"{int(v) / 1024:,.1f}"
 
 
@@ -571,7 +555,7 @@ def _fused_caption(tables: RunTables) -> str:
     return text
 
 
-def _flags(df: pd.DataFrame, column: str, test: Any) -> dict[int, bool]:
+def _flags(df: pd.DataFrame, column: str, test: Callable[[Any], bool]) -> dict[int, bool]:
     """{layer: flagged} when any layer is flagged in `column`, else {} (column not shown)."""
     if column not in df.columns:
         return {}

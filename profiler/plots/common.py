@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import matplotlib
 import numpy as np
@@ -23,12 +23,16 @@ from matplotlib.figure import Figure
 
 from profiler.errors import BadInputError
 
+if TYPE_CHECKING:
+    from matplotlib.axes import Axes
+    from matplotlib.typing import RcKeyType
+
 PROCESSOR_NAMES = {"L": "little CPU", "B": "big CPU", "G": "GPU", "N": "NPU"}
 PROCESSOR_ORDER = ("L", "B", "G", "N")
 # One colour per processor, the same in every figure.
 PROCESSOR_COLORS = {"L": "#1f77b4", "B": "#d62728", "G": "#2ca02c", "N": "#9467bd"}
 
-STYLE = {
+STYLE: dict[RcKeyType, float] = {
     "font.size": 10, "axes.titlesize": 11, "axes.labelsize": 10, "legend.fontsize": 8,
     "figure.titlesize": 12, "axes.grid": True, "grid.alpha": 0.3, "axes.spines.top": False,
     "axes.spines.right": False, "savefig.dpi": 120,
@@ -145,12 +149,12 @@ LAYER_CMAP = ListedColormap(matplotlib.colormaps["viridis"](np.linspace(0.0, 0.9
                             name="layers")
 
 
-def layer_colors(n: int) -> list[Any]:
+def layer_colors(n: int) -> list[tuple[float, float, float, float]]:
     """n colours ordered by depth (early layers dark blue, late ones green-yellow)."""
     return [LAYER_CMAP(x) for x in (np.linspace(0.0, 1.0, n) if n > 1 else [0.0])]
 
 
-def log_if_wide(ax: Any, values: Sequence[float] | np.ndarray, ratio: float = 50.0) -> bool:
+def log_if_wide(ax: Axes, values: Sequence[float] | np.ndarray, ratio: float = 50.0) -> bool:
     """Log y axis when the positive values span more than `ratio`."""
     v = np.asarray(values, dtype=float)
     v = v[np.isfinite(v) & (v > 0)]

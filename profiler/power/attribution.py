@@ -1,60 +1,13 @@
 """Per-layer energy: integrate a power trace over each layer's window.
 
-Inputs: the host's layer timeline (``start_ns``/``end_ns`` per frame and layer,
-from the runner, host clock), a `HostTrace` (`profiler.power.host_trace`) already on the host clock (samples
-and the logger's marker edges, mapped by `profiler.power.clockmap`), and an idle
-baseline power measured before the run.
-
-**Windows from edges, matched by time.** The logger timestamps each marker edge
-on the same clock as its samples, so the best window boundaries are the logger's
-own edges. Each host boundary (a layer start or end) is paired with the nearest
-logger edge within a tolerance, after removing the median host-to-edge offset
-(any clock-map bias). Optional brackets (``start_lo_ns``, ``end_hi_ns``: clock
-reads just before a start's marker call and just after an end's) widen the
-target to the whole marker call, so a call that stalled still finds its edge.
-Boundaries are never paired by counting: a missed edge leaves its one boundary
-unmatched (it falls back to the host time plus the median edge-minus-host
-offset of the matched ones, and is counted in ``edges_missed``), a spurious edge
-matches nothing (``edges_spurious``), and every later layer is unaffected. The
-tolerance of a boundary is ``min(max_tolerance_ns, 0.45 * gap to its
-neighbours)``, so two boundaries can never claim the same edge. With
-``levels=(1, 0)`` an edge must also leave the marker line high at a start and
-low at an end.
-
-**Integration.** Energy is the trapezoid integral of the samples over the
-window. At the window's ends (``edge_mode``):
-
-* ``"hold"`` (default): the partial segment between a boundary and the first
-  (last) sample inside the window takes that sample's power. Power changes at
-  layer boundaries are steps; interpolating across a boundary would smear each
-  step into both neighbours, a bias of about ``dP * dt / 6`` per boundary for
-  sample period ``dt`` (4.8 % of a 1 ms layer at 3.5 kS/s when dP is half the
-  power). Holding is exact for steps and second order for smooth power.
-  Samples that average over ``sample_window_ns`` count as inside only if their
-  whole averaging window is, and none closer than ``guard_ns`` (default 2 us,
-  twice the logger's timestamp resolution) to the boundary: such a sample may
-  have been taken on either side of the edge.
-* ``"interpolate"``: linear interpolation between the samples on either side
-  of the boundary.
-
-A window with no sample inside is interpolated either way (``samples = 0``) and
-flagged.
-
-**Lost frames are never silently attributed.** The trace lists spans where the
-logger's sequence numbers jumped (frames lost). A window overlapping one counts
-those frames in ``lost_frames`` and is flagged, as is a window that overlaps a
-sample hole (samples more than ``hole_factor`` median periods apart although no
-frame was lost: the logger skipped conversions) or holds no sample at all. A
-layer's power comes from its unflagged windows only (if every window is
-flagged, from all of them, interpolated over the gaps), and its energy per
-frame is that power times the mean length of all its windows: the mean energy
-of the unflagged windows alone would favour the longer ones, since windows
-shorter than a sample period are the ones likely to hold no sample. Either way
-the layer reports ``flagged_windows`` (and ``lost``, ``lost_frames`` for lost
-frames).
-
-Counter sources (RAPL, NVML, hwmon) get per-call energy from
+Each host boundary (a layer's start or end) is matched by time to the nearest logger
+marker edge, never by counting, so a missed or spurious edge affects only its own
+boundary. Each window's samples are integrated (the power held as a step at the window's
+ends); windows that overlap lost frames, sample holes or hold no sample are flagged, and a
+layer's power comes from its other windows. Counter sources get per-call energy from
 `profiler.power.repeat.measure_repeated` instead.
+
+The matching, integration and flagging rules, and why: docs/power.md ("Per-layer energy").
 """
 
 from __future__ import annotations
@@ -63,6 +16,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 from profiler.errors import BadInputError
 from profiler.power.host_trace import EdgeMode, HostTrace, WindowIntegrator
@@ -278,12 +232,12 @@ def fps_per_w(energy_mj: float) -> float:
 # Attribution of a streamed trace
 # --------------------------------------------------------------------------
 
-def attribute(start_ns: Any, end_ns: Any, trace: HostTrace, *, baseline_power_w: float = 0.0,
+def attribute(start_ns: npt.ArrayLike, end_ns: npt.ArrayLike, trace: HostTrace, *, baseline_power_w: float = 0.0,
               use_edges: bool = True, levels: tuple[int, int] | None = None,
               level_mask: int = 1, max_tolerance_ns: float = MAX_TOLERANCE_NS,
               edge_mode: EdgeMode = "hold", guard_ns: float = 2000.0,
-              start_lo_ns: Any = None, end_hi_ns: Any = None,
-              hole_factor: float = 3.0) -> Attribution:
+              start_lo_ns: npt.ArrayLike | None = None,
+              end_hi_ns: npt.ArrayLike | None = None, hole_factor: float = 3.0) -> Attribution:
     """Energy per layer from the host timeline ``start_ns``/``end_ns`` (frames, layers).
 
     ``start_lo_ns``/``end_hi_ns`` (same shape, optional): host times known to be
@@ -325,8 +279,8 @@ def attribute(start_ns: Any, end_ns: Any, trace: HostTrace, *, baseline_power_w:
         boundaries = np.concatenate([start.ravel(), end.ravel()])
         b_lv = None
         if levels is not None and edge_lv is not None:
-            hi, lo = levels[0] & level_mask, levels[1] & level_mask
-            b_lv = np.concatenate([np.full(start.size, hi), np.full(end.size, lo)])
+            hi_lv, lo_lv = levels[0] & level_mask, levels[1] & level_mask
+            b_lv = np.concatenate([np.full(start.size, hi_lv), np.full(end.size, lo_lv)])
         groups = np.concatenate([np.zeros(start.size, np.int64), np.ones(end.size, np.int64)])
         lo = np.concatenate([
             (start if start_lo_ns is None else np.asarray(start_lo_ns, np.int64).reshape(

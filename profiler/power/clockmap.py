@@ -1,50 +1,23 @@
 """Mapping the logger's clock onto the host clock from matched marker edges.
 
-The logger timestamps marker edges with its own microsecond clock; the host
-records when it changed each marker (``time.perf_counter_ns``). The two clocks
-differ by an offset and a drift (an Arduino's ceramic resonator is off by up
-to ~0.5 %), so ``host_ns = a + b * device_us`` with ``b`` near 1000.
+The two clocks differ by an offset and a drift, so ``host_ns = a + b * device_us``.
+``fit_clock_map`` finds which device edge belongs to which host event without assuming
+the two lists line up one to one (hypotheses from anchor pairs, then matching, a
+least-squares fit and outlier rejection until stable; on a long capture a piecewise-linear
+map where it clearly cuts the residual). Unmatched host events are missed edges; unmatched
+device edges are spurious.
 
-``fit_clock_map`` finds which device edge belongs to which host event without
-assuming the two lists line up one to one (the logger may miss a short edge, a
-glitch may add one):
-
-1. Hypotheses from anchor pairs: an early host event paired with one of the
-   first few device edges and a late host event paired with one of the last few
-   give a line (offset and slope, slope within ``max_drift_ppm``); single
-   anchors with the nominal slope cover short runs. Each line is scored by how
-   many device edges land within ``tol_ns`` of a host event (with the same
-   marker levels when levels are given).
-2. From the best line: mutual-nearest-neighbour matching, a least-squares fit,
-   rejection of residual outliers (median +- max(6 robust sigma, floor)), and
-   repeat until the matched set is stable.
-
-3. On a long capture (at least two ``segment_s`` of matched edges) the same loop
-   with a continuous piecewise-linear map, one segment per whole ``segment_s`` of
-   the run, its knots at quantiles of the matched edges (equal edge counts):
-   a resonator warming up changes its rate by some ppm over minutes, which bends
-   the clock away from one straight line by hundreds of microseconds. The
-   piecewise map is kept only where it cuts the residual clearly; a steady clock
-   keeps one line. Edges are still first matched by the straight line, so it must
-   come within ``tol_ns`` of every edge (a rate change of under ~10 ppm over
-   five minutes at the default 0.5 ms).
-
-Unmatched host events are missed edges; unmatched device edges are spurious.
-
-A host event's time is the middle of the clock reads around the marker change. A
-thread held up inside the change (the GIL given to a busy reader thread, a page
-fault) widens that bracket, and the change may lie anywhere in it: such an event
-matches within ``tol_ns`` plus its half-width, anchors no hypothesis and leaves the
-line to the events timed tightly, when there are any. On a capture of two edges
-(one marked span) one late event would otherwise break the map.
+The fit step by step: docs/power.md ("The logger's clock onto the host clock").
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import Any, TypeVar
 
 import numpy as np
+import numpy.typing as npt
 
 from profiler.errors import MarkerError
 
@@ -101,9 +74,10 @@ class ClockMap:
                 for k, v in ((k, getattr(self, k)) for k in self.__dataclass_fields__)}
 
     @classmethod
-    def from_dict(cls, d: dict) -> ClockMap:
-        return cls(**{k: tuple(d[k]) if k.startswith("knots_") else d[k]
-                      for k in cls.__dataclass_fields__ if k in d})
+    def from_dict(cls, d: Mapping[str, Any]) -> ClockMap:
+        kw: dict[str, Any] = {k: tuple(d[k]) if k.startswith("knots_") else d[k]
+                              for k in cls.__dataclass_fields__ if k in d}
+        return cls(**kw)
 
 
 def _segment(x: np.ndarray, kx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -212,11 +186,11 @@ def _mutual_matches(
 
 
 def fit_clock_map(
-    device_us: np.ndarray,
-    host_ns: np.ndarray,
+    device_us: npt.ArrayLike,
+    host_ns: npt.ArrayLike,
     *,
-    device_levels: np.ndarray | None = None,
-    host_levels: np.ndarray | None = None,
+    device_levels: npt.ArrayLike | None = None,
+    host_levels: npt.ArrayLike | None = None,
     tol_ns: float = 500_000.0,
     max_drift_ppm: float = 10_000.0,
     floor_ns: float = 50_000.0,
@@ -224,7 +198,7 @@ def fit_clock_map(
     slack: int = 4,
     min_fraction: float = 0.5,
     segment_s: float = 20.0,
-    host_halfwidth_ns: np.ndarray | None = None,
+    host_halfwidth_ns: npt.ArrayLike | None = None,
 ) -> ClockFit:
     """Fit ``host_ns = a + b * device_us`` from two edge lists that mostly pair up.
 
@@ -238,7 +212,7 @@ def fit_clock_map(
     ``MarkerError``: the wiring or the port is wrong, not a stray edge.
     ``segment_s``: a piecewise map has one segment per whole ``segment_s`` of the
     run, and at least two (0 keeps one straight line). ``host_halfwidth_ns``: how far
-    each host time may be off (half its clock-read bracket); see the module docstring.
+    each host time may be off (half its clock-read bracket); see docs/power.md.
     """
     d_all = np.asarray(device_us, dtype=np.int64)
     h_all = np.asarray(host_ns, dtype=np.int64)
@@ -263,9 +237,9 @@ def fit_clock_map(
     if not tight.any():
         tight[:] = True
 
-    model: _Line | _Knots = _Line(*_best_hypothesis(d, dl, h, hl, tol, tight, max_drift_ppm,
-                                                     anchors, slack))
-    model, hi, dv, inl = _match_loop(d, dl, h, hl, model, tol, tight, floor_ns)
+    line = _Line(*_best_hypothesis(d, dl, h, hl, tol, tight, max_drift_ppm, anchors, slack))
+    line, hi, dv, inl = _match_loop(d, dl, h, hl, line, tol, tight, floor_ns)
+    model: _Line | _Knots = line
     if segment_s > 0 and dv.size:
         bent = _piecewise_fit(d, dl, h, hl, model, hi, dv, inl, tol, tight, floor_ns,
                               segment_s * 1e6, max_drift_ppm)
@@ -281,21 +255,18 @@ def fit_clock_map(
         )
     r = h[hi] - model(d[dv])
     rin = r[inl & tight[hi]]
-    stats = dict(
-        matched=int(dv.size),
-        rejected=int((~inl).sum()),
-        residual_rms_ns=float(np.sqrt(np.mean(rin**2))) if rin.size else 0.0,
-        residual_max_ns=float(np.max(np.abs(rin))) if rin.size else 0.0,
-    )
     if isinstance(model, _Knots):
         kx, ky = model.kx, model.ky
-        clock = ClockMap(device_ref_us=d0, host_ref_ns=h0,
-                         ns_per_us=float((ky[-1] - ky[0]) / (kx[-1] - kx[0])),
-                         knots_us=tuple(float(v) for v in kx),
-                         knots_ns=tuple(float(v) for v in ky), **stats)
+        ref_ns, rate = h0, float((ky[-1] - ky[0]) / (kx[-1] - kx[0]))
+        knots_us, knots_ns = tuple(float(v) for v in kx), tuple(float(v) for v in ky)
     else:
-        clock = ClockMap(device_ref_us=d0, host_ref_ns=h0 + int(round(model.a)),
-                         ns_per_us=float(model.b), **stats)
+        ref_ns, rate = h0 + int(round(model.a)), float(model.b)
+        knots_us = knots_ns = ()
+    clock = ClockMap(device_ref_us=d0, host_ref_ns=ref_ns, ns_per_us=rate,
+                     matched=int(dv.size), rejected=int((~inl).sum()),
+                     residual_rms_ns=float(np.sqrt(np.mean(rin**2))) if rin.size else 0.0,
+                     residual_max_ns=float(np.max(np.abs(rin))) if rin.size else 0.0,
+                     knots_us=knots_us, knots_ns=knots_ns)
     # host_ref_ns was rounded: express residuals against the stored map.
     resid = h_all[hi] - clock.to_host_ns(d_all[dv])
     return ClockFit(
@@ -339,10 +310,13 @@ class _Knots:
         return _Knots(self.kx, ky + base)
 
 
+_Model = TypeVar("_Model", _Line, _Knots)  # the loop refits and returns the kind it was given
+
+
 def _match_loop(
     d: np.ndarray, dl: np.ndarray | None, h: np.ndarray, hl: np.ndarray | None,
-    model: _Line | _Knots, tol: np.ndarray, tight: np.ndarray, floor: float,
-) -> tuple[_Line | _Knots, np.ndarray, np.ndarray, np.ndarray]:
+    model: _Model, tol: np.ndarray, tight: np.ndarray, floor: float,
+) -> tuple[_Model, np.ndarray, np.ndarray, np.ndarray]:
     """Match by ``model``, fit, reject residual outliers; repeat until the matched set
     is stable. Returns the model, the matched (host, device) indices and the inliers.
     Only tightly timed events (``tight``) are fitted and set the spread, where any
@@ -442,8 +416,8 @@ def _best_hypothesis(
     eh, ed = pairs(early_h, early_d)
     lh, ld = pairs(late_h, late_d)
     # Two-anchor lines (early x late).
-    i1, i2 = np.meshgrid(np.arange(eh.size), np.arange(lh.size), indexing="ij")
-    i1, i2 = i1.ravel(), i2.ravel()
+    g1, g2 = np.meshgrid(np.arange(eh.size), np.arange(lh.size), indexing="ij")
+    i1, i2 = g1.ravel(), g2.ravel()
     span_d = d[ld[i2]] - d[ed[i1]]
     span_h = h[lh[i2]] - h[eh[i1]]
     ok = (span_d > 0) & (span_h > 0)

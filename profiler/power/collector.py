@@ -1,30 +1,12 @@
 """Capturing a trace from a logger over serial (pyserial).
 
-``Collector`` opens a pyserial URL (``/dev/ttyACM0``, ``/dev/pts/N`` of the
-simavr rig or the virtual logger, ``loop://``), or takes an open pyserial
-object, and runs one reader thread that decodes everything the logger sends
-(``protocol.StreamDecoder``) and streams samples, edges and gaps to a trace
-directory (``trace.TraceWriter``) so a long run never holds its samples in
-memory. Commands (IDENTIFY, START, STOP, SET_RATE, SET_CAL) are written from
-the calling thread and wait for their ACK, which the reader thread hands over.
+``Collector`` opens a pyserial URL or takes an open pyserial object, and runs one reader
+thread that decodes everything the logger sends and streams it to a trace directory, so a
+long run never holds its samples in memory; commands are written from the calling thread
+and wait for their ACK. Failures keep what was measured: mid-run errors carry the partial
+trace as ``err.trace``; corrupt and lost frames are counted and recorded as gaps.
 
-Failures keep what was measured:
-
-- no answer to IDENTIFY (wrong port, wrong firmware, logger not powered)
-  -> ``LoggerTimeoutError`` naming the port and what to check;
-- the port vanishes mid-run (cable pulled, pty closed) -> ``PortLostError``;
-- the logger stops sending mid-run -> ``LoggerTimeoutError``.
-
-Mid-run errors carry the partial trace as ``err.trace`` (already written to
-disk when an ``out_dir`` was given). Corrupt and lost frames are not errors:
-they are counted and their device-time windows recorded as gaps.
-
-Typical use::
-
-    with Collector("/dev/ttyACM0", out_dir="run1.trace") as col:
-        info = col.open()               # IDENTIFY handshake
-        trace = col.record(10.0)        # START, 10 s, STOP
-    print(trace.counters.lost_frames, trace.power_w.mean())
+The failures, and a typical use: docs/power.md ("Capturing a trace").
 """
 
 from __future__ import annotations
@@ -109,7 +91,7 @@ def open_port(url: str, baudrate: int = P.BAUDRATE, timeout_s: float = 0.05) -> 
 
 
 class Collector:
-    """Reads a logger's stream in a background thread; see the module docstring."""
+    """Reads a logger's stream in a background thread; see docs/power.md."""
 
     def __init__(
         self,
@@ -269,17 +251,21 @@ class Collector:
             )
         self._lost.set()
 
+    def _lost_error(self) -> PowerSourceError:
+        assert self.error is not None  # set before _lost is
+        return self.error
+
     # ----------------------------------------------------------------- commands
     def _write(self, data: bytes) -> None:
         if self._lost.is_set():
-            raise self.error  # type: ignore[misc]
+            raise self._lost_error()
         assert self.serial is not None
         try:
             self.serial.write(data)
             self.serial.flush()
         except (serial.SerialException, OSError) as err:
             self._port_lost(err)
-            raise self.error from None  # type: ignore[misc]
+            raise self._lost_error() from None
 
     def _drain_messages(self) -> None:
         while True:
@@ -308,7 +294,7 @@ class Collector:
                 m = self._messages.get(timeout=max(0.0, min(left, 0.05)))
             except queue.Empty:
                 if self._lost.is_set():
-                    raise self.error from None  # type: ignore[misc]
+                    raise self._lost_error() from None
                 continue
             if isinstance(m, P.Ack) and m.cmd == cmd:
                 return m
@@ -395,7 +381,7 @@ class Collector:
     def poll(self) -> None:
         """Raise a mid-run failure noticed by the reader thread (or a silent logger)."""
         if self._lost.is_set():
-            raise self.error  # type: ignore[misc]
+            raise self._lost_error()
         with self._lock:
             silent_ns = self.clock() - self._last_frame_ns
         if self.silence_s and self._recording and silent_ns > self.silence_s * 1e9:

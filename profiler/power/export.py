@@ -28,7 +28,7 @@ import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -36,6 +36,8 @@ from profiler.errors import BadInputError
 from profiler.jsonfile import write_json_atomic
 
 if TYPE_CHECKING:
+    import pyarrow as pa
+
     from profiler.power.trace import DeviceTrace
 
 #: Rows per chunk: ~2.6 MB of records, ~10 MB once scaled into columns.
@@ -163,7 +165,7 @@ def _chunks_or_one_empty(arr: np.ndarray, rows: int) -> Iterator[np.ndarray]:
         yield arr[:0]
 
 
-def _parquet_schemas() -> tuple[Any, Any]:
+def _parquet_schemas() -> tuple[pa.Schema, pa.Schema]:
     import pyarrow as pa
 
     samples = pa.schema([("t_us", pa.int64()), ("host_ns", pa.int64()),

@@ -11,9 +11,10 @@ idle window. Attribution builds on these; nothing here knows about layers.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Literal
 
 import numpy as np
+import numpy.typing as npt
 
 from profiler.errors import BadInputError, PowerSourceError
 
@@ -73,7 +74,8 @@ class HostTrace:
     def total_lost_frames(self) -> int:
         return int(self.lost_frames.sum())
 
-    def window_energy_mj(self, start_ns: Any, end_ns: Any, edge_mode: EdgeMode = "hold",
+    def window_energy_mj(self, start_ns: npt.ArrayLike, end_ns: npt.ArrayLike,
+                         edge_mode: EdgeMode = "hold",
                          guard_ns: float = 0.0) -> np.ndarray:
         """Energy in mJ over arbitrary windows (same shapes as ``start_ns``)."""
         return WindowIntegrator(self, guard_ns).energy_mj(np.asarray(start_ns), np.asarray(end_ns),

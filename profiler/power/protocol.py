@@ -155,8 +155,11 @@ class LoggerInfo:
     def from_payload(cls, payload: bytes) -> LoggerInfo:
         if len(payload) != IDENT_LEN:
             raise ValueError(f"IDENT payload must be {IDENT_LEN} bytes, got {len(payload)}")
-        f = cls._STRUCT.unpack(payload)
-        return cls(*f[:9], fw_version=f[9].rstrip(b"\0").decode("ascii", "replace"))
+        (protocol, front_end, marker_count, flags, rate_hz, shunt_uohm, current_lsb_na,
+         bus_lsb_uv, bus_nominal_mv, fw) = cls._STRUCT.unpack(payload)
+        return cls(protocol, front_end, marker_count, flags, rate_hz, shunt_uohm,
+                   current_lsb_na, bus_lsb_uv, bus_nominal_mv,
+                   fw.rstrip(b"\0").decode("ascii", "replace"))
 
     def to_dict(self) -> dict[str, int | str]:
         return {k: getattr(self, k) for k in self.__dataclass_fields__ if not k.startswith("_")}

@@ -1,36 +1,13 @@
 """The simavr rig: the real logger firmware on a simulated ATmega328P (``firmware/sim``).
 
 ``Rig`` starts ``firmware/sim/build/coupprof_rig`` with a firmware ELF and a
-current/voltage waveform, and talks to it:
+current/voltage waveform, and talks to it: ``rig.port`` is the UART's pty (open it with
+pyserial), ``set_markers`` / ``set_pin`` / ``set_markers_nowait`` move the marker pins,
+and ``ground_truth()`` gives the exact energy of every marked window. It runs paced to the
+wall clock, or with ``fast=True`` as fast as it can (``run_fast``).
 
-- **UART**: ``rig.port`` is a pty path; open it with pyserial like any serial
-  port (``serial.Serial(rig.port)`` or ``serial.serial_for_url(rig.port)``). The
-  rig moves bytes at the timing UBRR0 gives (2,000,000 baud: 5 us per byte) and
-  never drops them while the reader keeps up.
-- **Marker pins** (PD2..PD5 = marker 0..3): ``rig.set_markers(bits)`` or
-  ``rig.set_pin(k, level)`` write ``pins MASK`` / ``pin K L`` to the rig's stdin
-  and wait for its ``ok T_US`` reply, so they return the simulated time (us) at
-  which the pins changed. ``rig.set_markers_nowait(bits)`` writes the same line
-  to the rig's marker FIFO (``rig.marker_fifo``) instead: no reply, lowest
-  latency, and any process may write there (one line per write, e.g.
-  ``os.write(fd, b"pins 3\\n")``). A paced rig applies both 25 us after it
-  reads them, having first run the simulation up to that wall-clock time, so
-  changes keep the host's spacing; its log records that time.
-  ``COUPPROF_RIG_OVERSLEEP_US`` in the environment makes a rig started then
-  oversleep every timed wait by that much (a test knob for late VM timers).
-- **Ground truth**: ``rig.ground_truth()`` parses the rig's log: every applied
-  marker change with the exact integral of current and of power up to it, and
-  periodic samples of the waveform. ``GroundTruth.windows(k)`` gives the exact
-  energy of every high period of marker k.
-
-The control channel is line based (``firmware/sim/README.md`` lists all
-commands): ``pin K L``, ``pins MASK``, ``send HEX``, ``at T_US CMD``, ``time``,
-``sync``, ``quit``; each stdin command gets one ``ok T_US`` or ``err MESSAGE``.
-
-The rig runs paced to the wall clock by default (the firmware and the host see
-the same pace) or, with ``fast=True``, as fast as it can for ``seconds`` of
-simulated time (benchmarks; UART bytes go to ``uart_out``). ``run_fast`` wraps
-the latter.
+The channels and options in full: docs/power.md ("The simavr rig"); the rig's commands:
+firmware/sim/README.md.
 """
 
 from __future__ import annotations
@@ -47,6 +24,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
+from typing import Any
 
 import numpy as np
 
@@ -367,7 +345,7 @@ class Rig:
         self._proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                       stderr=self._stderr, bufsize=0)
         if self.nice is not None:
-            self._raise_priority(self._proc.pid)
+            self._raise_priority(self._proc.pid, self.nice)
         try:
             pty_line = self._read_line(_START_TIMEOUT_S)
             ready = self._read_line(_START_TIMEOUT_S)
@@ -387,7 +365,7 @@ class Rig:
         self.port = None if port == "-" else port
         return self
 
-    def _raise_priority(self, pid: int) -> None:
+    def _raise_priority(self, pid: int, nice: int) -> None:
         """Real-time FIFO scheduling where allowed (the rig sleeps whenever it is ahead
         of the wall clock, so it takes only the CPU it needs), else a lower niceness,
         else nothing (not root, no CAP_SYS_NICE): then the rig runs at our priority."""
@@ -398,8 +376,8 @@ class Rig:
         except (OSError, AttributeError):
             pass
         try:
-            os.setpriority(os.PRIO_PROCESS, pid, self.nice)
-            self.priority = f"nice {self.nice}"
+            os.setpriority(os.PRIO_PROCESS, pid, nice)
+            self.priority = f"nice {nice}"
         except OSError:
             pass
 
@@ -411,11 +389,13 @@ class Rig:
         if self._fifo_fd is not None:
             os.close(self._fifo_fd)
             self._fifo_fd = None
+        stdin = proc.stdin
+        assert stdin is not None  # started with stdin=PIPE
         if proc.poll() is None:
             try:
                 if not self.fast:
-                    proc.stdin.write(b"quit\n")  # type: ignore[union-attr]
-                proc.stdin.close()  # type: ignore[union-attr]
+                    stdin.write(b"quit\n")
+                stdin.close()
             except OSError:
                 pass
             try:
@@ -424,7 +404,7 @@ class Rig:
                 proc.kill()
                 proc.wait()
         else:
-            proc.stdin.close()  # type: ignore[union-attr]
+            stdin.close()
         if proc.stdout:
             proc.stdout.close()
         self._stderr.close()
@@ -496,9 +476,11 @@ class Rig:
         if self._proc is None or self.fast:
             raise PowerSourceError("the rig takes commands only while running paced",
                                    fix="start it (not fast) and use it inside `with`")
+        stdin = self._proc.stdin
+        assert stdin is not None  # started with stdin=PIPE
         with self._lock:
             try:
-                self._proc.stdin.write(line.encode() + b"\n")  # type: ignore[union-attr]
+                stdin.write(line.encode() + b"\n")
             except (BrokenPipeError, OSError) as err:
                 raise PowerSourceError(f"the rig is gone: {self._tail()}",
                                        fix="see the rig's stderr") from err
@@ -547,7 +529,7 @@ class FastRun:
 
 def run_fast(elf: Path | str, seconds: float, script_lines: Iterable[str] = (),
              waveform: Waveform | Path | str | None = None, workdir: Path | str | None = None,
-             timeout_s: float | None = None, **kwargs: object) -> FastRun:
+             timeout_s: float | None = None, **kwargs: Any) -> FastRun:
     """Run ``seconds`` of simulated time unthrottled with timed commands ('T_US CMD').
 
     Without ``workdir`` the files live in a temporary directory removed afterwards."""
@@ -563,12 +545,12 @@ def run_fast(elf: Path | str, seconds: float, script_lines: Iterable[str] = (),
 
 def _run_fast(elf: Path | str, seconds: float, script_lines: Iterable[str],
               waveform: Waveform | Path | str | None, wd: Path, timeout_s: float | None,
-              **kwargs: object) -> FastRun:
+              **kwargs: Any) -> FastRun:
     script = wd / "script.txt"
     script.write_text("".join(f"{ln}\n" for ln in script_lines))
     uart = wd / "uart.bin"
     rig = Rig(elf, waveform, fast=True, seconds=seconds, workdir=wd, script=script,
-              uart_out=uart, **kwargs)  # type: ignore[arg-type]
+              uart_out=uart, **kwargs)
     t0 = time.monotonic()
     rig.start()
     rc = rig.wait(timeout_s)

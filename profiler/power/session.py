@@ -1,51 +1,14 @@
 """One object measures power around work: `PowerSession`.
 
-It opens a power source and a marker (use it as a context manager), measures the
-idle baseline, brackets windows of work and returns an `Attribution`. What it can
-do follows from the source's type: a `StreamSource` (the logger, real or virtual:
-samples and marker edges on the logger's clock) or a `CounterSource` (NVML, RAPL,
-hwmon: a polled energy counter); any other source measures nothing.
+It opens a power source and a marker (use it as a context manager), measures the idle
+baseline, brackets windows of work and returns an `Attribution`. What it can do follows
+from the source's type: a `StreamSource` (samples and marker edges on the logger's clock,
+attributed per window), a `ReadingSource` (readings that carry the marker pin, aligned to
+the run's windows) or a `CounterSource` (a polled energy counter, each layer repeated
+until the counter resolves it); any other source measures nothing. A source that fails
+mid-run keeps the timings and what was measured (`PowerResult.error`, exit 4).
 
-A layer run (`coupprof layers`, `coupprof sweep`) goes:
-
-1. ``with session:`` opens the source (logger handshake) and the marker (low);
-2. `begin()` starts the stream and holds the marker low for ``baseline_s`` to
-   measure the idle baseline (before the run: a GPU stays clocked up for seconds
-   after work);
-3. the runner runs its frames with `hooks()`: in measured frames the marker goes
-   high right before each layer's invoke and low right after, each change
-   bracketed by clock reads (`MarkerHooks`);
-4. `finish(timings)` stops the stream, fits the logger clock to the host clock over
-   the marker changes and attributes each layer's windows
-   (`profiler.power.attribution.attribute`). A counter source cannot resolve a
-   millisecond window, so there each layer is repeated back to back until its
-   counter window is long enough (`profiler.power.repeat.measure_repeated`); that
-   window gives the layer's power, and its energy per frame is that power times the
-   layer's time inside the frames (a layer repeated alone runs at another pace than
-   in a frame: on an H100 the repeat times added up to 18.3 ms per frame against
-   13.4 ms inside frames, and energies came out 37 % high).
-
-A `ReadingSource` (ARM-CO-UP's INA260 logger: readings that carry the marker pin,
-milliseconds apart) goes the same way with a `ReadingCapture`: the hooks also keep
-the marker idle for the source's ``gap_ns`` after each layer (as ARM-CO-UP's board
-sleeps 8 ms), so the logger sees every window; `finish` aligns the run's windows to
-the recording and attributes them (`profiler.recordings.live`). It measures layer
-runs only.
-
-Spans of work that are not layer invokes (`coupprof run`, `transfer-matrix`, and
-the costs `predict` measures) use `capture()`, whose `StreamCapture.mark(level)`
-moves the marker around any work, and `span(work)` / `per_call(call)`, which work
-on either kind of source.
-
-A source that fails mid-run (port gone, logger silent) does not lose the run:
-`finish` keeps the timings, attributes whatever part of the trace survived, and
-records the error in `PowerResult.error` for the caller to report (exit 4).
-
-Where a sample enters, and where it becomes a row: the logger's bytes are decoded
-by `profiler.power.collector` into a `DeviceTrace` on the logger's clock; the source maps
-it onto the host clock as a `HostTrace` (`profiler.power.host_trace`); here the
-marker windows the host recorded are integrated over it into an `Attribution`,
-whose per-layer columns `profiler.measure.tables` turns into rows.
+A layer run step by step, and why: docs/power.md ("A measuring session").
 """
 
 from __future__ import annotations
@@ -54,14 +17,15 @@ import contextlib
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
+import numpy.typing as npt
 
 from profiler.clock import Clock, perf_clock
 from profiler.errors import BadInputError, PowerSourceError, ProfilerError
 from profiler.markers.base import Marker
-from profiler.measure.runner import LayerHooks
+from profiler.markers.hooks import LayerHooks
 from profiler.power.attribution import Attribution, attribute, fps_per_w
 from profiler.power.clockmap import local_offset
 from profiler.power.host_trace import HostTrace, idle_baseline_w
@@ -69,6 +33,9 @@ from profiler.power.repeat import measure_repeated
 from profiler.power.sources.base import CounterSource, PowerSource, ReadingSource, StreamSource
 from profiler.power.trace import DeviceTrace
 from profiler.recordings.traces import Recording
+
+if TYPE_CHECKING:
+    from profiler.measure.results import LayerTimings
 
 T = TypeVar("T")
 
@@ -187,11 +154,11 @@ class StreamCapture(MarkerLog):
         t, lv = self.host_events()
         self.info["marker_changes"] = int(t.size)
         try:
-            capture: DeviceTrace | None = self.source.stop_capture()
+            capture = self.source.stop_capture()
         except PowerSourceError as err:
-            capture = err.trace
-            if capture is None or capture.samples.size == 0:
+            if err.trace is None or err.trace.samples.size == 0:
                 raise
+            capture = err.trace
             self.error = err
         try:
             trace = self.source.map_clock(capture, t, lv,
@@ -215,8 +182,10 @@ class StreamCapture(MarkerLog):
             raise RuntimeError("StreamCapture: stop() first")
         return self.trace
 
-    def windows_on_edges(self, start_ns: Any, end_ns: Any, start_lo_ns: Any = None,
-                         end_hi_ns: Any = None, *, follow_clock: bool = False) -> Attribution:
+    def windows_on_edges(self, start_ns: npt.ArrayLike, end_ns: npt.ArrayLike,
+                         start_lo_ns: npt.ArrayLike | None = None,
+                         end_hi_ns: npt.ArrayLike | None = None, *,
+                         follow_clock: bool = False) -> Attribution:
         """Windows (frames, items) that the marker went high at (start) and low at (end).
         ``follow_clock``: look for each boundary's edge where the clock map's neighbours
         say it is (`profiler.power.clockmap.local_offset`), for long runs whose logger
@@ -224,14 +193,18 @@ class StreamCapture(MarkerLog):
         if follow_clock:
             local = local_offset(self.source.fit, self.host_events()[0])
             if local is not None:
-                start_ns, end_ns, start_lo_ns, end_hi_ns = (
-                    None if v is None else np.asarray(v) - local(v)
-                    for v in (start_ns, end_ns, start_lo_ns, end_hi_ns))
+                def shifted(v: npt.ArrayLike) -> np.ndarray:
+                    t = np.asarray(v)
+                    return t - local(t)
+
+                start_ns, end_ns = shifted(start_ns), shifted(end_ns)
+                start_lo_ns = None if start_lo_ns is None else shifted(start_lo_ns)
+                end_hi_ns = None if end_hi_ns is None else shifted(end_hi_ns)
         return attribute(start_ns, end_ns, self._trace(),
                          baseline_power_w=self.session.baseline_w or 0.0, levels=(1, 0),
                          start_lo_ns=start_lo_ns, end_hi_ns=end_hi_ns)
 
-    def windows_on_host(self, start_ns: Any, end_ns: Any) -> Attribution:
+    def windows_on_host(self, start_ns: npt.ArrayLike, end_ns: npt.ArrayLike) -> Attribution:
         """Windows between host timestamps, through the fitted clock (no edge matching)."""
         return attribute(start_ns, end_ns, self._trace(),
                          baseline_power_w=self.session.baseline_w or 0.0, use_edges=False)
@@ -271,7 +244,7 @@ class MarkerHooks(LayerHooks):
 
 
 class PowerSession:
-    """A power source and its marker, measured around work; see the module docstring.
+    """A power source and its marker, measured around work; see docs/power.md.
 
     counter_updates: a counter window must span this many counter updates (error about
     1/N). baseline_s: how long the idle baseline is measured."""
@@ -440,7 +413,8 @@ class PowerSession:
             self.baseline_w = (src.read_energy_mj() - e0) * 1e6 / max(t1 - t0, 1)
             self.baseline_window_ns = (t0, t1)
 
-    def finish(self, timings: Any, layer_calls: list[Callable[[], object]] | None = None,
+    def finish(self, timings: LayerTimings,
+               layer_calls: Sequence[Callable[[], object]] | None = None,
                progress: Callable[[int, int], None] | None = None) -> PowerResult:
         """The layer run's energy: per layer columns, per frame totals, sidecar info.
         On a counter source a layer's in-frame time is its mean over ``timings``' frames."""
@@ -465,7 +439,7 @@ class PowerSession:
                 self._recording.stop()
             self._recording = None
 
-    def _finish_stream(self, timings: Any, cap: StreamCapture, info: dict[str, Any],
+    def _finish_stream(self, timings: LayerTimings, cap: StreamCapture, info: dict[str, Any],
                        ) -> PowerResult:
         self._capture = None
         cap.source.keep_trace_on_disk()  # (from the next capture on)
@@ -499,7 +473,7 @@ class PowerSession:
         return PowerResult(columns=att.columns(), totals=att.totals(), info=info,
                            attribution=att, error=error)
 
-    def _finish_readings(self, timings: Any, cap: ReadingCapture, info: dict[str, Any],
+    def _finish_readings(self, timings: LayerTimings, cap: ReadingCapture, info: dict[str, Any],
                          ) -> PowerResult:
         """The layer run through a reading logger (`profiler.recordings.live`)."""
         from profiler.recordings.live import attribute_live
@@ -556,7 +530,7 @@ class PowerSession:
         info["baseline_s"] = self.baseline_s
         return PowerResult(columns=cols, totals=totals, info=info, error=cap.source.error)
 
-    def _finish_counter(self, src: CounterSource, calls: list[Callable[[], object]],
+    def _finish_counter(self, src: CounterSource, calls: Sequence[Callable[[], object]],
                         progress: Callable[[int, int], None] | None, info: dict[str, Any],
                         in_frame_ms: np.ndarray) -> PowerResult:
         """Per layer: power from its repeat window, energy = power x ``in_frame_ms``.

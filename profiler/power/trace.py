@@ -1,31 +1,12 @@
 """A captured logger trace on the logger's own clock: samples, edges and gaps, on disk
 and in memory.
 
-``DeviceTrace`` is what the collector returns; a streaming source maps it onto the
-host clock as a `profiler.power.host_trace.HostTrace` (``host_fields``), which
-attribution consumes:
+``DeviceTrace`` is what the collector returns (samples, edges, gaps, counters, an
+optional clock map); a streaming source maps it onto the host clock as a
+`profiler.power.host_trace.HostTrace`. On disk a trace is a directory, written
+incrementally by ``TraceWriter``; ``DeviceTrace.load`` memory-maps its .bin files.
 
-- ``samples``: SAMPLE_DTYPE records (``t_us`` int64 unwrapped device µs,
-  ``current``/``bus`` raw counts, ``markers`` bits), with physical values from
-  the logger's IDENT constants: ``current_a``, ``bus_v``, ``power_w``.
-- ``edges``: EDGE_DTYPE records (``t_us``, ``markers`` after the change,
-  ``changed`` bits), timestamped by the logger.
-- ``gaps``: GAP_DTYPE records, where frames were lost (seq gaps); the data
-  they held lies strictly between ``t_before_us`` and ``t_after_us``.
-- ``counters``: frames ok / corrupt / lost, device STATUS totals.
-- ``clock``: optional ``ClockMap`` device µs -> host ns (``host_ns``).
-
-On disk a trace is a directory (written incrementally by ``TraceWriter`` so a
-long run never holds its samples in memory, and a crash leaves a readable
-trace)::
-
-    meta.json     format, logger IDENT, counters, port, host start/stop, clock, error
-    samples.bin   packed SAMPLE_DTYPE records, appended chunk by chunk
-    edges.bin     packed EDGE_DTYPE records
-    gaps.bin      packed GAP_DTYPE records
-    raw.bin       optional: the raw serial bytes, for re-decoding
-
-``DeviceTrace.load`` memory-maps the .bin files; a truncated last record is ignored.
+The fields and the files: docs/power.md ("The trace on the logger's clock").
 """
 
 from __future__ import annotations

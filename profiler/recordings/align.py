@@ -1,25 +1,12 @@
 """Match the expected windows of a run to the observed marker segments.
 
-There is no host clock, so the match is by order and duration. Observed segments
-(runs of one marker level) and expected windows (`RunLayout`) both alternate between
-the idle and active levels, so a fault changes the count by an even number:
+There is no host clock, so the match is by order and duration: a banded dynamic programme
+finds the cheapest path through (expected window, observed segment), where a spurious
+pulse or a missed edge is a fault of known shape. Windows in a fault are set aside and
+their frames flagged; every other window keeps the segment it had in a clean recording,
+so one fault never shifts later layers.
 
-- a **spurious** pulse splits one window into three segments (3 observed -> 1 expected);
-- a **missed** edge merges three windows into one segment (1 observed -> 3 expected).
-
-A banded dynamic programme finds the cheapest path through (expected, observed): a
-one-to-one match costs the duration mismatch ``(ln((d+2)/(e+2)) / 0.3)^2`` (capped at
-CAP), a fault FAULT on top of the merged durations' mismatch, an expected window past
-the end of the recording or a segment after the run SKIP. Durations are scored against
-the console log's layer times where given and, for the other windows, the median of the
-same window over its setting's frames on the previous pass's path (three passes). The
-first path, when no console log is given, comes from counting (`_initial_path`): each
-setting between its closing segments, with the frame offsets that make durations most
-alike across frames and the setting's profile most like the fault-free settings'.
-
-Windows in a fault are set aside; their frames are flagged. All other windows keep
-the segment they had in a clean recording: one fault never shifts later layers.
-A recording that ends early leaves the rest uncovered.
+The costs and passes: docs/recordings.md ("Matching windows to marker segments").
 """
 
 from __future__ import annotations
@@ -275,7 +262,7 @@ def _dp(d: np.ndarray, e: np.ndarray, selfc: list[np.ndarray] | None, band: int,
     # seconds per pass on a recording of 3,000 windows).
     ii = np.arange(n_e)
     jm = ii[:, None] + offs[None, :]
-    step_costs = []
+    step_costs: list[np.ndarray] = []
     for di, dj, _ in MOVES:
         jj = jm + dj
         valid = (jm >= 0) & (jj <= n_o) & (ii[:, None] + di <= n_e)
@@ -344,8 +331,8 @@ def _dp(d: np.ndarray, e: np.ndarray, selfc: list[np.ndarray] | None, band: int,
     while i > 0:
         m = int(back[i, k])
         di, dj, _ = MOVES[m]
-        o = int(offs[k])
-        pi, pj = i - di, i + o - dj
+        off = int(offs[k])
+        pi, pj = i - di, i + off - dj
         steps.append((pi, pj, m))
         i, k = pi, pj - pi + band
     steps.reverse()

@@ -1,27 +1,11 @@
 """ARM-CO-UP's derived tables as coupprof tables.
 
-``Layers.csv`` (``Graph,Component,Freq,Freq_Host,Layer,Metric,Time,Power``; ms, mW;
-levels 0-based, Freq_Host -1 where no host applies) becomes, per graph, rows in
-coupprof's layer-table schema (the sweep's: ID columns, then per layer time, power,
-energy, FPS/W), one row per (processor, level, host level, layer):
+``Layers.csv`` becomes, per graph, rows in coupprof's layer-table schema (the sweep's), one
+per (processor, level, host level, layer), levels 1-based; ``Transfers.csv`` becomes
+coupprof's transfer table (its repeated rows averaged). Fields their tables lack stay
+empty.
 
-- ``task`` -> ``time_ms_mean``, ``power_w``; ``energy_mj`` = power x time and
-  ``fps_per_w`` = 1 / energy (ARM-CO-UP Fig. 16), where Power is given;
-- ``in`` / ``out`` -> ``input_ms`` (+ ``input_power_w``) / ``output_ms``;
-- NPU rows: ``NPU_load`` / ``NPU_run_get`` / ``NPU_fill_tensor`` -> ``npu_load_ms`` /
-  ``npu_run_get_ms`` / ``npu_fill_tensor_ms``;
-- levels become 1-based; N's level is its host cluster's (it has no DVFS), G's host
-  level is kept in ``host_level`` / ``host_freq_khz``.
-
-Fields their table lacks (transfer times inside a graph, spread over frames, sample
-counts, bytes) stay empty. Within one (processor, level, layer), rows are ordered by
-host level, highest first, so a reader that takes the first row of a level (``coupprof
-predict``) takes the host at its top level.
-
-``Transfers.csv`` (``Graph,Layer,Dest,Src,Time``; Layer = the boundary after that
-layer) becomes coupprof's transfer table (boundary, src, dst, time_ms_mean); their file
-repeats rows, so ``rows`` counts them and ``time_ms_mean`` is their mean; bytes and
-energy stay empty.
+Which column becomes which: docs/recordings.md ("ARM-CO-UP's derived tables").
 """
 
 from __future__ import annotations

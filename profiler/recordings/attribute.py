@@ -1,29 +1,12 @@
 """Per-layer power from an aligned recording, by two methods.
 
-``armcoup`` reproduces ARM-CO-UP's published ``Power`` column: each window's readings
-averaged without weights (the reading at which the pin changed belongs to the new
-window), then those window means averaged over every frame of the setting, warm-up
-included; no lag correction. Their ``in`` row averages the frames' first gap.
-
-``coupprof`` (the default):
-
-- the readings are a step function (each value holds until the next reading), shifted
-  earlier by the sensor's lag; a window's energy is that function's integral between
-  its edges, so readings that straddle an edge count by the time they overlap it;
-- the lag is estimated from the data: the shift that makes the windows' mean powers
-  explain most of the trace (the largest sum of duration x mean power², i.e. the least
-  power variance left inside windows), searched on a 0.1 ms grid;
-- warm-up frames are left out; frame 0 of a setting whose first layer took as long as
-  in the previous setting (its new frequency not yet applied) is flagged, and with no
-  warm-up that layer's window is set aside;
-- the sensor's smoothing (its averaging window and update period, the update period
-  measured from how often consecutive readings repeat) still moves some energy across
-  each edge after the shift; to first order a window of T ms measures
-  P + spread/T x (P_before + P_after - 2 P), with spread = E|X|/2 for X the smoothing
-  kernel (`edge_spread_ms`); each segment is solved for P with its neighbours (`deblur`);
-- power is energy over time summed across the windows (time-weighted).
-
+``armcoup`` reproduces ARM-CO-UP's published ``Power`` column (each window's readings
+averaged without weights). ``coupprof`` (the default) integrates the readings as a step
+function shifted by the sensor's lag, estimated from the data, corrects the smoothing that
+still moves energy across each edge, leaves warm-up frames out and weights power by time.
 Windows the alignment put in a fault are set aside by both methods.
+
+Both methods step by step: docs/recordings.md ("Per-layer power by two methods").
 """
 
 from __future__ import annotations
@@ -69,7 +52,10 @@ class LayerFigure:
 
 
 @dataclass
-class Attribution:
+class RecordingFigures:
+    """One method's per-layer figures for an aligned recording (the live power path's
+    per-window energies are `profiler.power.attribution.Attribution`)."""
+
     method: str
     figures: list[LayerFigure]
     lag_ms: float | None = None
@@ -111,7 +97,7 @@ def _all_windows(al: Alignment, key: tuple[int, str, int]) -> int:
 
 
 def armcoup_method(rec: Recording, al: Alignment, console: np.ndarray | None = None
-                   ) -> Attribution:
+                   ) -> RecordingFigures:
     segs = al.segs
     figures = []
     for (s, metric, layer), idx in sorted(_groups(al, lambda s, f: True).items()):
@@ -132,7 +118,7 @@ def armcoup_method(rec: Recording, al: Alignment, console: np.ndarray | None = N
             window_ms_mean=float(np.mean(dur)), windows=len(idx),
             set_aside=_all_windows(al, (s, metric, layer)) - len(idx),
             samples=int(sum(segs.stop[j] - segs.start[j] for j in idx)), console_ms=cms))
-    return Attribution(ARMCOUP, figures)
+    return RecordingFigures(ARMCOUP, figures)
 
 
 def _console(console: np.ndarray | None, s: int, layer: int) -> float | None:
@@ -239,7 +225,7 @@ def estimate_lag_ms(rec: Recording, al: Alignment) -> float:
 
 def coupprof_method(rec: Recording, al: Alignment, console: np.ndarray | None = None,
                     lag_ms: float | None = None, edge_correction: bool = True,
-                    previous_frequency: bool = True) -> Attribution:
+                    previous_frequency: bool = True) -> RecordingFigures:
     """``previous_frequency``: look for a frame 0 still at the previous setting's
     frequency (a run that set its level before any frame, as coupprof's do, has none)."""
     segs = al.segs
@@ -312,6 +298,6 @@ def coupprof_method(rec: Recording, al: Alignment, console: np.ndarray | None = 
     notes.append(f"sensor update period {update_period_ms(rec):.2f} ms; "
                  + (f"edge spread {spread:.2f} ms corrected" if edge_correction
                     else "edge spread not corrected"))
-    return Attribution(COUPPROF, figures, lag_ms=lag,
-                       lag_readings=lag / mean_dt if mean_dt > 0 else None,
-                       previous_frequency=prev, notes=notes)
+    return RecordingFigures(COUPPROF, figures, lag_ms=lag,
+                            lag_readings=lag / mean_dt if mean_dt > 0 else None,
+                            previous_frequency=prev, notes=notes)

@@ -23,7 +23,7 @@ from profiler.recordings.armcoup_tables import layers_table, transfers_table
 from profiler.recordings.attribute import (
     ARMCOUP,
     COUPPROF,
-    Attribution,
+    RecordingFigures,
     armcoup_method,
     coupprof_method,
 )
@@ -67,8 +67,8 @@ class TraceImport:
     recording: Recording
     layout: RunLayout
     alignment: Alignment
-    ours: Attribution
-    theirs: Attribution
+    ours: RecordingFigures
+    theirs: RecordingFigures
     layers: pd.DataFrame  # the chosen method's layer table
     compare: pd.DataFrame
     sidecar: dict[str, Any]

@@ -1,28 +1,13 @@
 """A layer run recorded live through a reading logger (ARM-CO-UP's INA260 sketch,
 `profiler.power.sources.ina260`), attributed per layer.
 
-The host knows what an imported trace leaves to guess: how many windows the run made
-and how long each one lasted on its own clock. So:
+The host knows how many windows the run made and how long each lasted, so the run's
+layout is aligned to the recording (`align`), the logger's millisecond clock is fitted to
+the host's over the matched edges, and each layer is integrated over its own window by
+both methods (`coupprof_method`, `armcoup_method`). A layer shorter than two reading
+intervals gets no power.
 
-1. **Layout**: one setting, the measured frames (warm-up frames are not marked), the
-   layers, and one closing idle segment (`RunLayout` with ``trailing=1``).
-2. **Alignment** by order and duration as for an imported trace (`align`), scored with
-   each window's duration on the host clock. A missed or spurious edge still flags
-   only its frame and sets its windows aside.
-3. **The host clock**: the logger's millisecond clock is fitted to the host's (offset
-   and rate, least squares, edges more than `FIT_OUTLIER_MS` off dropped) over the
-   edges between matched windows. Each window is then the host's own one (a layer:
-   its invoke's start and end), mapped onto the logger's clock, instead of the pin's
-   segment, whose edges are known only to a reading (1-3 ms). Without enough clean
-   edges the pin's segments are used, as for an imported trace.
-4. **Both methods**: coupprof's (`coupprof_method`: time-weighted, the sensor's lag
-   estimated and compensated, its smoothing across edges corrected) over those
-   windows; ARM-CO-UP's (`armcoup_method`: unweighted means of the readings in the
-   pin's segments) for comparison.
-
-A layer's energy per frame is its power times its mean time on the host clock. A
-layer shorter than two reading intervals (~3 ms) gets no power: the logger may hold no
-reading of it.
+The steps: docs/recordings.md ("A layer run recorded live").
 """
 
 from __future__ import annotations

@@ -22,7 +22,7 @@ import pandas as pd
 from profiler.boards.model import Board
 from profiler.errors import BadInputError
 from profiler.jsonfile import json_default
-from profiler.recordings.attribute import Attribution, LayerFigure
+from profiler.recordings.attribute import LayerFigure, RecordingFigures
 
 IMPORT_FORMAT = "coupprof-import/1"
 
@@ -56,7 +56,7 @@ def _level_khz(board: Board | None, letter: str, level: int) -> tuple[int | None
     return khz, khz if proc.host else None
 
 
-def layer_rows(att: Attribution, ident: RunIdentity, levels: list[int],
+def layer_rows(att: RecordingFigures, ident: RunIdentity, levels: list[int],
                board: Board | None, flagged: dict[int, list[int]]) -> pd.DataFrame:
     """The layer table (``task`` figures only)."""
     rows: list[dict[str, Any]] = []
@@ -100,8 +100,8 @@ def layer_rows(att: Attribution, ident: RunIdentity, levels: list[int],
     return df
 
 
-def compare_rows(ours: Attribution, theirs: Attribution, ident: RunIdentity, levels: list[int],
-                 published: pd.DataFrame | None) -> pd.DataFrame:
+def compare_rows(ours: RecordingFigures, theirs: RecordingFigures, ident: RunIdentity,
+                 levels: list[int], published: pd.DataFrame | None) -> pd.DataFrame:
     """Both methods per setting and layer; ``published_mw`` from Layers.csv where given."""
     mine = {(f.setting, f.metric, f.layer): f for f in ours.figures}
     rows = []

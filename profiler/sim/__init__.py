@@ -13,8 +13,11 @@ One package holds everything that stands in for hardware on ``--board sim``
   power) as the virtual logger samples it, and the ground truth of any window;
 - ``virtual_logger``: a Python logger that speaks the firmware's protocol over a pty;
 - ``ina260``: ARM-CO-UP's INA260-on-an-Arduino logger: on a pty for ``--power sim:ina260``,
-  or a whole run offline with its known truth.
+  or a whole run offline with its known truth;
+- ``sources``: the ``sim`` and ``sim:ina260`` power sources (a virtual logger on a pty in
+  front of the real serial back end); ``busy_loop``: `dvfs-latency`'s loop on a virtual clock;
+- ``platform``: the one hook that plugs the model tables' check, the governor, the executor
+  and the power sources into the role factories (imported by `profiler.platform`).
 
-Nothing here is imported by this ``__init__``: the governor factory imports
-``governor`` and the executor factory ``executor`` only when a board is simulated.
+No factory imports this package, and this ``__init__`` imports nothing.
 """

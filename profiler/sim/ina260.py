@@ -1,24 +1,12 @@
 """ARM-CO-UP's INA260-on-an-Arduino logger, simulated, with known truth.
 
-The sensor (`Ina260Model`): the INA260 averages the power over each conversion and
-updates its register every ``update_ms`` (~2.7 ms in ARM-CO-UP's data), in 10 mW steps,
-with its own noise per conversion. The Arduino sketch prints ``pin,millis,mW`` lines
-1, 2 or 3 ms apart (56 / 42 / 2 %), reading the pin and the register at the same
-instant; millis is the integer part of its clock. So the readings lag the pin by about
-one update period, as in their recordings.
+The sensor (`Ina260Model`) averages the power over each conversion and updates its
+register every ``update_ms``; the sketch prints ``pin,millis,mW`` lines milliseconds
+apart, so the readings lag the pin by about one update period, as in their recordings.
+`VirtualIna260` is that logger on a pseudo-terminal for the simulated board (``--power
+sim:ina260``); `simulate_run` writes a whole ARM-CO-UP-style run offline with its truth.
 
-Two ways to use it:
-
-- `VirtualIna260`: the logger on a pseudo-terminal, for the simulated board (``--power
-  sim:ina260``). It samples a ``power_w(t_s, markers)`` callable (the board's
-  `profiler.sim.power.SimPowerModel`, as the protocol logger `profiler.sim.virtual_logger`
-  does), prints the lines as the time passes, and the host reads them with pyserial
-  (`profiler.power.sources.ina260`). A real lab points that source at its own Arduino.
-- `simulate_run`: a whole ARM-CO-UP-style run offline (settings x (warm-up + frames) x
-  layers, an input gap and an ~8 ms sleep gap per layer, a blip and a long idle per
-  setting), with frame 0 of each setting still at the previous setting's speed and
-  power for its first layer; returns the log's text and the true per-layer power and
-  time (`sample` turns any piecewise-constant true power into the log's lines).
+The sensor's figures and both uses: profiler/sim/README.md ("ARM-CO-UP's INA260 logger").
 """
 
 from __future__ import annotations
@@ -26,16 +14,14 @@ from __future__ import annotations
 import errno
 import os
 import select
-import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 
 from profiler.clock import Clock, perf_clock
-from profiler.power.clockmap import ClockMap
 from profiler.recordings.layout import RunLayout
-from profiler.sim.serial_pty import close_fds, open_raw_pty
+from profiler.sim.serial_pty import PtyDevice
 
 POWER_STEP_MW = 10.0
 UPDATE_MS = 2.7
@@ -205,7 +191,7 @@ class Ina260Counters:
     pins_flipped: int = 0
 
 
-class VirtualIna260:
+class VirtualIna260(PtyDevice):
     """ARM-CO-UP's logger sketch (``digitalRead(13), millis(), ina260.readPower()``,
     printed with no delay) on a pty. Use as a context manager or call start()/close().
 
@@ -219,31 +205,20 @@ class VirtualIna260:
     cable is pulled), ``freeze()`` (the sketch hangs, the port stays).
     """
 
+    thread_name = "virtual-ina260"
+    counters: Ina260Counters
+
     def __init__(self, power_w: PowerFn | float = 3.0, *, seed: int = 0,
                  update_ms: float = UPDATE_MS, noise_mw: float = NOISE_MW,
                  start_us: int = 0, drift_ppm: float = 0.0, clock: Clock = perf_clock,
                  tick_s: float = 0.005, grid_us: float = 50.0,
                  tx_buffer_bytes: int = 1 << 16) -> None:
+        super().__init__(start_us=start_us, drift_ppm=drift_ppm, clock=clock, tick_s=tick_s,
+                         tx_buffer_bytes=tx_buffer_bytes)
         self.power_w = power_w
         self.model = Ina260Model(seed, update_ms, noise_mw)
-        self.start_us = int(start_us)
-        self.drift_ppm = float(drift_ppm)
-        self.clock = clock
-        self.tick_s = tick_s
         self.grid_us = float(grid_us)
-        self.tx_buffer_bytes = tx_buffer_bytes
         self.counters = Ina260Counters()
-        self.port = ""
-        self.error: BaseException | None = None
-        self.closed = threading.Event()
-        self._lock = threading.Lock()
-        self._origin_ns = 0
-        self._master = self._slave = -1
-        self._thread: threading.Thread | None = None
-        self._stop = threading.Event()
-        self._frozen = threading.Event()
-        self._tx = bytearray()
-        self._level = 0
         self._hist_t: list[float] = []  # device us of each pin change (and the start)
         self._hist_lv: list[int] = []
         self._next_ms = 0.0  # device time of the next reading
@@ -257,38 +232,11 @@ class VirtualIna260:
         h = self.clock() if host_ns is None else host_ns
         return self.start_us + (h - self._origin_ns) * (1.0 + self.drift_ppm * 1e-6) / 1000.0
 
-    def true_clock(self) -> ClockMap:
-        """The exact device us -> host ns map (ground truth for tests)."""
-        return ClockMap(device_ref_us=self.start_us, host_ref_ns=self._origin_ns,
-                        ns_per_us=1000.0 / (1.0 + self.drift_ppm * 1e-6))
-
     # -- lifecycle ---------------------------------------------------------------------
-    def start(self) -> VirtualIna260:
-        self._master, self._slave, self.port = open_raw_pty()
-        self._origin_ns = self.clock()
+    def _on_start(self) -> None:
         now = self.device_us()
         self._hist_t, self._hist_lv = [now], [self._level]
         self._next_ms = now / 1000.0 + self.model.update_ms  # the first conversion completes
-        self._thread = threading.Thread(target=self._run, name="virtual-ina260", daemon=True)
-        self._thread.start()
-        return self
-
-    def close(self) -> None:
-        self._stop.set()
-        if self._thread is not None and self._thread is not threading.current_thread():
-            self._thread.join(timeout=5)
-        self._close_fds()
-
-    def __enter__(self) -> VirtualIna260:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    def _close_fds(self) -> None:
-        close_fds(self._master, self._slave)
-        self._master = self._slave = -1
-        self.closed.set()
 
     # -- host side ---------------------------------------------------------------------
     def set_markers(self, levels: int) -> None:
@@ -317,40 +265,24 @@ class VirtualIna260:
         with self._lock:
             self._garble += n
 
-    def freeze(self) -> None:
-        """Hang: print nothing more, keep the port open."""
-        self._frozen.set()
-
-    def close_port(self) -> None:
-        """Pull the cable: the pty closes and the host sees the port vanish."""
-        self._stop.set()
-        if self._thread is None or not self._thread.is_alive():
-            self._close_fds()
-        self.closed.wait(timeout=5)
-
     # -- the sketch's loop -------------------------------------------------------------
-    def _run(self) -> None:
-        try:
-            while not self._stop.is_set():
-                if self._frozen.is_set():
-                    self._stop.wait(self.tick_s)
-                    continue
-                if self._master < 0:
+    def _serve(self) -> None:
+        while not self._stop.is_set():
+            if self._frozen.is_set():
+                self._stop.wait(self.tick_s)
+                continue
+            if self._master < 0:
+                break
+            try:  # the sketch reads nothing; drain what the host writes
+                r, _, _ = select.select([self._master], [], [], self.tick_s)
+                if r:
+                    os.read(self._master, 4096)
+            except OSError as err:
+                if err.errno not in (errno.EAGAIN, errno.EINTR):
                     break
-                try:  # the sketch reads nothing; drain what the host writes
-                    r, _, _ = select.select([self._master], [], [], self.tick_s)
-                    if r:
-                        os.read(self._master, 4096)
-                except OSError as err:
-                    if err.errno not in (errno.EAGAIN, errno.EINTR):
-                        break
-                self._produce()
-                if not self._flush():
-                    break
-        except BaseException as err:  # surfaced to tests via .error
-            self.error = err
-        finally:
-            self._close_fds()
+            self._produce()
+            if not self._flush():
+                break
 
     def _take_times(self, upto_ms: float) -> np.ndarray:
         out = []
@@ -420,14 +352,3 @@ class VirtualIna260:
                 continue
             self._tx += data
             self.counters.lines_sent += 1
-
-    def _flush(self) -> bool:
-        if not self._tx:
-            return True
-        try:
-            n = os.write(self._master, self._tx)
-        except OSError as err:
-            return err.errno in (errno.EAGAIN, errno.EINTR)
-        self.counters.bytes_sent += n
-        del self._tx[:n]
-        return True

@@ -16,10 +16,16 @@ calibration's provenance.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from profiler.boards.model import Board, ProcessorSpec
+from profiler.boards.profiles import ProfileChecker
 from profiler.errors import BoardError
 from profiler.sim.perf import PowerParams, TimingParams
+from profiler.sim.work import COMPUTE_KINDS
+
+# timing keys that a runtime fixes rather than a fit (perf.TimingParams says what they default to)
+OPTIONAL_TIMING = {"winograd_min_in_channels"}
 
 
 @dataclass(frozen=True)
@@ -30,6 +36,38 @@ class SimConstants:
     dvfs_delay_down_us: tuple[float, float] = (0.0, 0.0)
     nominal_khz: int | None = None  # for processors without DVFS (the NPU)
     nominal_mv: int | None = None
+
+
+def check_model_tables(c: ProfileChecker, key: str, s: dict[str, Any]) -> None:
+    """A profile's per-layer timing and power model (`profiler.sim.perf`): every number a
+    finite, non-negative float; the kinds' MACs per cycle positive. Registered with the
+    profile loader by `profiler.sim.platform`."""
+    timing = c.table(s["timing"], f"{key}.timing")
+    power = c.table(s["power"], f"{key}.power")
+    t_names = set(TimingParams.__dataclass_fields__)
+    c.keys(timing, f"{key}.timing", t_names)
+    c.keys(power, f"{key}.power", set(PowerParams.__dataclass_fields__))
+    for k in sorted(t_names - {"macs_per_cycle"}):
+        if k not in timing:
+            if k in OPTIONAL_TIMING:
+                continue
+            raise c.fail(f"{key}.timing.{k}", "missing")
+        c.number(timing, f"{key}.timing", k, 0, 1e9)
+    if timing["roofline_p"] < 1:
+        raise c.fail(f"{key}.timing.roofline_p", "must be at least 1")
+    if timing["memory_clock_share"] > 1:
+        raise c.fail(f"{key}.timing.memory_clock_share", "must be in [0, 1]")
+    for k in ("act_gb_s", "weight_gb_s", "stream_gb_s"):
+        if timing[k] <= 0:
+            raise c.fail(f"{key}.timing.{k}", "must be positive")
+    mpc = c.table(timing.get("macs_per_cycle"), f"{key}.timing.macs_per_cycle")
+    c.keys(mpc, f"{key}.timing.macs_per_cycle", set(COMPUTE_KINDS))
+    for k in COMPUTE_KINDS:
+        if k not in mpc:
+            raise c.fail(f"{key}.timing.macs_per_cycle.{k}", "missing")
+        c.number(mpc, f"{key}.timing.macs_per_cycle", k, 1e-9, 1e6)
+    for k in power:
+        c.number(power, f"{key}.power", k, 0, 1e9)
 
 
 def constants(proc: ProcessorSpec) -> SimConstants:

@@ -1,41 +1,14 @@
 """The simulated board's per-layer timing and power model (one parameter set per processor).
 
-**Time.** A call of a sub-model (a layer, a prefix of layers, a stage) on processor X at
-core clock f (GHz), driven from a host CPU at clock f_h (G and N; f_h = f otherwise):
+A call's time is a fixed per-call cost (part of it on the host CPU for G and N) plus, per
+operator, a soft roofline of compute (MACs at a per-kind rate, lower on small maps) and
+memory time, plus the weights that do not fit the cluster's cache; compute scales with
+the clock, memory mostly does not. A call's power is the idle power plus static and
+dynamic power (C_eff V^2 f scaled by how compute-bound the call is) and the host's share.
+Everything is vectorised over operators; `profiler.calibrate.fit` fits the parameters,
+the executor prices each sub-model with them.
 
-    t_call = call_us + call_kcycles / f + host_call_kcycles / f_h + sum over its ops of t_op
-    t_op   = op_kcycles / f + host_op_kcycles / f_h
-             + (t_compute^p + t_memory^p)^(1/p) + t_weights
-    t_compute = MACs / (macs_per_cycle[kind] * f * pixels / (pixels + half_occupancy_pixels))
-                (a 3x3 stride-1 conv with fewer input channels than the processor's
-                winograd_min_in_channels is priced as a plain ``conv``: ARM Compute
-                Library's NEON runtime takes Winograd from 17 input channels on, its
-                OpenCL one from 16)
-    t_memory  = activation bytes / act_gb_s       (fc: weight bytes / stream_gb_s;
-                                                   a reduction: its bytes / stream_gb_s)
-    t_weights = max(weight bytes - weight_cache_kb, 0) / weight_gb_s   (every op but fc:
-                weights that fit in the cluster's cache stay there between frames)
-
-and both memory terms are scaled by (1 - m) + m * f_max / f, m = memory_clock_share (the
-part of memory time that still follows the core clock). So compute time scales with the
-clock, memory time mostly does not, a small map fills the processor less well than a
-large one (the occupancy factor), and G and N pay a fixed cost per call, part of it on
-the host CPU (their times depend on the host's level, as ARM-CO-UP's data show). The
-p-norm joins compute and memory into a soft roofline: p = 1 adds them, a large p takes
-the larger.
-
-**Power.** While processor X runs a call at voltage V (and its host at V_h):
-
-    P = idle + static_mw_per_v2 * V^2 + ceff_nf * V^2 * f * activity + host_ceff_nf * V_h^2 * f_h
-    activity = (t_compute + activity_memory * t_memory + activity_weights * t_weights
-                + activity_overhead * t_overhead) / t_call
-
-so a memory-bound layer draws less than a compute-bound one. ``idle`` is the board's
-(the `[board.sim]` table).
-
-Everything here is vectorised over operators (and, for calibration, over many layers
-at many levels at once); `profiler.calibrate.fit` fits the parameters, the executor prices each
-sub-model with them.
+The formulas: profiler/sim/README.md ("The model").
 """
 
 from __future__ import annotations

@@ -1,27 +1,13 @@
 """The simulated board's power over time, as its logger samples it.
 
-On `--board sim` every software path is the real one; only the silicon is modelled.
-The board draws its idle power (``[board.sim] idle_power_mw``) plus, per processor:
+The board draws its idle power plus, per processor, a running sub-model's modelled power
+(reported by the simulated executor) or, while it is busy without running one
+(``busy(letter, key)`` / ``idle(letter, key)``), its dynamic power at the overhead
+activity; processors add up. The virtual logger asks for ``power_w(t, markers)`` at each
+sample's time, and `true_energy_mj(t0, t1)` gives the ground truth of any window. The
+executor finds the board's model with `current(board)`.
 
-- while one of its sub-model runs lasts, the run's modelled power
-  (`profiler.sim.perf.dynamic_power_w`: C_eff V^2 f scaled by how compute-bound the
-  layer is, plus the host CPU driving a G or N), reported by the simulated executor
-  (`profiler.sim.executor.SimCall`) when the run starts and ends;
-- while it is busy without running a sub-model (hand-overs, copies, read-out: code
-  that drives several processors says so with ``busy(letter, key)`` /
-  ``idle(letter, key)``; key: which stage or thread), its dynamic power at the
-  overhead activity (`PowerParams.activity_overhead`) at the frequency in effect.
-
-A run supersedes the busy level of its processor; processors add up. The virtual logger
-asks for ``power_w(t, markers)`` at each sample's own time (it synthesises samples in
-batches, after the fact), through ``to_host_ns`` (device microseconds -> host ns; the
-logger's true clock). The marker lines do not change the power: they are for what
-they do on a real rig, windows and the clock fit. Every change is kept, so
-`true_energy_mj(t0, t1)` gives the ground truth of any window without going through
-the logger, collector, clock fit or attribution.
-
-The executor finds the board's power model with `current(board)`: the most recent
-`SimPowerModel` made for a board of that name that is still alive.
+In full: profiler/sim/README.md ("The board's power over time").
 """
 
 from __future__ import annotations
@@ -183,7 +169,7 @@ class SimPowerModel:
             host = self.board.processors.get(proc.host) if proc.host else None
             fh_khz, vh = (sim_model.operating_point(host, levels[1])
                           if host is not None and host.has_dvfs else (0, 0.0))
-            overhead = perf.TimeSplit(np.float64(0.0), np.float64(0.0), np.float64(1.0))
+            overhead = perf.TimeSplit(np.array(0.0), np.array(0.0), np.array(1.0))
             got = self._busy_price[key] = float(perf.dynamic_power_w(
                 c.power, overhead, volts, f_khz / 1e6, vh, fh_khz / 1e6))
         return got

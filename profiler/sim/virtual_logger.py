@@ -1,27 +1,12 @@
 """A logger in Python that speaks firmware/PROTOCOL.md over a pseudo-terminal.
 
-``VirtualLogger`` owns the master side of a pty and serves the slave path
-(``logger.port``, e.g. ``/dev/pts/7``) to whoever opens it with pyserial, just
-as the real firmware serves ``/dev/ttyACM0`` or the simavr rig serves its pty.
-A thread answers commands and, while streaming, synthesises samples at the
-configured rate from ``power_w(t_s, markers)``:
+``VirtualLogger`` serves a pty path (``logger.port``) to whoever opens it with pyserial, as
+the real firmware serves ``/dev/ttyACM0``. A thread answers commands and, while streaming,
+synthesises samples from ``power_w(t_s, markers)`` on its own drifting clock, with marker
+changes from ``set_markers(levels)`` timestamped as EDGE frames; ``true_clock()`` is the
+ground truth clock-map fits are checked against. Faults can be injected while it runs.
 
-- ``t_s`` is the logger's own clock in seconds (``t_us / 1e6``, unwrapped),
-  ``markers`` the marker bits at each sample; both are numpy arrays and the
-  callable returns watts (an array or a scalar).
-- The host moves marker lines with ``set_markers(levels)`` (what the ``sim``
-  marker back end calls). The logger timestamps the change with its clock,
-  which runs at ``1 + drift_ppm * 1e-6`` times the host clock and starts at
-  ``start_us``; the change shows in the marker bits of later samples and as
-  an EDGE frame. ``true_clock()`` gives the exact device -> host mapping, the
-  ground truth clock-map fits are checked against.
-
-Faults can be injected while it runs: ``corrupt_frames(n)``, ``drop_frames(n)``,
-``spurious_edge(bits)``, ``close_port()`` (the cable is pulled), ``freeze()``
-(the sketch hangs, the port stays) and ``answer_commands = False`` (a logger
-that never answers). A transmit buffer
-of ``tx_buffer_bytes`` models the firmware's: when the host stops reading,
-samples are dropped and reported in STATUS, never queued without bound.
+The clock, the faults and the transmit buffer: profiler/sim/README.md ("The virtual logger").
 """
 
 from __future__ import annotations
@@ -29,7 +14,6 @@ from __future__ import annotations
 import errno
 import os
 import select
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -38,8 +22,7 @@ import numpy as np
 
 from profiler.clock import Clock, perf_clock
 from profiler.power import protocol as P
-from profiler.power.clockmap import ClockMap
-from profiler.sim.serial_pty import close_fds, open_raw_pty
+from profiler.sim.serial_pty import PtyDevice
 
 #: power_w(t_s, markers) -> watts; vectorised over numpy arrays.
 PowerFn = Callable[[np.ndarray, np.ndarray], "np.ndarray | float"]
@@ -59,8 +42,11 @@ class VirtualCounters:
     frames_dropped: int = 0
 
 
-class VirtualLogger:
+class VirtualLogger(PtyDevice):
     """A protocol-v1 logger on a pty. Use as a context manager or call start()/close()."""
+
+    thread_name = "virtual-logger"
+    counters: VirtualCounters
 
     def __init__(
         self,
@@ -84,6 +70,8 @@ class VirtualLogger:
     ) -> None:
         if not 1 <= marker_count <= 4:
             raise ValueError("marker_count must be 1..4")
+        super().__init__(start_us=start_us, drift_ppm=drift_ppm, clock=clock, tick_s=tick_s,
+                         tx_buffer_bytes=tx_buffer_bytes)
         self.power_w = power_w
         self.rate_hz = int(rate_hz)
         self.marker_count = marker_count
@@ -91,29 +79,15 @@ class VirtualLogger:
         self.current_lsb_na = int(current_lsb_na)
         self.bus_lsb_uv = int(bus_lsb_uv)
         self.shunt_uohm = int(shunt_uohm)
-        self.start_us = int(start_us)
-        self.drift_ppm = float(drift_ppm)
-        self.clock = clock
-        self.tick_s = tick_s
         self.status_interval_us = int(status_interval_s * 1e6)
-        self.tx_buffer_bytes = tx_buffer_bytes
         self.answer_commands = answer_commands
         self.boot_ident = boot_ident
         self.fw_version = fw_version
         self.counters = VirtualCounters()
 
-        self._lock = threading.Lock()
-        self._origin_ns = 0
-        self._master = -1
-        self._slave = -1
-        self.port = ""
-        self._thread: threading.Thread | None = None
-        self._stop = threading.Event()
         self._parser = P.CommandParser()
-        self._tx = bytearray()
         self._seq = 0
         self._streaming = False
-        self._level = 0
         # Marker history since the oldest sample not yet generated: (device µs, level).
         self._hist_t: list[int] = []
         self._hist_lv: list[int] = []
@@ -125,9 +99,6 @@ class VirtualLogger:
         self._corrupt_next = 0
         self._drop_next = 0
         self._emitting = False
-        self.closed = threading.Event()
-        self._frozen = threading.Event()
-        self.error: BaseException | None = None
 
     # ----------------------------------------------------------------- clock
     def device_us(self, host_ns: int | None = None) -> int:
@@ -135,40 +106,10 @@ class VirtualLogger:
         h = self.clock() if host_ns is None else host_ns
         return self.start_us + int((h - self._origin_ns) * (1.0 + self.drift_ppm * 1e-6) // 1000)
 
-    def true_clock(self) -> ClockMap:
-        """The exact device µs -> host ns mapping (ground truth for tests)."""
-        return ClockMap(
-            device_ref_us=self.start_us,
-            host_ref_ns=self._origin_ns,
-            ns_per_us=1000.0 / (1.0 + self.drift_ppm * 1e-6),
-        )
-
     # ----------------------------------------------------------------- lifecycle
-    def start(self) -> VirtualLogger:
-        self._master, self._slave, self.port = open_raw_pty()
-        self._origin_ns = self.clock()
+    def _on_start(self) -> None:
         if self.boot_ident:
             self._send_now(P.encode_ident(self._take_seq(), self._t32(), self.info()))
-        self._thread = threading.Thread(target=self._run, name="virtual-logger", daemon=True)
-        self._thread.start()
-        return self
-
-    def close(self) -> None:
-        self._stop.set()
-        if self._thread is not None and self._thread is not threading.current_thread():
-            self._thread.join(timeout=5)
-        self._close_fds()
-
-    def __enter__(self) -> VirtualLogger:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    def _close_fds(self) -> None:
-        close_fds(self._master, self._slave)
-        self._master = self._slave = -1
-        self.closed.set()
 
     # ----------------------------------------------------------------- host-side API
     def set_markers(self, levels: int) -> None:
@@ -239,17 +180,6 @@ class VirtualLogger:
             time.sleep(1e-4)
         return False
 
-    def freeze(self) -> None:
-        """Hang: stop sending and answering, but keep the port open (a crashed sketch)."""
-        self._frozen.set()
-
-    def close_port(self) -> None:
-        """Pull the cable: close the pty; the host sees the port vanish."""
-        self._stop.set()
-        if self._thread is None or not self._thread.is_alive():
-            self._close_fds()
-        self.closed.wait(timeout=5)
-
     # ----------------------------------------------------------------- thread
     def _take_seq(self) -> int:
         s = self._seq
@@ -264,15 +194,7 @@ class VirtualLogger:
         self._tx += frame
         self.counters.frames_sent += 1
 
-    def _run(self) -> None:
-        try:
-            self._loop()
-        except BaseException as err:  # surfaced to tests via .error
-            self.error = err
-        finally:
-            self._close_fds()
-
-    def _loop(self) -> None:
+    def _serve(self) -> None:
         while not self._stop.is_set():
             if self._frozen.is_set():
                 self._stop.wait(self.tick_s)
@@ -299,18 +221,6 @@ class VirtualLogger:
                 self._produce()
             if not self._flush():
                 break
-
-    def _flush(self) -> bool:
-        """Write what the pty takes now; False when the pty is gone."""
-        if not self._tx:
-            return True
-        try:
-            n = os.write(self._master, self._tx)
-        except OSError as err:
-            return err.errno in (errno.EAGAIN, errno.EINTR)
-        self.counters.bytes_sent += n
-        del self._tx[:n]
-        return True
 
     def _handle(self, cmds: list[P.ParsedCommand]) -> None:
         for c in cmds:

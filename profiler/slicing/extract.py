@@ -12,7 +12,8 @@ signature defs no longer apply and are dropped; one signature
 from __future__ import annotations
 
 import copy
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
+from typing import SupportsInt
 
 from ai_edge_litert import schema_py_generated as schema
 
@@ -168,5 +169,5 @@ def signature(tensors: list[schema.TensorT], ins: list[int], outs: list[int]) ->
     return sig
 
 
-def _ints(values: object) -> list[int]:
-    return [] if values is None else [int(v) for v in values]  # type: ignore[union-attr]
+def _ints(values: Iterable[SupportsInt] | None) -> list[int]:
+    return [] if values is None else [int(v) for v in values]

@@ -4,7 +4,9 @@ names, producers, consumers, constants). The zoo builds models with another type
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import SupportsInt
 
 from ai_edge_litert import schema_py_generated as schema
 
@@ -82,5 +84,5 @@ class ModelView:
         return [t for t in _ints(self.op(i).outputs) if t >= 0]
 
 
-def _ints(values: object) -> list[int]:
-    return [] if values is None else [int(v) for v in values]  # type: ignore[union-attr]
+def _ints(values: Iterable[SupportsInt] | None) -> list[int]:
+    return [] if values is None else [int(v) for v in values]

@@ -1,30 +1,14 @@
 """Which operators form a layer.
 
-Default grouping (``granularity="layer"``), matching how CNN papers count layers:
+The default grouping (``granularity="layer"``) counts layers as CNN papers do: a layer
+starts at every compute operator (a DEPTHWISE_CONV_2D and the 1x1 CONV_2D after it are one
+layer; a PAD that feeds only the next compute op opens its layer), every other operator
+joins the layer being built, and operators fed only by constants are copied into every
+layer that reads them. ``granularity="op"`` gives one layer per operator; explicit
+``cuts`` are op indices where new layers start. Op order is never changed, so the chain is
+a valid topological order.
 
-1. A layer starts at every *compute* operator: CONV_2D, DEPTHWISE_CONV_2D,
-   FULLY_CONNECTED, TRANSPOSE_CONV, BATCH_MATMUL, CONV_3D, CONV_3D_TRANSPOSE,
-   the recurrent ops (LSTM, RNN, SVDF families) and custom ops whose name
-   contains "conv".
-2. Exception: a DEPTHWISE_CONV_2D and the 1x1 CONV_2D that follows it (the next
-   compute op, reading a tensor produced in the depthwise layer) form ONE layer
-   (MobileNet's "depthwise separable conv").
-3. A PAD / PADV2 / MIRROR_PAD whose output feeds only compute ops and is read
-   by the very next op starts the layer of that op (it is the conv's padding).
-4. Every other operator (activations, pooling, reshape, softmax, element-wise
-   ADD/MUL/..., CONCATENATION, MEAN, resize, quantize, ...) joins the layer
-   being built, which is its producer's layer. Op order is never changed, so
-   where a branch's op comes after another branch's conv it joins that conv's
-   layer; residual blocks may be cut inside.
-5. Operators before the first compute op join the first layer.
-6. Operators whose inputs are all constants (e.g. DEQUANTIZE of fp16 weights)
-   are copied into every layer that reads their output, instead of being a
-   layer or passing weights between sub-models (this applies to all modes).
-
-``granularity="op"`` gives one layer per operator (rule 6 aside); explicit
-``cuts`` are op indices where new layers start (op 0 always starts layer 0).
-Within a layer, ops keep the model's order, and layers follow it too, so the
-chain is a valid topological order.
+The rules one by one: docs/slicing.md ("The default grouping").
 """
 
 from __future__ import annotations

@@ -1,33 +1,13 @@
 """Cumulative prefix models: layers 0..k of a sliced model as one sub-model each.
 
-`prefix_models(data, sliced)` gives n + 1 models for a model of n layers: the empty
-prefix and layers 0..k for every k. Every prefix takes all the model's inputs, so each
-call uploads the same bytes; its outputs are what the rest of the model reads from it
-(and the model outputs it holds).
+`prefix_models(data, sliced)` gives the empty prefix (a SLICE of a corner of each input: the
+fixed per-call cost) and layers 0..k for every k, each taking all the model's inputs. For
+processors whose outputs are downloaded, large outputs get a MEAN appended
+(``reduce_above_bytes``) so a difference measures the layer, not the read-back. With
+``window`` = W the layers are cut into segments with prefixes of their own that start
+``lead`` layers early; `tensor_values` gives their inputs from one run of the model.
 
-With ``reduce_above_bytes`` (for processors whose outputs are downloaded: GPU, NPU),
-an output larger than that gets a MEAN over its inner axes (H and W of an NHWC tensor)
-appended, so the prefix reads back a few KB whatever the boundary tensor's size:
-otherwise differences of prefixes measure how the read-back changes (about 0.5-0.7 ms
-per MB on an H100 behind LiteRT's GPU accelerator), not the layer. A MEAN, unlike a
-slice, reads every element, so no compiler can skip work the prefix must do; its own
-cost (a pass over the tensor) is what remains in a difference. With None (CPU: outputs
-stay in host memory and are not read) nothing is appended.
-
-The empty prefix needs an operator: a SLICE of a corner of each input (a few values),
-which costs a dispatch and nothing that grows with the input, so the fixed row is the
-call's cost and the layers keep all of their own.
-
-With ``window`` = W (`profiler.measure.fused`), the layers are cut into segments of W, and
-every segment a..b after the first gets prefixes of its own that start ``lead`` = L
-layers early (at layer 0 at the earliest), at its lead s = max(0, a-L): s..a-1 (the
-segment's base, which its differences start from), then s..k for every k of a..b, so
-each layer still runs right after its predecessors in one call. The first segment is
-the prefixes 0..k after the empty prefix. Every window
-of a segment takes all the tensors the segment reads from earlier layers (each call is
-handed the same bytes, even where a residual's skip tensor is read only by a later layer
-of the segment), and the model run whole is appended last. `tensor_values` gives those
-tensors' values from one run of the model.
+Why, and the figures behind it: docs/fused.md ("The prefix sub-models").
 """
 
 from __future__ import annotations
@@ -70,7 +50,7 @@ def prefix_models(data: bytes, sliced: SlicedModel, *,
                   reduce_above_bytes: int | None = REDUCE_ABOVE_BYTES,
                   lasts: list[int] | None = None, window: int = 0,
                   lead: int = 1) -> list[PrefixModel]:
-    """The empty prefix, then layers 0..k for k = 0 .. n-1 (see the module docstring);
+    """The empty prefix, then layers 0..k for k = 0 .. n-1 (see docs/fused.md);
     ``lasts``: only the prefixes ending at these layers (-1: the empty one). ``window``
     W > 0 (and below n): segments of W layers, each with its own prefixes from ``lead``
     layers before it, then the whole model."""

@@ -77,7 +77,8 @@ def slice_model(
 
     entry: Path | None = None
     if cache_dir is not False:
-        root = cache.default_root() if cache_dir in (None, True) else Path(cache_dir)  # type: ignore[arg-type]
+        root = (cache.default_root() if cache_dir is None or cache_dir is True
+                else Path(cache_dir))
         entry = root / sha / cache.cache_key(granularity, cut_list)
         hit = cache.load(entry, sha)
         if hit is not None:

@@ -97,8 +97,14 @@ def plan_pairs(board: Board, processors: Sequence[str], freqs: FreqSpec) -> list
                 "simulated board (`coupprof boards` lists boards)",
             )
         n = len(target.freqs_khz)
-        levels = list(range(1, n + 1)) if freqs == "all" else [n] if freqs == "max" \
-            else list(freqs)
+        if freqs == "all":
+            levels = list(range(1, n + 1))
+        elif freqs == "max":
+            levels = [n]
+        elif isinstance(freqs, str):
+            raise ValueError(f"unknown freqs {freqs!r}")  # parse_freqs makes no other word
+        else:
+            levels = list(freqs)
         bad = [k for k in levels if k > n]
         if bad:
             raise BoardError(

@@ -7,7 +7,8 @@
 What it costs: the model is sliced once; for each processor the executor (core
 affinity) and the runner's interpreters are built once, and between the levels
 of that processor only the frequency changes (through the board's governor,
-restored afterwards by `governors.RestoreGuard`, also on Ctrl-C and SIGTERM).
+restored afterwards, also on Ctrl-C and SIGTERM): each processor is one
+`profiler.measure.layers.ProcessorLayers`, measured at one level after another.
 A sweep therefore costs close to the sum of the frames it runs
 (`benchmarks/sweep.py` measures the ratio).
 
@@ -28,31 +29,26 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from profiler.boards.model import Board, ProcessorSpec
-from profiler.errors import BadInputError
+from profiler.errors import BadInputError, ProfilerError
 from profiler.jsonfile import write_json_atomic
-from profiler.measure.freq_trace import FreqSampler, FreqTrace, clock_while, open_freq_reader
-from profiler.measure.fused import (
-    FusedProfiler,
-    FusedSettings,
-    default_method,
-    energy_by_prefix,
-    fused_profiler,
-)
-from profiler.measure.results import (
-    LAYER_END,
-    TRANSFER_START,
-    LayerInfo,
-    LayerRun,
-    LayerTimings,
-    RunInfo,
-)
-from profiler.measure.runner import LayerHooks
-from profiler.measure.tables import RunTables, layer_table, totals, with_fused
+from profiler.markers.hooks import LayerHooks
+from profiler.measure.freq_trace import FreqTrace, open_freq_reader
+from profiler.measure.fused import FusedSettings
+from profiler.measure.hardware import governors_for, host_governor, host_level
+from profiler.measure.layers import LayerSettings, Levels, ModelUnderTest, ProcessorLayers
+from profiler.measure.method import Method
+from profiler.measure.results import LAYER_END, TRANSFER_START, LayerTimings
 from profiler.sweep.plan import Pair, ResumeState, resume_state
 from profiler.sweep.schema import CSV_NAME, JSON_NAME, make_output_dir, sidecar_key
+
+if TYPE_CHECKING:
+    from governors import Governor
+    from profiler.executors.base import Executor
+    from profiler.power.session import PowerResult, PowerSession
+    from profiler.slicing.specs import SlicedModel
 
 # Columns a fused pair adds; a sliced pair of a sweep that has fused pairs leaves them blank.
 FUSED_COLUMNS = ("time_ms_fused", "time_ms_fused_ci95", "below_resolution")
@@ -71,12 +67,12 @@ class SweepSettings:
     cuts: str | None = None
     seed: int = 0
     settle_s: float = 0.05  # how long set_level waits for the read-back to match
-    method: str | None = None  # fused | sliced; None: fused for G and N, sliced for CPUs
+    method: Method | None = None  # None: Method.default_for each processor's kind
     host_freq: str | None = None  # G's host cluster level (--host-freq); None: left alone
     fused: FusedSettings = field(default_factory=FusedSettings)
 
-    def method_for(self, proc: ProcessorSpec) -> str:
-        return self.method or default_method(proc.kind)
+    def method_for(self, proc: ProcessorSpec) -> Method:
+        return Method.chosen(self.method, proc.kind)
 
 
 @dataclass
@@ -137,20 +133,20 @@ def frame_time_ns(timings: LayerTimings) -> int:
 # -- running -----------------------------------------------------------------------
 
 
-ExecutorFactory = Callable[[ProcessorSpec, "int | None"], Any]
+ExecutorFactory = Callable[[ProcessorSpec, "int | None"], "Executor"]
 
 
 @dataclass
 class _Job:
     """One `Sweep.run`'s state, shared by its steps."""
 
-    sliced: Any
+    sliced: SlicedModel
     sha: str  # of the model file
     output: ResumeState  # the CSV and sidecar being written
     progress: SweepProgress
     result: SweepResult
-    env: dict[str, str] = field(default_factory=dict)
-    layer_infos: list[LayerInfo] = field(default_factory=list)
+    env: dict[str, Any] = field(default_factory=dict)  # RunInfo's environment fields
+    model: ModelUnderTest | None = None  # what every pair measures
     index: int = 0  # pairs measured so far in this run
     told: set[str] = field(default_factory=set)  # processors whose governor method was said
 
@@ -180,9 +176,9 @@ class Sweep:
         sysfs_root: Path | None = None,
         hooks: LayerHooks | None = None,
         executor_factory: ExecutorFactory | None = None,
-        sliced: Any = None,
+        sliced: SlicedModel | None = None,
         argv: list[str] | None = None,
-        power: Any = None,
+        power: PowerSession | None = None,
     ) -> None:
         if not pairs:
             raise BadInputError("the sweep has no (processor, level) pairs",
@@ -219,16 +215,19 @@ class Sweep:
         from profiler.slicing.slicer import slice_model
         from profiler.tflite.model_io import read_model_bytes, sha256_bytes
 
-        sha = sha256_bytes(read_model_bytes(self.model_path))
+        data = read_model_bytes(self.model_path)
+        sha = sha256_bytes(data)
         s = self.settings
         sliced = self.sliced or slice_model(self.model_path, s.granularity, s.cuts)
         make_output_dir(self.out_dir)
         output = resume_state(self.csv_path, self.json_path, self._settings_dict(sha, sliced),
                               self.resume)
         result = SweepResult(self.csv_path, self.json_path, skipped=output.skipped(self.pairs))
-        return _Job(sliced, sha, output, progress, result)
+        model = ModelUnderTest(sliced, data, str(self.model_path.resolve()), self.model_path.name,
+                               sha)
+        return _Job(sliced, sha, output, progress, result, model=model)
 
-    def _settings_dict(self, sha: str, sliced: Any) -> dict[str, Any]:
+    def _settings_dict(self, sha: str, sliced: SlicedModel) -> dict[str, Any]:
         s = self.settings
         return {
             "board": self.board.name, "simulated": self.board.simulated,
@@ -241,40 +240,27 @@ class Sweep:
             "fused": s.fused.to_dict(), "host_freq": s.host_freq,
         }
 
-    def _governors(self, todo: Sequence[Pair]) -> dict[str, Any]:
-        """processor letter -> governor, for the letters that have levels to set."""
-        from governors import writable_governor
+    def _governors(self, todo: Sequence[Pair]) -> dict[str, Governor]:
+        """DVFS domain letter -> governor, for the processors that have levels to set."""
+        return governors_for(self.board, [p.processor for p in todo if p.level is not None],
+                             self.sysfs_root,
+                             none_fix="use --freqs current to sweep at the current frequency")
 
-        govs: dict[str, Any] = {}
-        by_domain: dict[str, Any] = {}
-        for pair in todo:
-            if pair.level is None or pair.processor in govs:
-                continue
-            domain = self.board.dvfs_domain(pair.processor).letter
-            if domain not in by_domain:
-                by_domain[domain] = writable_governor(
-                    self.board, pair.processor, self.sysfs_root,
-                    none_fix="use --freqs current to sweep at the current frequency")
-            govs[pair.processor] = by_domain[domain]
-        return govs
-
-    def _host_governors(self, todo: Sequence[Pair]) -> dict[str, tuple[Any, tuple[int, int]]]:
+    def _host_levels(self, todo: Sequence[Pair]) -> dict[str, tuple[Governor, tuple[int, int]]]:
         """G letter -> (its host's governor, the --host-freq level) when one is asked."""
-        from governors import writable_governor
         from governors.host import host_domain
-        from profiler.boards.model import resolve_level
 
-        out: dict[str, tuple[Any, tuple[int, int]]] = {}
+        out: dict[str, tuple[Governor, tuple[int, int]]] = {}
         if self.settings.host_freq is None:
             return out
         for letter in dict.fromkeys(p.processor for p in todo):
-            host = host_domain(self.board, letter)
-            if host is not None:
-                out[letter] = (writable_governor(self.board, host.letter, self.sysfs_root),
-                               resolve_level(host, self.settings.host_freq, self.board.name))
+            level = host_level(self.board, letter, self.settings.host_freq) \
+                if host_domain(self.board, letter) is not None else None
+            if level is not None:
+                out[letter] = (host_governor(self.board, letter, self.sysfs_root), level)
         return out
 
-    def _executor(self, proc: ProcessorSpec) -> Any:
+    def _executor(self, proc: ProcessorSpec) -> Executor:
         if self.executor_factory is not None:
             return self.executor_factory(proc, self.settings.threads)
         from profiler.executors.factory import make_executor
@@ -284,158 +270,90 @@ class Sweep:
     # ---- the pairs ---------------------------------------------------------------
 
     def _run_pairs(self, job: _Job, todo: Sequence[Pair]) -> None:
-        from governors import RestoreGuard
         from profiler.measure.results import environment
 
         job.env = environment(self.argv)
         job.output.meta.setdefault("environment", {}).update(job.env)
-        job.layer_infos = [LayerInfo.from_layer(layer) for layer in job.sliced.layers]
         govs = self._governors(todo)
-        hosts = self._host_governors(todo)
+        hosts = self._host_levels(todo)
         # The runner collects garbage before each run's timed frames; with everything
         # alive so far frozen, that collection scans only what each pair adds (a full
         # one costs tens of ms per pair with pandas and LiteRT loaded).
         gc.collect()
         gc.freeze()
-        guarded = list(dict.fromkeys([*govs.values(), *(g for g, _ in hosts.values())]))
-        with RestoreGuard(guarded), _unfreeze_after(), ExitStack() as power_stack:
+        guarded = [*govs.values(), *(g for g, _ in hosts.values())]
+        with Levels(guarded, job.progress.note, self.settings.settle_s) as levels, \
+                _unfreeze_after(), ExitStack() as power_stack:
             if self.power is not None:
                 power_stack.enter_context(self.power)
             for letter in dict.fromkeys(p.processor for p in todo):
                 if letter in hosts:
-                    host_gov, (level, khz) = hosts[letter]
-                    host_gov.set_khz(khz, level=level)
+                    host_gov, level = hosts[letter]
+                    levels.set(host_gov, level, "host ")
                 self._run_processor(job, letter, [p for p in todo if p.processor == letter],
-                                    govs.get(letter))
+                                    govs.get(self.board.dvfs_domain(letter).letter), levels)
 
-    def _run_processor(self, job: _Job, letter: str, pairs: list[Pair], gov: Any) -> None:
-        """One executor and one runner for all of a processor's pairs."""
-        from governors.host import host_domain, read_host_level
-        from profiler.executors import late_runs
-        from profiler.measure.runner import LayerRunner
+    def _run_processor(self, job: _Job, letter: str, pairs: list[Pair], gov: Governor | None,
+                       levels: Levels) -> None:
+        """One executor, one runner and one set of prefixes for all of a processor's pairs
+        (`profiler.measure.layers.ProcessorLayers`); between pairs only the level changes."""
+        from governors.host import host_domain
 
         proc = self.board.processor(letter)
-        any_fused = any(self.settings.method_for(self.board.processor(p.processor)) == "fused"
+        s = self.settings
+        any_fused = any(s.method_for(self.board.processor(p.processor)) is Method.FUSED
                         for p in self.pairs)
         any_host = any(host_domain(self.board, p.processor) is not None for p in self.pairs)
-        with self._executor(proc) as executor, ExitStack() as stack:
-            runner = LayerRunner(job.sliced, executor, hooks=self.hooks, seed=self.settings.seed,
-                                 model_name=self.model_path.name)  # hooks: per pair
-            prof = self._fused_profiler(proc, executor, job)
+        settings = LayerSettings(
+            frames=s.frames, warmup=s.warmup, seed=s.seed, threads=s.threads,
+            settle_s=s.settle_s, fused=s.fused if s.method_for(proc) is Method.FUSED else None,
+            fallback_column=False)
+
+        def frames(what: str, done: int, total: int) -> None:
+            if what == "frames":
+                job.progress.frame(done, total)
+
+        with ExitStack() as stack:
             reader = open_freq_reader(stack, self.board, proc, self.sysfs_root,
                                       job.progress.note)
+            assert job.model is not None
+            measurer = stack.enter_context(ProcessorLayers(
+                self.board, letter, job.model, settings,
+                open_executor=lambda: self._executor(proc), governor=gov, levels=levels,
+                host_set=s.host_freq is not None, freq_reader=reader, hooks=self.hooks,
+                sysfs_root=self.sysfs_root, env=job.env))
             for pair in pairs:
                 job.progress.pair_started(job.index, pair)
                 t0 = time.perf_counter_ns()
-                effective, warning = self._set_level(job, pair, gov)
-                host = read_host_level(self.board, letter, self.sysfs_root,
-                                       requested=self.settings.host_freq is not None)
-                late_before = late_runs(runner.interpreters)
-                # the clock while the figures the pair's rows report are measured
-                sampler = FreqSampler(reader) if reader is not None else None
-                with clock_while(sampler if prof is None else None):
-                    timings, energy = self._measure(runner, proc, pair, job.progress,
-                                                    prefix_energy=prof is not None)
-                info = self._info(pair, proc, executor, job)
-                columns = dict(energy.columns) if energy is not None else {}
-                if host is not None:
-                    columns.update(host.columns(len(job.layer_infos)))
-                elif any_host:  # one CSV: a CPU's rows leave the host columns blank
-                    columns.update(dict.fromkeys(("host_level", "host_freq_khz"),
-                                                 [None] * len(job.layer_infos)))
-                if self.board.simulated:  # runs of this pair the host could not keep up with
-                    columns["sim_late_runs"] = [
-                        after[1] - before[1] for before, after in
-                        zip(late_before, late_runs(runner.interpreters), strict=True)]
-                run = LayerRun(info, job.layer_infos, timings, columns,
-                               dict(energy.totals) if energy is not None else {})
-                rows, tot, fused_info = layer_table(run), totals(run), None
-                if prof is not None:
-                    with clock_while(sampler):
-                        fused = prof.measure(self.settings.fused)
-                    # The fused energies come from the prefixes (profiler.measure.fused).
-                    f_energy = energy_by_prefix(fused, self.power.call_powers(prof.calls)) \
-                        if self.power is not None else None
-                    tables = with_fused(RunTables(rows, None, info.to_dict(), tot), fused,
-                                        f_energy)
-                    rows, tot, fused_info = tables.layers, tables.totals, fused.info()
-                elif any_fused:
+                if pair.level is not None and gov is not None and letter not in job.told:
+                    job.progress.note(f"{letter}: frequencies set via {gov.describe()}")
+                    job.told.add(letter)
+
+                def power_failed(err: ProfilerError, pair: Pair = pair) -> None:
+                    # before the pair's rows are written, so --resume measures it again
+                    job.progress.note(f"power failed during {pair.label()}; "
+                                      "its rows are not written")
+                    raise err
+
+                m = measurer.measure(
+                    None if pair.level is None or pair.freq_khz is None
+                    else (pair.level, pair.freq_khz),
+                    power=self.power, progress=frames, host_columns=any_host,
+                    on_power_error=power_failed)
+                tables = m.tables()
+                rows = tables.layers
+                if m.fused is None and any_fused:  # one CSV: a sliced pair's fused cells blank
                     rows = rows.assign(**{c: float("nan") for c in FUSED_COLUMNS})
                     if "energy_mj" in rows.columns:  # a sliced pair's energy is the sliced one
                         rows["energy_mj_sliced"] = rows["energy_mj"]
                 job.output.csv.append(rows)
-                self._record(job, PairResult(pair, effective, warning, tot, len(rows),
-                                             frame_time_ns(timings), time.perf_counter_ns() - t0),
-                             energy, fused_info, sampler.trace() if sampler else None)
+                self._record(job, PairResult(
+                    pair, m.level.effective_khz if m.level else None,
+                    m.level.warning if m.level else None, tables.totals, len(rows),
+                    frame_time_ns(m.run.timings), time.perf_counter_ns() - t0),
+                    m.power, m.fused.info() if m.fused is not None else None, m.freq_trace)
 
-    def _fused_profiler(self, proc: ProcessorSpec, executor: Any, job: _Job,
-                        ) -> FusedProfiler | None:
-        """The processor's prefixes, loaded once for all its pairs (None: sliced)."""
-        if self.settings.method_for(proc) != "fused":
-            return None
-        from profiler.tflite.model_io import read_model_bytes
-
-        return fused_profiler(executor, read_model_bytes(self.model_path), job.sliced,
-                              self.settings.fused, seed=self.settings.seed,
-                              model_name=self.model_path.name)
-
-    def _set_level(self, job: _Job, pair: Pair, gov: Any) -> tuple[int | None, str | None]:
-        """Set the pair's level (if it has one) and wait until it is in effect: the
-        read-back frequency and a warning when it differs."""
-        if pair.level is None:
-            return None, None
-        assert gov is not None
-        settle_s = self.settings.settle_s
-        res = gov.set_level(pair.level, settle_s)
-        _wait_in_effect(gov, res.requested_khz, settle_s)
-        if pair.processor not in job.told:  # the method is known once the first level is set
-            job.progress.note(f"{pair.processor}: frequencies set via {gov.describe()}")
-            job.told.add(pair.processor)
-        if res.warning:
-            job.progress.note(f"warning: {res.warning}")
-        return res.effective_khz, res.warning
-
-    def _measure(self, runner: Any, proc: ProcessorSpec, pair: Pair,
-                 prog: SweepProgress, prefix_energy: bool = False) -> tuple[LayerTimings, Any]:
-        """Run the pair's frames; with a power session, also its per-layer energy (with a
-        counter and the fused method, ``prefix_energy``: from the prefixes, afterwards).
-
-        A power failure raises before the pair's rows are written, so --resume measures
-        it again; the pairs before it are on disk."""
-        s = self.settings
-        if self.power is None:
-            runner.hooks = self.hooks
-            return runner.run(s.frames, s.warmup, progress=prog.frame), None
-        marker = self.power.hooks(s.frames, len(runner.layers))
-        runner.hooks = _Chain(self.hooks, marker) if self.hooks and marker else self.hooks or marker
-        self.power.begin()
-        try:
-            timings = runner.run(s.frames, s.warmup, progress=prog.frame)
-        except BaseException:
-            self.power.abort()
-            raise
-        calls = [] if prefix_energy and not self.power.streaming else \
-            [runner.layer_call(i) for i in range(len(runner.layers))]
-        energy = self.power.finish(timings, calls)
-        if energy.error is not None:
-            prog.note(f"power failed during {pair.label()}; its rows are not written")
-            raise energy.error
-        return timings, energy
-
-    def _info(self, pair: Pair, proc: ProcessorSpec, executor: Any, job: _Job) -> RunInfo:
-        return RunInfo(
-            board=self.board.name, simulated=self.board.simulated,
-            model_path=str(self.model_path.resolve()), model_sha256=job.sha,
-            processor=proc.letter, processor_name=proc.name,
-            cores=tuple(getattr(executor, "cores", proc.cores)),
-            threads=int(getattr(executor, "threads", self.settings.threads or len(proc.cores))),
-            frames=self.settings.frames, warmup=self.settings.warmup,
-            granularity=job.sliced.granularity, cuts=tuple(job.sliced.cuts),
-            freq_level=pair.level, freq_khz=pair.freq_khz,
-            power_source=self.power.source.spec if self.power is not None else "none", **job.env,
-        )
-
-    def _record(self, job: _Job, pr: PairResult, energy: Any,
+    def _record(self, job: _Job, pr: PairResult, energy: PowerResult | None,
                 fused_info: dict[str, Any] | None = None,
                 freq_trace: FreqTrace | None = None) -> None:
         """The pair's rows are on disk: note it in the sidecar, the result and progress."""
@@ -451,41 +369,6 @@ class Sweep:
         job.result.done.append(pr)
         job.progress.pair_done(job.index, pr)
         job.index += 1
-
-
-class _Chain(LayerHooks):
-    """Two sets of hooks, the first one's calls first (the marker's nearest the invoke)."""
-
-    def __init__(self, first: LayerHooks, second: LayerHooks) -> None:
-        self.first, self.second = first, second
-
-    def before_frame(self, frame: int, warmup: bool) -> None:
-        self.first.before_frame(frame, warmup)
-        self.second.before_frame(frame, warmup)
-
-    def after_frame(self, frame: int, warmup: bool) -> None:
-        self.second.after_frame(frame, warmup)
-        self.first.after_frame(frame, warmup)
-
-    def before_layer(self, layer: int) -> None:
-        self.first.before_layer(layer)
-        self.second.before_layer(layer)
-
-    def after_layer(self, layer: int) -> None:
-        self.second.after_layer(layer)
-        self.first.after_layer(layer)
-
-
-def _wait_in_effect(gov: Any, freq_khz: int, timeout_s: float) -> None:
-    """Where a governor models the transition delay (the simulated board's
-    `effective_khz`, ARM-CO-UP Table 10: up to ~4.5 ms), wait until the new frequency
-    is in effect so no recorded frame, even without warm-up, runs at the old one."""
-    effective = getattr(gov, "effective_khz", None)
-    if effective is None:
-        return
-    deadline = time.monotonic() + timeout_s
-    while effective() != freq_khz and time.monotonic() < deadline:
-        time.sleep(0.0002)
 
 
 @contextmanager

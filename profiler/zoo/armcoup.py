@@ -1,27 +1,16 @@
 """ARM-CO-UP's five CNNs as zoo models, and their layer numbering as explicit cuts.
 
-ARM-CO-UP's ``Layers.csv`` (their RK3399Pro measurements, ../shared/armcoup/) numbers
-Alex 8, Google 11, MobileV1 14, ResV1_50 18 and SqueezeV1 10 layers. They ran ARM
-Compute Library's graph examples and cut them after hard-coded tensor names
-(``utils/main_layer_checker.h`` in Ehsan-aghapour/ARM-CO-UP). Here each of their
-graphs is the zoo model that builds the same graph (`MODELS`), with the zoo tensor
-names where each of their layers ends. The cuts (op indices where their layers start,
-the form ``coupprof layers --cuts`` takes) are found from those names in the built
-graph, never typed in, so they follow the builders; each layer is also checked to hold
-the op ARM-CO-UP's layer starts with.
+ARM-CO-UP's ``Layers.csv`` numbers Alex 8, Google 11, MobileV1 14, ResV1_50 18 and
+SqueezeV1 10 layers, cut after hard-coded tensor names in ARM Compute Library's graph
+examples. Here each of their graphs is the zoo model that builds the same graph
+(`MODELS`), with the zoo tensor names where each of their layers ends; the cuts (the form
+``coupprof layers --cuts`` takes) are found from those names in the built graph, never
+typed in. `NEAR_RELATIVES` maps three of them onto the zoo's older stand-ins, to show how
+much the right graph matters. ``python -m profiler.zoo.armcoup [--layers] [Layers.csv]``
+prints the mapping and cuts.
 
-    from profiler.zoo import armcoup
-    spec = armcoup.model_for("Google")        # zoo name + parameters + layer ends
-    armcoup.cuts(spec)                        # [3, 7, 15, 24, ...]
-    armcoup.layer_features(spec)              # per layer: GroupFeatures (per-op MACs, bytes...)
-
-`NEAR_RELATIVES` maps three of them onto the zoo's older stand-ins (AlexNet with one
-tower and 1024-wide fc, SqueezeNet 1.1, Keras' ResNet-50), only to show how much the
-right graph matters (`rank_correlations`; docs/armcoup-layers.md).
-
-``python -m profiler.zoo.armcoup [--layers] [Layers.csv]`` prints the mapping and cuts,
-with --layers a table per model, and given their table the rank correlation of
-per-layer MACs with per-layer time.
+Which graph, where each layer is cut, and how well MACs rank their times:
+docs/armcoup-layers.md.
 """
 
 from __future__ import annotations

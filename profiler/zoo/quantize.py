@@ -127,9 +127,9 @@ def quantize(graph: GraphBuilder, constants: dict[int, np.ndarray],
             b_scale = quant[x].scale[0] * w_scale.astype(np.float64)
             qconst[b] = np.round(constants[b].astype(np.float64) / b_scale).astype(np.int32)
             quant[b] = QuantParams(tuple(b_scale.tolist()), (0,) * len(b_scale), 0)
-    for t in graph.tensors:  # shape operands stay int32, unquantized (as the converter does)
-        if t.is_const and t.index not in qconst:
-            qconst[t.index] = constants[t.index]
+    for tensor in graph.tensors:  # shape operands stay int32, unquantized (as the converter does)
+        if tensor.is_const and tensor.index not in qconst:
+            qconst[tensor.index] = constants[tensor.index]
     return qconst, quant
 
 

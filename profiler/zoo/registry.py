@@ -183,7 +183,7 @@ def resolve_params(name: str, params: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _as_int(raw: Any) -> int:
+def _as_int(raw: object) -> int:
     if isinstance(raw, bool):
         raise ValueError(raw)
     if isinstance(raw, float):

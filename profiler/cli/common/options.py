@@ -10,8 +10,13 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from profiler.measure.method import METHODS
+
 if TYPE_CHECKING:
     from rich.console import Console
+
+    #: What each command module's ``register`` adds its parser to.
+    Subparsers = argparse._SubParsersAction[argparse.ArgumentParser]
 
 #: Width of results printed into a pipe or file: rich would use 80 columns there, which
 #: squeezes the layer and operator names of a wide table to nothing.
@@ -135,7 +140,7 @@ def add_method_options(p: argparse.ArgumentParser, *, method_help: str | None = 
     """--method and the fused method's rounds, target and budget; ``window``: --window
     too (per-layer prefixes only: a transfer's prefixes end at its boundary)."""
     m = p.add_argument_group("method", group_help)
-    m.add_argument("--method", choices=("fused", "sliced"), default=None,
+    m.add_argument("--method", choices=METHODS, default=None,
                    help=method_help or "fused | sliced (default: fused for G and N, where a "
                    "fixed per-call cost dwarfs small layers; sliced for CPU clusters)")
     m.add_argument("--budget-s", type=positive_float, default=budget_s, metavar="S",

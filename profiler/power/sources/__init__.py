@@ -1,33 +1,13 @@
 """Power sources, built from a spec string (``--power``).
 
-===========================  ==============================================================
-``arduino:PORT``             this project's logger over serial (streaming; registered by
-                             `profiler.power` when the collector is installed)
-``sim``                      the simulated board's virtual logger (streaming)
-``sim:ina260``               the simulated board read through a virtual INA260 logger
-                             like ARM-CO-UP's (readings)
-``ina260:PORT[:BAUD]``       an INA260 on an Arduino printing ``pin,millis,mW`` lines
-                             (ARM-CO-UP's logger sketch; readings)
-``hwmon[:DEVICE[:CH]]``      INA2xx / INA3221 on the board's rail through Linux hwmon:
-                             ``hwmon``, ``hwmon:ina226``, ``hwmon:ina3221:VDD_IN``,
-                             ``hwmon:hwmon3:2``, ``hwmon:1-0040`` (counter)
-``nvml[:INDEX]``             an NVIDIA GPU's energy counter (counter)
-``rapl[:ZONE]``              x86 RAPL: packages summed, or ``rapl:dram``, ``rapl:psys``,
-                             ``rapl:intel-rapl:0:2`` (counter)
-``none``                     no power measurement
-``auto``                     the first one found, in `detect_order()`: arduino, hwmon,
-                             nvml, rapl, none
-===========================  ==============================================================
+``open_power_source(spec)`` builds a source from a spec (``arduino:PORT``, ``sim``,
+``sim:ina260``, ``ina260:PORT``, ``hwmon[:DEVICE[:CH]]``, ``nvml[:INDEX]``,
+``rapl[:ZONE]``, ``none``, ``auto``); ``auto`` tries them in `detect_order()`, the most
+direct measurement of the board first. Hardware is passed in (`SourceHardware`) so tests
+run on fake trees. Other back ends register with `register_source`. A malformed spec
+raises `BadInputError` (exit 2); absent or unusable hardware, exit 3 on open.
 
-``auto`` tries the sources in order of how directly they measure the board
-running the model: a logger on the supply rail, then an on-board rail monitor,
-then the GPU's own counter, then the host CPU package; ``none`` if nothing is
-found. Hardware is passed in (`SourceHardware`: sysfs roots, clock, and extras
-such as the virtual logger) so tests run on fake trees.
-
-Other back ends register with `register_source(kind, builder, detect=..., order=...)`.
-A malformed spec raises `BadInputError` (exit 2); hardware that is absent or
-unusable raises `HardwareError` / `RuntimeUnavailableError` (exit 3) on open.
+Every spec and what it measures: docs/power.md ("Power sources").
 """
 
 from __future__ import annotations
@@ -57,7 +37,7 @@ from profiler.power.sources.rapl import RaplSource
 __all__ = ["CounterSource", "HwmonSource", "NoneSource", "NvmlSource", "PowerIntegrator",
            "PowerSource", "RaplSource", "SourceHardware", "SourceInfo",
            "StreamSource", "TickTimeoutError", "detect_order", "detect_power_source",
-           "kinds", "open_power_source", "register_source"]
+           "kinds", "open_power_source", "register_source", "spec_fix"]
 
 
 @dataclass
@@ -100,7 +80,7 @@ def detect_order() -> list[str]:
     return [k for k, e in sorted(_REGISTRY.items(), key=lambda kv: kv[1].order) if e.detect]
 
 
-def _fix() -> str:
+def spec_fix() -> str:
     return "use one of " + ", ".join(kinds() + ["auto"]) + " (see `coupprof layers --help`)"
 
 
@@ -112,11 +92,11 @@ def open_power_source(spec: str, hardware: SourceHardware | None = None) -> Powe
     kind = kind.lower()
     if kind == "auto":
         if rest:
-            raise BadInputError(f"power source {spec!r}: auto takes no arguments", fix=_fix())
+            raise BadInputError(f"power source {spec!r}: auto takes no arguments", fix=spec_fix())
         return open_power_source(detect_power_source(hw), hw)
     entry = _REGISTRY.get(kind)
     if entry is None:
-        raise BadInputError(f"unknown power source {spec!r}", fix=_fix())
+        raise BadInputError(f"unknown power source {spec!r}", fix=spec_fix())
     return entry.builder(spec, rest, hw)
 
 
@@ -138,7 +118,7 @@ def detect_power_source(hardware: SourceHardware | None = None) -> str:
 
 def _build_none(spec: str, rest: str, hw: SourceHardware) -> PowerSource:
     if rest:
-        raise BadInputError(f"power source {spec!r}: none takes no arguments", fix=_fix())
+        raise BadInputError(f"power source {spec!r}: none takes no arguments", fix=spec_fix())
     return NoneSource(spec)
 
 
@@ -220,20 +200,6 @@ def _detect_arduino(hw: SourceHardware) -> str | None:
     return None
 
 
-def _build_sim(spec: str, rest: str, hw: SourceHardware) -> PowerSource:
-    from profiler.power.sources.sim import SimIna260Source, SimSource
-
-    if rest.lower() not in ("", "ina260"):
-        raise BadInputError(f"power source {spec!r}: expected sim or sim:ina260", fix=_fix())
-    model = hw.extra.get("sim_power_model")
-    if model is None:
-        raise BadInputError(f"--power {spec} needs the simulated board",
-                            fix="use --board sim, or another --power source")
-    if rest:
-        return SimIna260Source(spec, model, out_dir=hw.extra.get("trace_dir"), clock=hw.clock)
-    return SimSource(spec, model, out_dir=hw.extra.get("trace_dir"), clock=hw.clock)
-
-
 _BAUDS = {"9600", "19200", "38400", "57600", "115200", "230400", "250000", "500000", "1000000",
           "2000000"}
 
@@ -251,5 +217,4 @@ def _build_ina260(spec: str, rest: str, hw: SourceHardware) -> PowerSource:
 
 
 register_source("arduino", _build_arduino, _detect_arduino, order=10)
-register_source("sim", _build_sim, order=90)
 register_source("ina260", _build_ina260, order=60)

@@ -12,7 +12,13 @@ from pathlib import Path
 import numpy as np
 
 from profiler.clock import Clock, perf_clock
-from profiler.errors import HardwareError, LoggerTimeoutError, MarkerError, PowerSourceError
+from profiler.errors import (
+    HardwareError,
+    LoggerTimeoutError,
+    MarkerError,
+    PowerSourceError,
+    ProfilerError,
+)
 from profiler.power import protocol as P
 from profiler.power.clockmap import ClockFit, fit_clock_map
 from profiler.power.collector import Collector
@@ -26,7 +32,7 @@ from profiler.power.trace import DeviceTrace
 SAMPLE_WINDOW_NS = {P.FrontEnd.INA226: 140_000, P.FrontEnd.SYNTHETIC: 0}
 
 #: What to check when the port cannot be opened, or the logger on it does not answer.
-_OPEN_FIX: dict[type, str] = {
+_OPEN_FIX: dict[type[ProfilerError], str] = {
     HardwareError: "check the port in --power {spec} (list ports with "
                    "`ls /dev/ttyACM* /dev/ttyUSB*`, or `coupprof doctor`)",
     LoggerTimeoutError: "check that the logger in --power {spec} is plugged in, runs the "
@@ -62,12 +68,12 @@ class ArduinoSource(StreamSource):
         except BaseException as err:
             self.collector.close()
             self.collector = None
-            fix = _OPEN_FIX.get(type(err))
-            if fix is None:
+            if not isinstance(err, ProfilerError) or type(err) not in _OPEN_FIX:
                 raise
             # The collector's hints name `coupprof collect --port`; here the port is
             # the one in the power spec.
-            raise type(err)(err.message, fix=fix.format(spec=self.spec)) from None  # type: ignore[attr-defined]
+            fix = _OPEN_FIX[type(err)].format(spec=self.spec)
+            raise type(err)(err.message, fix=fix) from None
 
     def _close_device(self) -> None:
         if self.collector is not None:

@@ -1,37 +1,20 @@
 """`PowerSource`: one base class for everything that measures the board's power.
 
-Two shapes of hardware fit under it:
+Three shapes of hardware fit under it: streaming sources (`StreamSource`: timestamped
+samples and marker edges), reading sources (`ReadingSource`: readings that carry the
+marker pin, milliseconds apart) and counter sources (`CounterSource`: a polled cumulative
+energy counter; a power-only reading gets a software counter, `PowerIntegrator`). Units
+are in the names; vendor and OS errors become coupprof errors once, inside each back end:
+setting up raises exit 3, failing mid-run `PowerSourceError` (exit 4).
 
-* **Streaming sources** (`StreamSource`: the Arduino logger, the simulated
-  board's virtual logger) deliver timestamped power samples and marker edges.
-  ``start()`` begins a capture, ``stop_capture()`` ends it on the logger's clock,
-  ``map_clock()`` puts it on the host clock over the host's marker changes, and
-  `profiler.power.attribution.attribute` integrates the `HostTrace` per layer.
-* **Reading sources** (`ReadingSource`: an INA260 on an Arduino printing
-  ``pin,millis,mW`` lines, as ARM-CO-UP's) record readings that carry the marker pin
-  but timestamp no edge, on a millisecond clock, with a slow sensor. ``start()``
-  begins a recording and ``stop_recording()`` returns it (`profiler.recordings.traces.
-  Recording`); the windows are found in it by aligning the run's windows to the pin's
-  segments (`profiler.recordings.live`). Readings come milliseconds apart, so the marker
-  stays idle ``gap_ns`` between windows for the logger to see them apart.
-* **Counter sources** (`CounterSource`: RAPL, NVML, hwmon) are polled: they
-  expose a cumulative energy counter that refreshes every ``update_interval_ns``.
-  Per-layer energy comes from reading the counter before and after a window in
-  which the layer is repeated until the window is long enough
-  (`profiler.power.repeat.measure_repeated`). A source whose hardware has only a
-  power reading (most hwmon drivers) gets a software counter: a thread that
-  polls the power and integrates it (`PowerIntegrator`).
-
-Units are in the names: ``power_w``, ``energy_mj``, ``time_ns``. Vendor and OS
-errors are translated into coupprof errors once, inside each back end: setting
-up raises `HardwareError` / `PermissionDeniedError` / `RuntimeUnavailableError`
-(exit 3), failing mid-run raises `PowerSourceError` (exit 4).
+Each shape in full: docs/power.md ("The three shapes of source").
 """
 
 from __future__ import annotations
 
 import threading
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -161,7 +144,7 @@ class StreamSource(PowerSource):
 class ReadingSource(PowerSource):
     """A logger that prints each reading with its marker pin on its own millisecond clock
     and timestamps no edge (ARM-CO-UP's INA260 sketch). A run's windows are found in the
-    recording afterwards; see the module docstring."""
+    recording afterwards; see docs/power.md."""
 
     mode = "readings"
     #: How long the marker must stay idle between two windows for the logger to see it.
@@ -250,7 +233,8 @@ class PowerIntegrator:
     ``read_power_w`` every ``interval_ns`` and integrates it (trapezoid). Between polls
     the energy grows with the last power, so readings are continuous in time."""
 
-    def __init__(self, read_power_w: Any, interval_ns: int, clock: Clock = perf_clock,
+    def __init__(self, read_power_w: Callable[[], float], interval_ns: int,
+                 clock: Clock = perf_clock,
                  name: str = "power-integrator") -> None:
         self._read = read_power_w
         self.interval_ns = max(int(interval_ns), 100_000)

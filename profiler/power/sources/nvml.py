@@ -14,6 +14,7 @@ NVML errors are translated in one place, `translate_nvml_error` (the clock reade
 from __future__ import annotations
 
 import contextlib
+from types import ModuleType
 from typing import Any
 
 from profiler.clock import Clock, perf_clock
@@ -33,7 +34,7 @@ from profiler.power.sources.base import CounterSource, PowerIntegrator, SourceIn
 UPDATE_INTERVAL_NS = 100_000_000
 
 
-def _import_pynvml() -> Any:
+def _import_pynvml() -> ModuleType:
     try:
         import pynvml
     except ImportError as err:
@@ -43,7 +44,7 @@ def _import_pynvml() -> Any:
     return pynvml
 
 
-def init_nvml() -> Any:
+def init_nvml() -> ModuleType:
     """The NVML bindings, initialised (pair with ``nvmlShutdown``); errors translated."""
     pynvml = _import_pynvml()
     try:
@@ -53,7 +54,7 @@ def init_nvml() -> Any:
     return pynvml
 
 
-def translate_nvml_error(pynvml: Any, err: Exception, what: str, setup: bool) -> ProfilerError:
+def translate_nvml_error(pynvml: ModuleType, err: Exception, what: str, setup: bool) -> ProfilerError:
     """The one place NVML errors become coupprof errors."""
     code = getattr(err, "value", None)
     if code == getattr(pynvml, "NVML_ERROR_LIBRARY_NOT_FOUND", -1):

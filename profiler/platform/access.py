@@ -1,31 +1,13 @@
 """Least privilege: a udev rule and a group that let a normal user profile one board.
 
-Instead of `sudo coupprof ...`, root runs a few commands once: make a group, add the
-user to it, install the rule this module writes and trigger udev. The rule grants the
-group exactly what coupprof touches on that board, read from its profile:
+Instead of `sudo coupprof ...`, root runs a few commands once: make a group, add the user
+to it, install the rule this module writes and trigger udev. The rule grants the group
+exactly what coupprof touches on that board, read from its profile: the governor files,
+the marker's GPIO chip and the logger's serial port. `plan_access` builds the rules from a
+`Board`; `AccessPlan.rules_text` is the rule file, `AccessPlan.setup_commands` what root
+runs.
 
-- each processor's governor files, the ones its governor writes (cpufreq policy limits,
-  governor and setspeed; devfreq governor and limits; kgsl power levels; mpgpu limits),
-  plus cpufreq's root-only ``cpuinfo_cur_freq`` for reading the frequency back;
-- the GPIO chip of the marker line (``/dev/gpiochipN``);
-- the logger's serial port, matched by its USB vendor, product and serial number.
-
-udev's GROUP and MODE apply to device nodes in /dev only. sysfs attributes get their
-group and mode from commands run on the device's event (RUN+="/bin/chgrp ...",
-RUN+="/bin/chmod ..."); the kernel keeps both until the device goes away. The events:
-
-- cpufreq policies are no devices and send no events: the rule hangs on the event of
-  the policy's first CPU (SUBSYSTEM "cpu"), whose ``cpufreq`` link is the policy;
-- devfreq devices: SUBSYSTEM "devfreq". Their ``userspace/set_freq`` is created by the
-  kernel, root-only, when the userspace governor starts, with no event, so no rule can
-  open it: a normal user's devfreq governor pins min_freq = max_freq instead (the same
-  frequency);
-- kgsl: SUBSYSTEM "kgsl"; mpgpu (Amlogic's vendor Mali driver) is a device-less class,
-  so its rule hangs on the event of the Mali device node (``mali0``, misc) that the same
-  driver creates.
-
-`plan_access` builds the rules from a `Board`; `AccessPlan.rules_text` is the file for
-``/etc/udev/rules.d/99-coupprof.rules`` and `AccessPlan.setup_commands` what root runs.
+Which udev events each file hangs on, and why: docs/boards.md.
 """
 
 from __future__ import annotations
@@ -47,7 +29,7 @@ DEFAULT_GPIO_CHIP = "gpiochip0"
 SYS = PurePosixPath("/sys")
 # Files a governor reads that the kernel makes root-only (0400).
 ROOT_ONLY_READS = {"cpufreq": ("cpuinfo_cur_freq",)}
-# Files a governor may write that no udev rule can reach (see the module docstring).
+# Files a governor may write that no udev rule can reach (see docs/boards.md).
 NO_EVENT = {"devfreq": ("userspace/set_freq",)}
 _GROUP_RE = re.compile(r"[a-z_][a-z0-9_-]{0,31}")
 
@@ -172,7 +154,7 @@ def governor_grant(proc: ProcessorSpec) -> Grant | None:
         match = (("SUBSYSTEM", "misc"), ("KERNEL", "mali0"))
         what = (f"{proc.letter} ({proc.name}): mpgpu {spec.path}, on the event of the Mali "
                 "device node its driver creates")
-    notes = ()
+    notes: tuple[str, ...] = ()
     if spec.kind in NO_EVENT:
         notes = (f"{', '.join(NO_EVENT[spec.kind])} appears root-only when the userspace "
                  "governor starts, with no event: a normal user's coupprof pins "

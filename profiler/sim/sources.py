@@ -1,4 +1,4 @@
-"""`sim`: the simulated board's logger on a pty, in one of two kinds.
+"""`--power sim`: the simulated board's logger on a pty, in one of two kinds.
 
 - ``sim``: a virtual logger speaking this project's firmware protocol
   (`profiler.sim.virtual_logger`); everything after the pty is the real `arduino`
@@ -8,18 +8,20 @@
   `ina260:PORT` path: pyserial, the recording, its alignment and attribution.
 
 Only the sensor is modelled (`profiler.sim.power.SimPowerModel` gives the board's watts
-from what each processor runs).
+from what each processor runs). `build_sim_source` is the ``sim`` kind's builder, which
+`profiler.sim.platform` registers with `profiler.power.sources`.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from profiler.clock import Clock, perf_clock
 from profiler.errors import BadInputError
+from profiler.power.sources import SourceHardware, spec_fix
 from profiler.power.sources.arduino import ArduinoSource
-from profiler.power.sources.base import SourceInfo
+from profiler.power.sources.base import PowerSource, SourceInfo
 from profiler.power.sources.ina260 import Ina260Source
 from profiler.sim.ina260 import VirtualIna260
 from profiler.sim.virtual_logger import VirtualLogger
@@ -36,7 +38,7 @@ class _VirtualPort:
     real back end opens that port, and stops after it closes; the `sim` marker drives
     the virtual logger's marker inputs (`set_markers`)."""
 
-    model: Any
+    model: SimPowerModel
     port: str
     virtual: VirtualLogger | VirtualIna260 | None
 
@@ -71,7 +73,7 @@ class _VirtualPort:
 class SimSource(_VirtualPort, ArduinoSource):
     kind = "sim"
 
-    def __init__(self, spec: str, model: object, *, rate_hz: int = SIM_RATE_HZ,
+    def __init__(self, spec: str, model: SimPowerModel, *, rate_hz: int = SIM_RATE_HZ,
                  out_dir: str | Path | None = None, clock: Clock = perf_clock) -> None:
         if not hasattr(model, "power_w"):
             raise BadInputError("the sim power source needs the simulated board's power model",
@@ -82,7 +84,7 @@ class SimSource(_VirtualPort, ArduinoSource):
         self.virtual: VirtualLogger | None = None
 
     def _start_virtual(self) -> VirtualLogger:
-        return VirtualLogger(self.model.power_w, rate_hz=self.sim_rate_hz,  # type: ignore[attr-defined]
+        return VirtualLogger(self.model.power_w, rate_hz=self.sim_rate_hz,
                              clock=self.clock, fw_version="sim-1.0").start()
 
     def info(self) -> SourceInfo:
@@ -117,3 +119,17 @@ class SimIna260Source(_VirtualPort, Ina260Source):
                           detail="simulated board power model (idle + each running layer's "
                                  "modelled power) read by a virtual INA260 on an Arduino; "
                                  + base.detail)
+
+
+def build_sim_source(spec: str, rest: str, hw: SourceHardware) -> PowerSource:
+    """``sim`` or ``sim:ina260``, reading the power model the caller put in
+    ``hw.extra["sim_power_model"]``."""
+    if rest.lower() not in ("", "ina260"):
+        raise BadInputError(f"power source {spec!r}: expected sim or sim:ina260", fix=spec_fix())
+    model = hw.extra.get("sim_power_model")
+    if model is None:
+        raise BadInputError(f"--power {spec} needs the simulated board",
+                            fix="use --board sim, or another --power source")
+    if rest:
+        return SimIna260Source(spec, model, out_dir=hw.extra.get("trace_dir"), clock=hw.clock)
+    return SimSource(spec, model, out_dir=hw.extra.get("trace_dir"), clock=hw.clock)
