@@ -52,8 +52,6 @@ def test_a_spec_made_from_a_string_holds_the_kind() -> None:
 def test_bundled_profiles_read_as_kinds() -> None:
     seen = set()
     for path in BOARDS_DIR.glob("*.toml"):
-        if path.stem == "sim":  # its model is checked by the simulated board, not needed here
-            continue
         board = load_profile(path)
         for p in board.processors.values():
             assert isinstance(p.kind, ProcessorKind)
