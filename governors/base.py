@@ -183,6 +183,12 @@ class Governor(ABC):
                        " frequency the hardware does not offer)")
         return SetResult(self.letter, freq_khz, effective, level, warning)
 
+    def wait_in_effect(self, freq_khz: int, timeout_s: float) -> None:
+        """Wait until ``freq_khz`` is the speed the processor runs at. A real kernel's
+        read-back (`set_khz`) is all there is to wait for; a governor that models the
+        transition delay behind the read-back overrides this."""
+        return None
+
     def set_level(self, level: int, settle_s: float = 0.05) -> SetResult:
         """Set the 1-based level of the profile's frequency table."""
         if not 1 <= level <= len(self.proc.freqs_khz):

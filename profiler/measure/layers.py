@@ -22,7 +22,6 @@ the first baseline) and only the frequency changes between levels.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Iterable, Mapping
 from contextlib import AbstractContextManager, ExitStack
 from dataclasses import KW_ONLY, dataclass, field
@@ -151,11 +150,7 @@ def set_level(gov: Governor, level: tuple[int, int], settle_s: float = 0.05) -> 
     models the transition delay (the simulated board's ``effective_khz``, ARM-CO-UP Table
     10: up to ~4.5 ms), so that no frame, even without warm-up, runs at the old one."""
     res = gov.set_khz(level[1], settle_s, level=level[0])
-    effective = getattr(gov, "effective_khz", None)
-    if effective is not None:
-        deadline = time.monotonic() + settle_s
-        while effective() != res.requested_khz and time.monotonic() < deadline:
-            time.sleep(0.0002)
+    gov.wait_in_effect(res.requested_khz, settle_s)
     return res
 
 

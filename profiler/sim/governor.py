@@ -241,6 +241,13 @@ class SimGovernor(Governor):
         """Frequency in effect now, lagging writes by the modelled transition delay."""
         return self.tree.kernel.effective_khz(self.tree.root / self.dir, now_ns)
 
+    def wait_in_effect(self, freq_khz: int, timeout_s: float) -> None:
+        """The read-back changes at once; the modelled speed only after the transition
+        delay (ARM-CO-UP Table 10: up to ~4.5 ms)."""
+        deadline = time.monotonic() + timeout_s
+        while self.effective_khz() != freq_khz and time.monotonic() < deadline:
+            time.sleep(0.0002)
+
     def describe(self) -> str:
         return f"sim ({self.inner.kind} layout in {self.tree.root})"
 
