@@ -30,14 +30,21 @@ from profiler.executors.worker import ProcessorWorker
 from profiler.mapping.queueing import QUEUE_DEPTH, pipeline_latency_ms
 from profiler.mapping.spec import Call, FreqPlan, Mapping, calls
 from profiler.mapping.transfer import Activity, NoActivity, measure_transfer_matrix
+from profiler.markers.hooks import LayerHooks
 from profiler.measure.freq_trace import FreqSampler, FreqTrace
+from profiler.measure.fused import FusedSettings
+from profiler.measure.layers import (
+    LayerMeasurement,
+    LayerSettings,
+    ModelUnderTest,
+    ProcessorLayers,
+)
 from profiler.measure.method import Method
 from profiler.power.session import PowerSession
 
 if TYPE_CHECKING:
     from governors import Governor
     from profiler.mapping.pipeline import MappedRun
-    from profiler.measure.fused import FusedSettings
     from profiler.slicing.specs import SlicedModel
 
 T = TypeVar("T")
@@ -528,6 +535,33 @@ def _sidecar_format(json_path: Path) -> str:
         return ""
 
 
+class LevelRequests(LayerHooks):
+    """Around each of ``letter``'s layers when a mapping's tables are measured: the
+    mapping's per-layer DVFS requests and the simulated board's activity (the power
+    marker's hooks run inside these, nearest the invoke)."""
+
+    def __init__(self, letter: str, mapping: Mapping, freq: FreqPlan | None,
+                 govs: dict[str, Governor], act: Activity) -> None:
+        self.letter = letter
+        self.act = act
+        self.requests: list[tuple[Governor, int] | None] = []
+        for pos in range(mapping.n_layers):
+            khz = freq.khz[pos] if freq is not None and freq.mode == "per-layer" else None
+            gov = govs.get(freq.domain[pos]) if khz is not None and freq else None
+            mine = mapping.order[pos] == letter
+            self.requests.append((gov, khz) if gov is not None and khz is not None
+                                 and mine else None)
+
+    def before_layer(self, layer: int) -> None:
+        req = self.requests[layer]
+        if req is not None:
+            req[0].request_khz(req[1])
+        self.act.busy(self.letter)
+
+    def after_layer(self, layer: int) -> None:
+        self.act.idle(self.letter)
+
+
 def measure_costs(
     sliced: SlicedModel,
     board: Board,
@@ -570,47 +604,14 @@ def measure_costs(
     with a counter source, each layer's power is that of its repeat window and its energy
     that power times its time in the frames (as `coupprof layers`). The layers of each
     processor are measured by `profiler.measure.layers.ProcessorLayers`."""
-    from profiler.markers.hooks import LayerHooks
-    from profiler.measure.fused import FusedSettings
-    from profiler.measure.layers import (
-        LayerMeasurement,
-        LayerSettings,
-        ModelUnderTest,
-        ProcessorLayers,
-    )
-
     build = make or (lambda bd, letter: make_executor(bd, letter))
     govs = governors or {}
     act = activity or NoActivity()
-    n = mapping.n_layers
     if method == Method.FUSED and model_bytes is None:
         raise ValueError("the fused method needs the model's bytes")
     model = ModelUnderTest(sliced, model_bytes, model_name, model_name)
     settings = LayerSettings(frames=frames, warmup=warmup, seed=seed,
                              fused=(fused or FusedSettings()) if method == Method.FUSED else None)
-
-    class Requests(LayerHooks):
-        """Per-layer DVFS requests and the simulated board's activity around each layer
-        (the power marker's hooks run inside these, nearest the invoke)."""
-
-        def __init__(self, letter: str) -> None:
-            self.letter = letter
-            self.requests: list[tuple[Governor, int] | None] = []
-            for pos in range(n):
-                khz = freq.khz[pos] if freq is not None and freq.mode == "per-layer" else None
-                gov = govs.get(freq.domain[pos]) if khz is not None and freq else None
-                mine = mapping.order[pos] == letter
-                self.requests.append((gov, khz) if gov is not None and khz is not None
-                                     and mine else None)
-
-        def before_layer(self, layer: int) -> None:
-            req = self.requests[layer]
-            if req is not None:
-                req[0].request_khz(req[1])
-            act.busy(self.letter)
-
-        def after_layer(self, layer: int) -> None:
-            act.idle(self.letter)
 
     def power_failed(err: ProfilerError) -> None:
         raise err
@@ -625,7 +626,7 @@ def measure_costs(
 
     def profile(ex: Executor, letter: str) -> list[dict[str, Any]]:
         sampler = samplers.get(letter)
-        with ProcessorLayers(board, letter, model, settings, executor=ex, hooks=Requests(letter),
+        with ProcessorLayers(board, letter, model, settings, executor=ex, hooks=LevelRequests(letter, mapping, freq, govs, act),
                              freq_reader=sampler.reader if sampler is not None else None,
                              env={}) as layers:
             m = layers.measure(power=power, on_power_error=power_failed)

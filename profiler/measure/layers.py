@@ -386,11 +386,10 @@ class ProcessorLayers:
               energy: PowerResult | None, host: HostLevel | None,
               more: Mapping[str, Any] | None) -> RunInfo:
         ex, proc, s = self.open(), self.proc, self.settings
-        cores = tuple(getattr(ex, "cores", proc.cores))
-        describe = getattr(ex, "describe", None)
+        cores = tuple(ex.cores)
         extra: dict[str, Any] = {"board_description": self.board.description, "seed": s.seed,
                                  "cores_text": format_cpu_list(cores),
-                                 "executor": describe() if callable(describe) else None}
+                                 "executor": ex.describe()}
         if set_result is not None and self.governor is not None and level is not None:
             extra["governor"] = {"kind": self.governor.kind, "requested_khz": level[1],
                                  "effective_khz": set_result.effective_khz,
@@ -412,7 +411,7 @@ class ProcessorLayers:
             board=self.board.name, simulated=self.board.simulated,
             model_path=self.model.path, model_sha256=self.model.sha256,
             processor=proc.letter, processor_name=proc.name, cores=cores,
-            threads=int(getattr(ex, "threads", s.threads or len(proc.cores))),
+            threads=ex.threads,
             frames=s.frames, warmup=s.warmup,
             granularity=sliced.granularity, cuts=tuple(sliced.cuts),
             freq_level=level[0] if level else None, freq_khz=level[1] if level else None,
