@@ -22,7 +22,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
@@ -38,6 +38,7 @@ from profiler.mapping.spec import boundary_tensors
 from profiler.measure.method import METHODS, Method
 from profiler.measure.runner import random_input
 from profiler.power.session import PowerSession, StreamCapture
+from profiler.power.sources.base import Activity, NoActivity
 
 if TYPE_CHECKING:
     from profiler.measure.fused import FusedSettings
@@ -52,22 +53,6 @@ CSV_COLUMNS = ("boundary", "src", "dst", "bytes", "tensors", "time_ms_mean", "ti
                "time_ms_p95", "time_ms_std", "reps")
 
 Progress = Callable[[int, int], None]
-
-
-class Activity(Protocol):
-    """Told when a processor starts and stops working (the sim board's power model)."""
-
-    def busy(self, letter: str, key: int = 0) -> None: ...
-
-    def idle(self, letter: str, key: int = 0) -> None: ...
-
-
-class NoActivity:
-    def busy(self, letter: str, key: int = 0) -> None:
-        pass
-
-    def idle(self, letter: str, key: int = 0) -> None:
-        pass
 
 
 # --------------------------------------------------------------------------------

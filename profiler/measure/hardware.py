@@ -22,16 +22,16 @@ if TYPE_CHECKING:
     from profiler.markers import MarkerSink
     from profiler.measure.freq_trace import FreqSampler
     from profiler.power.session import PowerSession
-    from profiler.sim.power import SimPowerModel
+    from profiler.power.sources.base import Activity
 
 
 def open_power(board: Board, spec: str | None = None, marker: str | None = None, *,
                trace_dir: Path | None = None, layer_runs: bool = False,
                rate_hz: int | None = None, baseline_s: float = 0.5, counter_updates: int = 20,
                sysfs_root: Path | None = None,
-               ) -> tuple[PowerSession | None, SimPowerModel | None]:
-    """(PowerSession, the sim board's power model) for a --power ``spec`` and --marker
-    ``marker``, not opened yet; (None, None) for none. ``spec`` defaults to sim on the
+               ) -> tuple[PowerSession | None, Activity | None]:
+    """(PowerSession, what to tell when a processor works: the source's `activity`) for a
+    --power ``spec`` and --marker ``marker``, not opened yet; (None, None) for none. ``spec`` defaults to sim on the
     simulated board, else none; a streaming source needs a marker wired to the logger
     (sim's is the virtual logger's own input). ``trace_dir``: where a streaming source
     keeps its capture (None: memory). ``layer_runs``: the caller measures layer runs
@@ -45,17 +45,11 @@ def open_power(board: Board, spec: str | None = None, marker: str | None = None,
     if baseline_s < 0:
         raise BadInputError(f"--baseline-s {baseline_s} is negative", "give seconds >= 0")
     spec = spec or ("sim" if board.simulated else "none")
-    model = None
     extra: dict[str, Any] = {"trace_dir": trace_dir, "rate_hz": rate_hz}
-    if spec.split(":")[0].lower() == "sim":
-        if not board.simulated:
-            raise BoardError(f"--power sim needs the simulated board, not '{board.name}'",
-                             "use --board sim, or a real source such as arduino:PORT")
-        from profiler.sim.power import SimPowerModel
-
-        model = SimPowerModel(board)
-        extra["sim_power_model"] = model
-    source = open_power_source(spec, SourceHardware(extra=extra))
+    if spec.split(":")[0].lower() == "sim" and not board.simulated:
+        raise BoardError(f"--power sim needs the simulated board, not '{board.name}'",
+                         "use --board sim, or a real source such as arduino:PORT")
+    source = open_power_source(spec, SourceHardware(board=board, extra=extra))
     if isinstance(source, NoneSource):
         return None, None
     if source.mode == "readings" and not layer_runs:
@@ -76,7 +70,7 @@ def open_power(board: Board, spec: str | None = None, marker: str | None = None,
         sink = cast("MarkerSink", source) if source.kind == "sim" else None  # its logger's pins
         opened = open_marker(marker_spec, sim_sink=sink, sysfs_root=root / "class" / "gpio")
     return PowerSession(source, opened, baseline_s=baseline_s,
-                        counter_updates=counter_updates), model
+                        counter_updates=counter_updates), source.activity
 
 
 def governors_for(board: Board, letters: Sequence[str], sysfs_root: Path | None, *,

@@ -15,7 +15,6 @@ from what each processor runs). `build_sim_source` is the ``sim`` kind's builder
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from profiler.clock import Clock, perf_clock
 from profiler.errors import BadInputError
@@ -24,10 +23,8 @@ from profiler.power.sources.arduino import ArduinoSource
 from profiler.power.sources.base import PowerSource, SourceInfo
 from profiler.power.sources.ina260 import Ina260Source
 from profiler.sim.ina260 import VirtualIna260
+from profiler.sim.power import SimPowerModel
 from profiler.sim.virtual_logger import VirtualLogger
-
-if TYPE_CHECKING:
-    from profiler.sim.power import SimPowerModel
 
 #: The simulated logger's rate: an A0-style front end, fast enough for sub-ms layers.
 SIM_RATE_HZ = 20_000
@@ -64,6 +61,11 @@ class _VirtualPort:
                 self.virtual.close()
                 self.virtual = None
 
+    @property
+    def activity(self) -> SimPowerModel:
+        """The board's power model: told when each processor works, it draws that power."""
+        return self.model
+
     def set_markers(self, bits: int) -> None:
         """The `sim` marker's sink: the virtual logger's marker inputs."""
         assert self.virtual is not None, "open the sim source before the sim marker"
@@ -75,7 +77,7 @@ class SimSource(_VirtualPort, ArduinoSource):
 
     def __init__(self, spec: str, model: SimPowerModel, *, rate_hz: int = SIM_RATE_HZ,
                  out_dir: str | Path | None = None, clock: Clock = perf_clock) -> None:
-        if not hasattr(model, "power_w"):
+        if not isinstance(model, SimPowerModel):
             raise BadInputError("the sim power source needs the simulated board's power model",
                                 fix="use --power sim only with --board sim")
         super().__init__(spec, port="", out_dir=out_dir, clock=clock)
@@ -122,11 +124,14 @@ class SimIna260Source(_VirtualPort, Ina260Source):
 
 
 def build_sim_source(spec: str, rest: str, hw: SourceHardware) -> PowerSource:
-    """``sim`` or ``sim:ina260``, reading the power model the caller put in
-    ``hw.extra["sim_power_model"]``."""
+    """``sim`` or ``sim:ina260``: a virtual logger reading the simulated board's power model
+    (`SimPowerModel` of ``hw.board``, or the caller's own in ``hw.extra["sim_power_model"]``),
+    which the source's `activity` tells when each processor works."""
     if rest.lower() not in ("", "ina260"):
         raise BadInputError(f"power source {spec!r}: expected sim or sim:ina260", fix=spec_fix())
     model = hw.extra.get("sim_power_model")
+    if model is None and hw.board is not None and hw.board.simulated:
+        model = SimPowerModel(hw.board)
     if model is None:
         raise BadInputError(f"--power {spec} needs the simulated board",
                             fix="use --board sim, or another --power source")

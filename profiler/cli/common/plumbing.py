@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from profiler.cli.common.progress import TaskProgress
     from profiler.measure.fused import FusedSettings
     from profiler.power.session import PowerSession
-    from profiler.sim.power import SimPowerModel
+    from profiler.power.sources.base import Activity
     from profiler.slicing.specs import SlicedModel
 
 
@@ -117,8 +117,8 @@ def load_model(args: argparse.Namespace, bar: TaskProgress | None,
 
 def open_power(args: argparse.Namespace, board: Board, trace_dir: Path | None = None,
                layer_runs: bool = False,
-               ) -> tuple[PowerSession | None, SimPowerModel | None]:
-    """(PowerSession or None, SimPowerModel or None) for --power/--marker/--baseline-s,
+               ) -> tuple[PowerSession | None, Activity | None]:
+    """(PowerSession or None, the source's `activity` or None) for --power/--marker/--baseline-s,
     --rate and --counter-updates, not opened yet (`profiler.measure.hardware.open_power`:
     ``trace_dir``, ``layer_runs``). --sysfs-root moves /sys/class/gpio too."""
     from profiler.measure.hardware import open_power as open_from_specs

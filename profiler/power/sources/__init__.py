@@ -16,7 +16,7 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from profiler.clock import Clock, perf_clock
 from profiler.errors import BadInputError, ProfilerError
@@ -34,6 +34,9 @@ from profiler.power.sources.none import NoneSource
 from profiler.power.sources.nvml import NvmlSource
 from profiler.power.sources.rapl import RaplSource
 
+if TYPE_CHECKING:
+    from profiler.boards.model import Board
+
 __all__ = ["CounterSource", "HwmonSource", "NoneSource", "NvmlSource", "PowerIntegrator",
            "PowerSource", "RaplSource", "SourceHardware", "SourceInfo",
            "StreamSource", "TickTimeoutError", "detect_order", "detect_power_source",
@@ -47,7 +50,8 @@ class SourceHardware:
     hwmon_root: Path = hwmon.DEFAULT_ROOT
     powercap_root: Path = rapl.DEFAULT_ROOT
     clock: Clock = perf_clock
-    extra: dict[str, Any] = field(default_factory=dict)  # e.g. a virtual logger for "sim"
+    board: Board | None = None  # the board measured (the simulated one models its power)
+    extra: dict[str, Any] = field(default_factory=dict)  # e.g. a trace folder
 
 
 #: builder(spec, rest after the first colon, hardware) -> an unopened source

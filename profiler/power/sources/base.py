@@ -17,7 +17,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 import numpy as np
 
@@ -52,6 +52,25 @@ class SourceInfo:
         return asdict(self)
 
 
+class Activity(Protocol):
+    """Told when a processor starts and stops working. A source whose power follows the
+    work it is told of (the simulated board's model) is one; real sources measure it."""
+
+    def busy(self, letter: str, key: int = 0) -> None: ...
+
+    def idle(self, letter: str, key: int = 0) -> None: ...
+
+
+class NoActivity:
+    """Where nobody needs to be told: every real power source."""
+
+    def busy(self, letter: str, key: int = 0) -> None:
+        pass
+
+    def idle(self, letter: str, key: int = 0) -> None:
+        pass
+
+
 class PowerSource(ABC):
     """Base of every power source. Use as a context manager: ``with source: ...``."""
 
@@ -66,6 +85,12 @@ class PowerSource(ABC):
     @property
     def is_open(self) -> bool:
         return self._open
+
+    @property
+    def activity(self) -> Activity:
+        """What to tell when a processor works, for a source that models its power from
+        that (the simulated board's); a real source measures it and needs nothing."""
+        return NoActivity()
 
     def open(self) -> PowerSource:
         """Acquire the device (files, library handles, ports). Idempotent."""
