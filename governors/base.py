@@ -183,6 +183,10 @@ class Governor(ABC):
                        " frequency the hardware does not offer)")
         return SetResult(self.letter, freq_khz, effective, level, warning)
 
+    def available_khz(self) -> list[int]:
+        """The frequencies the kernel offers (kHz, ascending); [] where it does not say."""
+        return []
+
     def wait_in_effect(self, freq_khz: int, timeout_s: float) -> None:
         """Wait until ``freq_khz`` is the speed the processor runs at. A real kernel's
         read-back (`set_khz`) is all there is to wait for; a governor that models the

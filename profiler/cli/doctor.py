@@ -40,7 +40,6 @@ from profiler.cli.common.plumbing import sysfs_root
 from profiler.errors import BadInputError, ProfilerError
 from profiler.platform import choose_board
 from profiler.platform.access import DEFAULT_GROUP, AccessPlan, plan_access
-from profiler.sim.governor import SimTree
 
 if TYPE_CHECKING:
     from profiler.cli.common.options import Subparsers
@@ -252,33 +251,27 @@ def check_board(r: Report, root: Path, board_arg: str | None, dev_root: Path) ->
 
 
 def check_governors(r: Report, board: Board, root: Path) -> None:
-    tree = SimTree(board) if board.simulated else None
-    try:
-        for p in board.processors.values():
-            if p.governor is None:
-                r.add("governors", p.letter, None,
-                      f"no DVFS{' (uses ' + p.host + ' levels)' if p.host else ''}")
-                continue
-            gov = make_governor(board, p, root, sim_tree=tree)
-            checks = gov.checks()
-            bad = [c for c in checks if not c.ok]
-            if bad:
-                for c in bad:
-                    r.add("governors", p.letter, False, c.what, c.fix)
-                continue
-            r.add("governors", p.letter, True, f"{gov.describe()}: files writable")
-            table = getattr(gov, "available_khz", None)
-            have = table() if table else []
-            missing = [f for f in p.freqs_khz if have and f not in have]
-            if missing:
-                r.add("governors", f"{p.letter} levels", False,
-                      f"profile levels {', '.join(f'{f / 1000:g}' for f in missing)} MHz are not"
-                      f" offered by the kernel ({', '.join(f'{f / 1000:g}' for f in have)})",
-                      "edit freqs_khz in the board profile to the kernel's levels"
-                      + (" (or use --board host for CPUs)" if p.kind.is_cpu else ""))
-    finally:
-        if tree is not None:
-            tree.remove()
+    for p in board.processors.values():
+        if p.governor is None:
+            r.add("governors", p.letter, None,
+                  f"no DVFS{' (uses ' + p.host + ' levels)' if p.host else ''}")
+            continue
+        gov = make_governor(board, p, root)
+        checks = gov.checks()
+        bad = [c for c in checks if not c.ok]
+        if bad:
+            for c in bad:
+                r.add("governors", p.letter, False, c.what, c.fix)
+            continue
+        r.add("governors", p.letter, True, f"{gov.describe()}: files writable")
+        have = gov.available_khz()
+        missing = [f for f in p.freqs_khz if have and f not in have]
+        if missing:
+            r.add("governors", f"{p.letter} levels", False,
+                  f"profile levels {', '.join(f'{f / 1000:g}' for f in missing)} MHz are not"
+                  f" offered by the kernel ({', '.join(f'{f / 1000:g}' for f in have)})",
+                  "edit freqs_khz in the board profile to the kernel's levels"
+                  + (" (or use --board host for CPUs)" if p.kind.is_cpu else ""))
 
 
 def check_gpio(r: Report, dev_root: Path, root: Path) -> None:

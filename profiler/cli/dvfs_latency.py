@@ -10,7 +10,6 @@ from __future__ import annotations
 import argparse
 import csv
 import json
-import os
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -19,13 +18,11 @@ from rich import box
 from rich.progress import Progress
 from rich.table import Table
 
-from governors import RestoreGuard, make_governor
+from governors import RestoreGuard
 from governors.latency import (
-    BusyLoop,
     LatencyPlan,
     LatencyRun,
     measure,
-    pin_to_cores,
     summary,
 )
 from profiler.cli import command_help
@@ -33,8 +30,7 @@ from profiler.cli.common.options import add_board_args, stdout_console
 from profiler.cli.common.plumbing import say, sysfs_root
 from profiler.errors import BadInputError
 from profiler.platform import choose_board
-from profiler.sim.busy_loop import SimBusyLoop, VirtualClock
-from profiler.sim.governor import SimGovernor, SimTree
+from profiler.platform.latency import METHODS, latency_probe
 
 if TYPE_CHECKING:
     from profiler.cli.common.options import Subparsers
@@ -60,7 +56,7 @@ def register(subparsers: Subparsers) -> None:
     p.add_argument("--levels", default=None, metavar="I,J,...",
                    help="levels to use (default: all of the processor's levels)")
     p.add_argument("--repeats", type=int, default=3, help="repeats per transition (default 3)")
-    p.add_argument("--method", choices=("auto", "busy-loop", "readback"), default="auto",
+    p.add_argument("--method", choices=METHODS, default="auto",
                    help="auto: busy loop on CPU clusters, read-back on GPUs (default)")
     p.add_argument("--chunk-us", type=float, default=50.0,
                    help="busy-loop chunk length, the resolution of the result (default 50 us)")
@@ -100,44 +96,12 @@ def run(args: argparse.Namespace) -> int:
     levels = parse_levels(args.levels, len(target.freqs_khz), target.letter)
     plan = LatencyPlan(target, levels, args.repeats, args.chunk_us)
 
-    loop: BusyLoop | None
-    old_affinity = None
-    if board.simulated:
-        if args.method == "readback":
-            raise BadInputError("--method readback means nothing on the simulated board",
-                                "drop --method (the simulated busy loop is used)")
-        clock = VirtualClock()
-        tree = SimTree(board, clock_ns=clock)  # its own tree: its kernel runs on the virtual clock
-        gov = make_governor(board, target, sim_tree=tree)
-        assert isinstance(gov, SimGovernor)
-        loop = SimBusyLoop(gov, clock)
-    else:
-        tree = None
-        gov = make_governor(board, target, root)
-        method = args.method
-        if method == "auto":
-            method = "busy-loop" if target.kind.is_cpu else "readback"
-        if method == "busy-loop" and not target.kind.is_cpu:
-            raise BadInputError(f"a busy loop cannot run on {target.letter} ({target.kind})",
-                                "use --method readback for GPUs")
-        loop = BusyLoop() if method == "busy-loop" else None
-        if loop is not None:
-            old_affinity = pin_to_cores(target.cores)
-            if old_affinity is None:
-                raise BadInputError(f"cannot run on processor {target.letter}'s cores "
-                                    f"{list(target.cores)} (not in this process's CPU set)",
-                                    "run without taskset/cgroup limits, or use --method readback")
-    try:
-        with Progress(disable=not sys.stderr.isatty(), transient=True) as bar:
-            task = bar.add_task(f"{board.name} {target.letter} transitions", total=None)
-            with RestoreGuard([gov]):
-                result = measure(gov, plan, loop, board.name, board.simulated,
-                                 progress=lambda d, t: bar.update(task, completed=d, total=t))
-    finally:
-        if old_affinity is not None:
-            os.sched_setaffinity(0, old_affinity)
-        if tree is not None:
-            tree.remove()
+    with latency_probe(board, target, root, args.method) as probe, \
+            Progress(disable=not sys.stderr.isatty(), transient=True) as bar:
+        task = bar.add_task(f"{board.name} {target.letter} transitions", total=None)
+        with RestoreGuard([probe.governor]):
+            result = measure(probe.governor, plan, probe.loop, board.name, board.simulated,
+                             progress=lambda d, t: bar.update(task, completed=d, total=t))
 
     csv_path = args.csv or Path("coupprof-out") / f"dvfs-latency-{board.name}-{target.letter}.csv"
     json_path = args.json or csv_path.with_suffix(".json")

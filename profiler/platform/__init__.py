@@ -4,6 +4,8 @@
   measuring (on Dask workers too) and the benchmarks: ``--board``, else the detected
   board, else the simulated one; LiteRT's GPU accelerator as G on ``host``. Importing it
   plugs the simulated board into the role factories (`profiler.sim.platform`).
+- ``latency``: the governor and busy loop `coupprof dvfs-latency` measures with (the
+  simulated board's on a virtual clock).
 - ``access``: the udev rule and group that let a normal user drive a board
   (`coupprof doctor --udev`).
 
