@@ -444,6 +444,7 @@ def _best_hypothesis(
 
 
 def local_offset(fit: ClockFit | None, host_ns: np.ndarray, neighbours: int = 7,
+                 halfwidth_ns: np.ndarray | None = None, tight_ns: float = 125_000.0,
                  ) -> Callable[[np.ndarray], np.ndarray] | None:
     """Where the logger's edges lie around host time t, relative to the fitted line.
 
@@ -453,14 +454,22 @@ def local_offset(fit: ClockFit | None, host_ns: np.ndarray, neighbours: int = 7,
     paced to the wall clock, falls behind and catches up with the host's load. Each
     matched edge's residual (host time - mapped edge time) says how far off the line
     it is; a running median over ``neighbours`` matched edges follows the wander
-    without following one late marker call. Returns ``t -> residual`` (int64 ns) for
-    shifting host boundaries onto the trace's time axis before matching, or None
-    without a fit."""
+    without following one late marker call. ``halfwidth_ns`` (per host event, half its
+    clock-read bracket): only edges of events timed within ``tight_ns`` say where the
+    line is, as in the fit; a marker call held up for a millisecond on a busy host has a
+    residual of up to that, and a burst of them would drag the median. Returns
+    ``t -> residual`` (int64 ns) for shifting host boundaries onto the trace's time axis
+    before matching, or None without a fit."""
     if fit is None or fit.host_index.size < 3:
         return None
     order = np.argsort(fit.host_index, kind="stable")
-    at = np.asarray(host_ns, dtype=np.int64)[fit.host_index[order]]
+    hi = fit.host_index[order]
     r = np.asarray(fit.residual_ns, dtype=np.float64)[order]
+    if halfwidth_ns is not None:
+        tight = np.asarray(halfwidth_ns, dtype=np.float64)[hi] <= tight_ns
+        if tight.sum() >= 3:
+            hi, r = hi[tight], r[tight]
+    at = np.asarray(host_ns, dtype=np.int64)[hi]
     k = min(neighbours, r.size) | 1  # odd: a centred window
     windows = np.lib.stride_tricks.sliding_window_view(np.pad(r, k // 2, mode="edge"), k)
     smooth = np.median(windows, axis=1)

@@ -191,7 +191,8 @@ class StreamCapture(MarkerLog):
         say it is (`profiler.power.clockmap.local_offset`), for long runs whose logger
         clock wanders off the fitted line."""
         if follow_clock:
-            local = local_offset(self.source.fit, self.host_events()[0])
+            local = local_offset(self.source.fit, self.host_events()[0],
+                                 halfwidth_ns=self.host_halfwidths())
             if local is not None:
                 def shifted(v: npt.ArrayLike) -> np.ndarray:
                     t = np.asarray(v)
