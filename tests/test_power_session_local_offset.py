@@ -98,5 +98,31 @@ def test_local_offset_ignores_one_late_marker_call() -> None:
     assert np.abs(b(at) - a(at)).max() < 20_000
 
 
+def test_local_offset_follows_only_tightly_timed_calls_through_a_burst_of_late_ones() -> None:
+    """A busy host holds up five marker calls in a row (each bracket 0.6 ms wide, its
+    midpoint 300 us late): the median over 7 neighbours would follow them, so they
+    are left out where the brackets say they were loose; every edge is still found."""
+    start, end, trace, fit, host_t, truth = setup()
+    residual = np.asarray(fit.residual_ns).copy()
+    order = np.argsort(fit.host_index, kind="stable")
+    k = residual.size // 2
+    burst = order[k - 2: k + 3]  # five consecutive host events, in time order
+    residual[burst] += 300_000
+    late = type(fit)(fit.clock, fit.host_index, fit.device_index, fit.missed_host,
+                     fit.spurious_device, residual)
+    halfwidth = np.full(host_t.size, 1_000, np.int64)  # a tight call: 2 us bracket
+    halfwidth[fit.host_index[burst]] = 300_000
+    a = local_offset(fit, host_t)
+    dragged, kept = local_offset(late, host_t), local_offset(late, host_t,
+                                                             halfwidth_ns=halfwidth)
+    assert a is not None and dragged is not None and kept is not None
+    at = host_t[fit.host_index[burst]]
+    assert np.abs(dragged(at) - a(at)).max() > 250_000  # the burst moves the median
+    assert np.abs(kept(at) - a(at)).max() < 20_000  # the tight neighbours do not
+    res = attribute(start - kept(start), end - kept(end), trace, levels=(1, 0))
+    assert res.edges_missed == 0 and res.edges_spurious == 0
+    np.testing.assert_allclose(res.window_energy_mj, truth, rtol=1e-3)
+
+
 def test_no_fit_no_correction() -> None:
     assert local_offset(None, np.zeros(3, np.int64)) is None
