@@ -37,7 +37,11 @@ class _VirtualPort:
 
     model: SimPowerModel
     port: str
+    spec: str
+    mode: str
     virtual: VirtualLogger | VirtualIna260 | None
+    logger_name: str  # what the sidecar calls the device
+    reads: str  # how it reads the model's power
 
     def _start_virtual(self) -> VirtualLogger | VirtualIna260:
         raise NotImplementedError
@@ -66,6 +70,14 @@ class _VirtualPort:
         """The board's power model: told when each processor works, it draws that power."""
         return self.model
 
+    def info(self) -> SourceInfo:
+        base = super().info()  # type: ignore[misc]
+        return SourceInfo(spec=self.spec, kind="sim", mode=self.mode,
+                          device=f"{self.logger_name} on {self.port}",
+                          sample_rate_hz=base.sample_rate_hz,
+                          detail="simulated board power model (idle + each running layer's "
+                                 f"modelled power) {self.reads}; " + base.detail)
+
     def set_markers(self, bits: int) -> None:
         """The `sim` marker's sink: the virtual logger's marker inputs."""
         assert self.virtual is not None, "open the sim source before the sim marker"
@@ -89,13 +101,8 @@ class SimSource(_VirtualPort, ArduinoSource):
         return VirtualLogger(self.model.power_w, rate_hz=self.sim_rate_hz,
                              clock=self.clock, fw_version="sim-1.0").start()
 
-    def info(self) -> SourceInfo:
-        base = super().info()
-        return SourceInfo(spec=self.spec, kind="sim", mode=self.mode,
-                          device=f"virtual logger on {self.port}",
-                          sample_rate_hz=base.sample_rate_hz,
-                          detail="simulated board power model (idle + each running layer's "
-                                 "modelled power) sampled by a virtual logger; " + base.detail)
+    logger_name = "virtual logger"
+    reads = "sampled by a virtual logger"
 
 
 class SimIna260Source(_VirtualPort, Ina260Source):
@@ -113,14 +120,8 @@ class SimIna260Source(_VirtualPort, Ina260Source):
     def _start_virtual(self) -> VirtualIna260:
         return VirtualIna260(self.model.power_w, seed=self.seed, clock=self.clock).start()
 
-    def info(self) -> SourceInfo:
-        base = super().info()
-        return SourceInfo(spec=self.spec, kind="sim", mode=self.mode,
-                          device=f"virtual INA260 logger on {self.port}",
-                          sample_rate_hz=base.sample_rate_hz,
-                          detail="simulated board power model (idle + each running layer's "
-                                 "modelled power) read by a virtual INA260 on an Arduino; "
-                                 + base.detail)
+    logger_name = "virtual INA260 logger"
+    reads = "read by a virtual INA260 on an Arduino"
 
 
 def build_sim_source(spec: str, rest: str, hw: SourceHardware) -> PowerSource:
