@@ -14,14 +14,18 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
+from governors import sysfs_root_from_env, writable_governor
+from governors.host import host_domain
 from profiler.boards.model import Board, resolve_level
 from profiler.errors import BadInputError, BoardError
+from profiler.markers import open_marker
+from profiler.measure.freq_trace import FreqSampler, open_freq_reader
+from profiler.power.session import PowerSession
+from profiler.power.sources import NoneSource, SourceHardware, open_power_source
 
 if TYPE_CHECKING:
     from governors import Governor
     from profiler.markers import MarkerSink
-    from profiler.measure.freq_trace import FreqSampler
-    from profiler.power.session import PowerSession
     from profiler.power.sources.base import Activity
 
 
@@ -37,11 +41,6 @@ def open_power(board: Board, spec: str | None = None, marker: str | None = None,
     keeps its capture (None: memory). ``layer_runs``: the caller measures layer runs
     (layers, sweep), the only thing a reading logger (ina260, sim:ina260) can attribute.
     ``sysfs_root`` (default $COUPPROF_SYSFS_ROOT or /sys) moves /sys/class/gpio too."""
-    from governors import sysfs_root_from_env
-    from profiler.markers import open_marker
-    from profiler.power.session import PowerSession
-    from profiler.power.sources import NoneSource, SourceHardware, open_power_source
-
     if baseline_s < 0:
         raise BadInputError(f"--baseline-s {baseline_s} is negative", "give seconds >= 0")
     spec = spec or ("sim" if board.simulated else "none")
@@ -78,8 +77,6 @@ def governors_for(board: Board, letters: Sequence[str], sysfs_root: Path | None,
     """DVFS domain letter -> governor, checked writable (`governors.writable_governor`:
     ``none_fix`` says what to do where none can set frequencies), for every processor in
     ``letters`` that has DVFS."""
-    from governors import writable_governor
-
     govs: dict[str, Governor] = {}
     for letter in letters:
         dom = board.dvfs_domain(letter)
@@ -91,8 +88,6 @@ def governors_for(board: Board, letters: Sequence[str], sysfs_root: Path | None,
 def host_level(board: Board, letter: str, spec: str | None) -> tuple[int, int] | None:
     """--host-freq ``spec`` for ``letter``'s host cluster as (level, kHz); None when not
     given. A processor without a separate host level is one BadInputError."""
-    from governors.host import host_domain
-
     if spec is None:
         return None
     host = host_domain(board, letter)
@@ -106,9 +101,6 @@ def host_level(board: Board, letter: str, spec: str | None) -> tuple[int, int] |
 
 def host_governor(board: Board, letter: str, sysfs_root: Path | None) -> Governor:
     """The writable governor of ``letter``'s host cluster (`host_level` checked it has one)."""
-    from governors import writable_governor
-    from governors.host import host_domain
-
     host = host_domain(board, letter)
     if host is None:
         raise ValueError(f"processor {letter} has no host cluster with levels of its own")
@@ -121,8 +113,6 @@ def clock_samplers(stack: ExitStack, board: Board, letters: Sequence[str],
     """letter -> a sampler of its clock (reader opened on ``stack``, not started), for
     each of ``letters`` whose clock can be read (`profiler.measure.freq_trace.freq_reader_for`).
     A reader that cannot open leaves its processor unsampled; ``note`` says why."""
-    from profiler.measure.freq_trace import FreqSampler, open_freq_reader
-
     samplers: dict[str, FreqSampler] = {}
     for letter in dict.fromkeys(letters):
         reader = open_freq_reader(stack, board, board.processor(letter), sysfs_root, note)

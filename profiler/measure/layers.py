@@ -28,11 +28,13 @@ from dataclasses import KW_ONLY, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from governors import RestoreGuard
+from governors import RestoreGuard, writable_governor
 from governors.host import HostLevel, read_host_level
 from profiler.boards.host import format_cpu_list
 from profiler.clock import Clock, perf_clock
 from profiler.errors import ProfilerError
+from profiler.executors import fallback_flags, late_runs
+from profiler.executors.factory import make_executor
 from profiler.markers.hooks import LayerHooks
 from profiler.measure.freq_trace import (
     FreqReader,
@@ -49,10 +51,12 @@ from profiler.measure.fused import (
     fused_profiler,
     settings_for,
 )
+from profiler.measure.hardware import host_governor
 from profiler.measure.method import Method
 from profiler.measure.results import LayerInfo, LayerRun, RunInfo, environment
 from profiler.measure.runner import LayerRunner
 from profiler.measure.tables import RunTables, run_tables, with_fused
+from profiler.tflite.model_io import sha256_bytes
 
 if TYPE_CHECKING:
     from governors.base import Governor, SetResult
@@ -108,8 +112,6 @@ class ModelUnderTest:
 
     @classmethod
     def of(cls, path: Path, data: bytes, sliced: SlicedModel) -> ModelUnderTest:
-        from profiler.tflite.model_io import sha256_bytes
-
         return cls(sliced, data, str(Path(path).resolve()), Path(path).name, sha256_bytes(data))
 
 
@@ -271,8 +273,6 @@ class ProcessorLayers:
         """The processor's executor, opened on first use."""
         if self.executor is None:
             if self.open_executor is None:
-                from profiler.executors.factory import make_executor
-
                 cm: AbstractContextManager[Executor] = make_executor(
                     self.board, self.letter, threads=self.settings.threads)
             else:
@@ -370,8 +370,6 @@ class ProcessorLayers:
         simulated board ``sim_late_runs``: per layer, the runs of this measurement
         (warm-up included) in which this machine took longer than the modelled
         processor, so the layer took the host's time instead of the model's."""
-        from profiler.executors import fallback_flags
-
         out: dict[str, Any] = {}
         flags = fallback_flags(self.runner.interpreters)
         if self.settings.fallback_column and any(f is not None for f in flags):
@@ -422,8 +420,6 @@ class ProcessorLayers:
 
 
 def _late_runs(runner: LayerRunner) -> list[tuple[int, int]]:
-    from profiler.executors import late_runs
-
     return late_runs(runner.interpreters)
 
 
@@ -449,9 +445,6 @@ def measure_layers(board: Board, letter: str, model: ModelUnderTest, settings: L
     (a level that reads back otherwise, a clock that cannot be read). A power failure does
     not raise: the timings are kept and `LayerMeasurement.power_error` says what failed.
     Other arguments: `ProcessorLayers` and its `measure`."""
-    from governors import writable_governor
-    from profiler.measure.hardware import host_governor
-
     gov = writable_governor(board, letter, sysfs_root) if level is not None else None
     host_gov = host_governor(board, letter, sysfs_root) if host_level is not None else None
     with ExitStack() as stack:
