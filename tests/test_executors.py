@@ -347,6 +347,54 @@ def test_paced_run_says_when_the_host_was_slower(tmp_path: Path) -> None:
     assert clock.now_ns - start < 10_000
 
 
+class LateWakeClock(StepClock):
+    """1 us per read, but the read `late_after` reads after `arm()` is followed by a
+    jump of `late_ns`: a host that wakes the pacing thread that much after its wait."""
+
+    def __init__(self, late_ns: int) -> None:
+        super().__init__(0, 1000)
+        self.late_ns = late_ns
+        self.countdown = -1
+
+    def arm(self, after_reads: int) -> None:
+        self.countdown = after_reads
+
+    def __call__(self) -> int:
+        self.countdown -= 1
+        self._step = self.late_ns if self.countdown == 0 else 1000
+        return super().__call__()
+
+
+class WakesLate(FixedCall):
+    """Every call lasts `ns`; its second clock read after begin (the wait's first) is late."""
+
+    def __init__(self, ns: float, clock: LateWakeClock) -> None:
+        super().__init__(ns)
+        self.clock = clock
+
+    def begin(self, t0_ns: int) -> float:
+        self.clock.arm(2)
+        return super().begin(t0_ns)
+
+
+def test_a_late_wake_up_is_the_hosts_time_not_the_layers(tmp_path: Path) -> None:
+    """A loaded host that wakes the pacing thread 250 us after a 3 us modelled run ends
+    lengthens the marker window (the timestamps stay the host's) but not the layer's time:
+    every layer's time is its modelled 3 us plus the runner's own clock reads."""
+    sliced = slice_model(model("resnet50"), "layer", cache_dir=tmp_path)
+    clock = LateWakeClock(250_000)
+    with CpuExecutor(CPU, threads=1, clock=clock,
+                     modelled=lambda data, name: WakesLate(3000, clock),
+                     pacing_basis="wall") as ex:
+        runner = LayerRunner(sliced, ex, clock=clock)
+        t = runner.run(frames=2, warmup=0)
+    # invoke: t0 read; elapsed read (1 us); the wait's first read (2 us: 1 us left, spin),
+    # whose step is the late one; the next read is 250 us on: the run ends there.
+    assert t.overrun_ns is not None and (t.overrun_ns == 249_000).all()
+    assert ((t.end_ns - t.start_ns) == 1000 + 2000 + 250_000 + 1000).all()
+    assert (t.time_ns == 1000 + 3000 + 1000).all()  # t2 -> t0, the modelled 3 us, -> t3
+
+
 def test_factory_picks_back_ends_from_the_profile(tmp_path: Path) -> None:
     from profiler.sim import model as sim_model
     from profiler.sim import perf

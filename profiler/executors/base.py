@@ -152,7 +152,10 @@ class PacedSubModel(SubModel):
         if elapsed > duration:
             self.late_runs += 1
             self.late_ns_max = max(self.late_ns_max, elapsed - duration)
-        end = wait_until(t0 + max(elapsed, duration), self.clock)
+        deadline = t0 + max(elapsed, duration)
+        end = wait_until(deadline, self.clock)
+        if end > deadline:  # the host woke this thread late: its time, not the board's
+            _thread_state.overrun_ns = overrun_ns() + (end - deadline)
         self.modelled.end(end)
 
     def output(self, i: int) -> np.ndarray:
@@ -160,6 +163,24 @@ class PacedSubModel(SubModel):
 
     def close(self) -> None:
         self.inner.close()
+
+
+def overrun_ns() -> int:
+    """How far this thread's paced runs have overrun their modelled ends so far, in
+    total: time a busy host kept the thread from running when its wait was over."""
+    return int(getattr(_thread_state, "overrun_ns", 0))
+
+
+def excluding_overruns(clock: Clock) -> Clock:
+    """`clock` less this thread's overruns: a simulated processor's timestamps, whose
+    differences are the modelled times however late a loaded host wakes the thread
+    (tens of us at p90, ms at p99 with one of two cores busy: docs/measure.md). Only
+    for differences taken on one thread, as the layer runner and fused rounds take them."""
+
+    def modelled_clock() -> int:
+        return clock() - overrun_ns()
+
+    return modelled_clock
 
 
 def _tight_timer_slack() -> None:

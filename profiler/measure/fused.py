@@ -26,6 +26,7 @@ import numpy as np
 
 from profiler.clock import Clock, perf_clock
 from profiler.errors import BadInputError
+from profiler.executors.base import overrun_ns
 from profiler.measure.cpu_cache import Evictor, last_level_cache_bytes
 from profiler.measure.method import Method
 
@@ -387,11 +388,12 @@ class FusedProfiler:
         def call() -> int:
             for i, x in enumerate(inputs):
                 set_input(i, x)
+            o0 = overrun_ns()
             t0 = clock()
             run()
             for i in range(n_out):
                 np.array(output(i), copy=True)  # the read-back an application does
-            return clock() - t0
+            return clock() - t0 - (overrun_ns() - o0)  # a late wake-up is the host's
 
         return call
 

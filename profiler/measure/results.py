@@ -62,11 +62,19 @@ class LayerTimings:
     """
 
     ts_ns: np.ndarray  # int64, (frames, layers, 4)
+    #: (frames, layers): how far a simulated processor's invoke overran its modelled end
+    #: because the host woke its thread late (`profiler.executors.base.overrun_ns`); not
+    #: the board's time, so `time_ns` leaves it out. Zero on real processors.
+    overrun_ns: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         self.ts_ns = np.asarray(self.ts_ns, dtype=np.int64)
         if self.ts_ns.ndim != 3 or self.ts_ns.shape[2] != 4:
             raise ValueError(f"timestamps must be (frames, layers, 4), got {self.ts_ns.shape}")
+        if self.overrun_ns is not None:
+            self.overrun_ns = np.asarray(self.overrun_ns, dtype=np.int64)
+            if self.overrun_ns.shape != self.ts_ns.shape[:2]:
+                raise ValueError(f"overruns must be (frames, layers), got {self.overrun_ns.shape}")
 
     @property
     def frames(self) -> int:
@@ -95,7 +103,8 @@ class LayerTimings:
     @property
     def time_ns(self) -> np.ndarray:
         """Invoke time per frame and layer, (frames, layers)."""
-        return self.end_ns - self.start_ns
+        t = self.end_ns - self.start_ns
+        return t if self.overrun_ns is None else t - self.overrun_ns
 
     @property
     def transfer_ns(self) -> np.ndarray:

@@ -26,6 +26,7 @@ import numpy.typing as npt
 
 from profiler.clock import Clock, perf_clock
 from profiler.errors import ModelError
+from profiler.executors.base import overrun_ns
 from profiler.markers.hooks import LayerHooks
 from profiler.measure.results import LayerTimings
 
@@ -136,8 +137,10 @@ class LayerRunner:
 
     # -- running ------------------------------------------------------------------
 
-    def run_frame(self, frame: int = 0, warmup: bool = False) -> list[tuple[int, int, int, int]]:
-        """Run every layer once; returns (transfer_start, transfer_end, start, end) per layer."""
+    def run_frame(self, frame: int = 0, warmup: bool = False,
+                  overruns: list[int] | None = None) -> list[tuple[int, int, int, int]]:
+        """Run every layer once; returns (transfer_start, transfer_end, start, end) per
+        layer. ``overruns`` gains each invoke's overrun of a modelled end (`overrun_ns`)."""
         clock = self.clock
         before_frame = _overridden(self.hooks, "before_frame")
         after_frame = _overridden(self.hooks, "after_frame")
@@ -154,9 +157,12 @@ class LayerRunner:
             t1 = clock()
             if before:
                 before(i)
+            o2 = overrun_ns()
             t2 = clock()
             invoke()
             t3 = clock()
+            if overruns is not None:
+                overruns.append(overrun_ns() - o2)
             if after:
                 after(i)
             append((t0, t1, t2, t3))
@@ -179,19 +185,22 @@ class LayerRunner:
             if progress:
                 progress(f + 1, total)
         ts = np.empty((frames, len(self._steps), 4), dtype=np.int64)
+        over = np.zeros((frames, len(self._steps)), dtype=np.int64)
         # As timeit does: no garbage-collector pauses inside a timed window.
         gc_was_enabled = gc.isenabled()
         gc.collect()
         gc.disable()
         try:
             for f in range(frames):
-                ts[f] = self.run_frame(f)
+                frame_over: list[int] = []
+                ts[f] = self.run_frame(f, overruns=frame_over)
+                over[f] = frame_over
                 if progress:
                     progress(warmup + f + 1, total)
         finally:
             if gc_was_enabled:
                 gc.enable()
-        return LayerTimings(ts)
+        return LayerTimings(ts, over)
 
     def layer_call(self, pos: int) -> Callable[[], None]:
         """Layer `pos`'s invoke alone (its inputs stay as the last frame left them), for
