@@ -292,3 +292,22 @@ def test_a_wide_bracket_does_not_pull_a_long_fit() -> None:
     span = np.array([dev_us[0], dev_us[-1]])
     assert np.all(np.abs(fit.clock.to_host_ns(span) - truth.to_host_ns(span)) < 2_000)
     assert fit.clock.residual_rms_ns < 5_000  # from the tightly timed changes only
+
+
+def test_a_run_whose_first_and_last_changes_were_held_up_still_lines_up() -> None:
+    """On a busy host the run's first 12 and last 10 marker changes were held up inside
+    their clock-read brackets (3 ms wide, middles 0.4 ms early): the anchors are then the
+    13th and 290th changes, and their edges are the 13th and 290th of the logger's, not
+    its first and last few (which paired them with edges 1 to 10 ms away, and no line
+    from those matched half the edges: 'only 28 of 300 logger edges lie within 0.5 ms')."""
+    host_ns, dev_us, truth = make_events(7, 300, 1_500.0, 10_000, jitter_us=1.0)
+    hw = np.full(host_ns.size, 2_000, dtype=np.int64)
+    late = [*range(12), *range(290, 300)]
+    host = host_ns.copy()
+    host[late] -= 400_000
+    hw[late] = 3_000_000
+    fit = fit_clock_map(dev_us, host, host_halfwidth_ns=hw)
+    assert fit.missed_host.size == 0 and fit.spurious_device.size == 0
+    assert np.array_equal(fit.host_index, fit.device_index)
+    span = np.array([dev_us[0], dev_us[-1]])
+    assert np.all(np.abs(fit.clock.to_host_ns(span) - truth.to_host_ns(span)) < 2_000)

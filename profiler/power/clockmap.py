@@ -397,13 +397,23 @@ def _best_hypothesis(
     d: np.ndarray, dl: np.ndarray | None, h: np.ndarray, hl: np.ndarray | None,
     tol: np.ndarray, tight: np.ndarray, max_drift_ppm: float, anchors: int, slack: int,
 ) -> tuple[float, float]:
-    nd = d.size
+    nd, nh = d.size, h.size
     firm = np.flatnonzero(tight)  # anchors: the tightly timed events
     k = min(anchors, firm.size)
     early_h = firm[:k]
     late_h = firm[max(firm.size - k, 0):]
-    early_d = np.arange(min(k + slack, nd))
-    late_d = np.arange(max(nd - k - slack, 0), nd)
+    # Each anchor's edge is looked for near its own place in the list, counted from the
+    # start for the early ones and from the end for the late ones, ``slack`` either way:
+    # on a busy host the first or last tightly timed changes may come many changes in,
+    # and the first edges of the logger's list are then not theirs.
+    def near(hs: np.ndarray, shift: int) -> np.ndarray:
+        if hs.size == 0:
+            return np.arange(0)
+        return np.arange(max(int(hs[0]) + shift - slack, 0),
+                         min(int(hs[-1]) + shift + slack + 1, nd))
+
+    early_d = near(early_h, 0)
+    late_d = near(late_h, nd - nh)
 
     def pairs(hs: np.ndarray, ds: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         hh, dd = np.meshgrid(hs, ds, indexing="ij")
