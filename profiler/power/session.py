@@ -503,7 +503,7 @@ class PowerSession:
         if live.baseline_mw is not None:  # measured in this recording (the session's first)
             self.baseline_w = live.baseline_mw / 1000.0
         baseline_w = self.baseline_w or 0.0
-        t_ms = (ts[:, :, 3] - ts[:, :, 2]).mean(axis=0) / 1e6
+        t_ms = np.asarray(timings.time_ns, dtype=np.float64).mean(axis=0) / 1e6  # the table's
         power = live.power_mw / 1000.0
         energy = power * t_ms
         cols = {
