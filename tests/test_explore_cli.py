@@ -135,11 +135,11 @@ def test_measure_here_and_over_a_local_dask_cluster(tables_dir: Path) -> None:
     """Three mappings measured one after the other (twice, for the run-to-run spread)
     and over a LocalCluster of two worker processes, each with its own simulated board:
     the cluster's figures lie within the sequential runs' spread (3x their range, at
-    least 10 %). Mappings with G at its lowest level: frames of tens of ms, whose modelled
-    stretch absorbs two boards sharing this machine's 2 cores. Shorter frames do not: a
-    B-only frame of 2.5 ms measured +41 % and +80 % energy per frame on the cluster, and
-    the pipeline B1G2 at 1/3 (a frame every 10 ms) +13 % once in a full suite (inter-frame
-    gaps at idle power are host time, and each board keeps ~0.45 of a core busy).
+    least 10 %). The two workers share this host, so their simulated boards take turns
+    (`profiler.explore.measure._host_turn`): measured at once, two boards stretched each
+    other's frames on 2 cores (B1G2 switch at level 1: +14 % energy per frame with the
+    host otherwise busy; a B-only frame of 2.5 ms +41 % and +80 %). The frames' inter-frame
+    gaps are still host time, so the runs compared are ones of tens of ms per frame.
     Then `coupprof explore --measure --cluster` end to end."""
     from distributed import LocalCluster
 
