@@ -11,6 +11,7 @@ A profile's layout, key by key: docs/boards.md.
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -33,6 +34,10 @@ from profiler.resources import boards_dir
 
 BOARDS_DIR = boards_dir()  # in the package (profiler.data), so a wheel has them too
 GENERATED = ("host",)  # boards built at run time, no file
+#: The user's own profiles, found by name after the bundled ones (the simulated twins
+#: `coupprof calibrate` writes); relative to the working directory.
+USER_BOARDS_ENV = "COUPPROF_BOARDS_DIR"
+USER_BOARDS_DIR = Path("coupprof-out") / "boards"
 SIM_BOARD = "sim"
 GOVERNOR_KINDS = ("cpufreq", "devfreq", "kgsl", "mpgpu", "sim", "none")
 PROC_KINDS = tuple(k.value for k in ProcessorKind)
@@ -294,13 +299,26 @@ def bundled_profiles() -> dict[str, Path]:
     return {p.stem: p for p in sorted(BOARDS_DIR.glob("*.toml"))}
 
 
+def user_boards_dir() -> Path:
+    """Where `--board NAME` looks after the bundled profiles: $COUPPROF_BOARDS_DIR, else
+    coupprof-out/boards in the working directory."""
+    return Path(os.environ.get(USER_BOARDS_ENV) or USER_BOARDS_DIR)
+
+
+def user_profiles() -> dict[str, Path]:
+    """The profiles in `user_boards_dir`, by file stem (a bundled name wins)."""
+    bundled = bundled_profiles()
+    return {p.stem: p for p in sorted(user_boards_dir().glob("*.toml")) if p.stem not in bundled}
+
+
 def list_boards() -> list[str]:
     """Bundled profile names plus the generated ones (`host`)."""
     return sorted([*bundled_profiles(), *GENERATED])
 
 
 def load_board(name_or_path: str | Path, sysfs_root: str | Path | None = None) -> Board:
-    """A bundled board by name, a profile by path, or `host` built from `sysfs_root`."""
+    """A bundled board by name, a profile by path, `host` built from `sysfs_root`, or
+    one of the user's profiles (`user_boards_dir`) by name."""
     text = str(name_or_path)
     if text == "host":
         from profiler.boards.host import host_board, sysfs_root_from_env
@@ -312,8 +330,12 @@ def load_board(name_or_path: str | Path, sysfs_root: str | Path | None = None) -
     path = Path(text)
     if path.suffix == ".toml" or path.exists() or "/" in text:
         return load_profile(path)
+    own = user_profiles()
+    if text in own:
+        return load_profile(own[text])
     raise BoardError(f"unknown board '{text}'",
-                     f"use one of: {', '.join(list_boards())}, or a path to a .toml profile")
+                     f"use one of: {', '.join(sorted([*list_boards(), *own]))}, or a path to "
+                     f"a .toml profile (profiles in {user_boards_dir()} are found by name)")
 
 
 def read_model_string(sysfs_root: str | Path) -> str | None:

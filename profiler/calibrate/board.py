@@ -39,21 +39,24 @@ class Calibration:
     idle_power_mw: float
     sensor_lag_ms: float | None
     provenance: dict[str, Any] = field(default_factory=dict)
+    idle_fitted: bool = True  # False: no measured power, the idle power is the prior's
 
 
 def calibrate_board(measurements: Mapping[str, fit.Measurements],
-                    progress: Callable[[str], None] | None = None) -> Calibration:
+                    progress: Callable[[str], None] | None = None,
+                    prior_idle_mw: float = 0.0) -> Calibration:
     """Fit every processor of `measurements`; the board's idle power is the median of
-    the processors' fitted idle powers (each fit sees the board idle between layers)."""
+    the processors' fitted idle powers (each fit sees the board idle between layers), or
+    `prior_idle_mw` where no layer has a measured power."""
     fits: dict[str, fit.ProcessorFit] = {}
     for letter, m in measurements.items():
         fits[letter] = fit.fit_processor(m)
         if progress is not None:
             progress(letter)
     powered = [f.power for f in fits.values() if f.power is not None]
-    idle = float(np.median([p.idle_mw for p in powered])) if powered else 0.0
+    idle = float(np.median([p.idle_mw for p in powered])) if powered else prior_idle_mw
     lag = float(np.median([p.lag_ms for p in powered])) if powered else None
-    return Calibration(fits, idle, lag)
+    return Calibration(fits, idle, lag, idle_fitted=bool(powered))
 
 
 # ---- measured layers --------------------------------------------------------------------
@@ -107,6 +110,15 @@ def measurement_rows(board: Board, letter: str, model: str, t: pd.DataFrame,
         "power_w": power.astype(float).to_numpy()})
 
 
+def _priors(proc: ProcessorSpec) -> tuple[TimingParams | None, PowerParams | None]:
+    """The processor's model before the fit (its profile's tables): what a parameter the
+    measured layers cannot tell apart keeps (`fit.held_at_prior`)."""
+    if "sim" not in proc.extra:
+        return None, None
+    c = sim_model.constants(proc)
+    return c.timing, c.power
+
+
 def _runtime_rules(proc: ProcessorSpec) -> dict[str, float]:
     """The timing parameters the base board's processor fixes for its runtime (kept
     through a calibration; a processor without a sim model keeps the defaults)."""
@@ -133,19 +145,28 @@ def _collect(board: Board, per_model: Mapping[str, tuple[pd.DataFrame, list[list
     for letter, parts in sorted(rows.items(), key=lambda kv: order.get(kv[0], 99)):
         proc = board.processor(letter)
         top = proc.freqs_khz[-1] if proc.has_dvfs else _nominal(proc)[0]
-        out[letter] = fit.Measurements(letter, pd.concat(parts, ignore_index=True), works,
-                                       top / 1e6, proc.host is not None, _runtime_rules(proc))
+        host = board.processors.get(proc.host) if proc.host else None
+        prior_timing, prior_power = _priors(proc)
+        out[letter] = fit.Measurements(
+            letter, pd.concat(parts, ignore_index=True), works, top / 1e6,
+            proc.host is not None, _runtime_rules(proc), prior_timing, prior_power,
+            dvfs=proc.has_dvfs, host_dvfs=host is not None and host.has_dvfs)
     return out
 
 
 def armcoup_measurements(layers_csv: str | Path, board: Board,
-                         graphs: Sequence[str] | None = None) -> dict[str, fit.Measurements]:
+                         graphs: Sequence[str] | None = None, duplicates: str = "last",
+                         notes: list[str] | None = None) -> dict[str, fit.Measurements]:
     """ARM-CO-UP's ``Layers.csv`` `task` rows of the graphs coupprof has (all but YOLOv3),
-    each layer with the zoo graph's operators of that layer."""
+    each layer with the zoo graph's operators of that layer. Levels named in the table
+    (max, min) map through ``board``; ``duplicates``: which copy of a row listed more than
+    once is kept (`profiler.recordings.armcoup_tables.read_layers`), said in ``notes``."""
     from profiler.recordings.armcoup_tables import layers_table
     from profiler.zoo import armcoup
 
-    tables, _ = layers_table(layers_csv, board, board.name)
+    tables, read = layers_table(layers_csv, board, board.name, duplicates)
+    if notes is not None:
+        notes += read.notes
     wanted = list(graphs) if graphs is not None else [g for g in tables if g in armcoup.MODELS]
     per_model = {}
     for g in wanted:
@@ -205,7 +226,7 @@ def _value(v: object) -> str:
     raise TypeError(f"cannot write {type(v).__name__} into a profile")
 
 
-def _table(header: str, values: Mapping[str, Any]) -> list[str]:
+def toml_table(header: str, values: Mapping[str, Any]) -> list[str]:
     return [f"[{header}]", *(f"{k} = {_value(v)}" for k, v in values.items()), ""]
 
 
@@ -213,12 +234,12 @@ def timing_tables(letter: str, p: TimingParams) -> list[str]:
     d = p.to_table()
     rates = d.pop("macs_per_cycle")
     assert isinstance(rates, Mapping)  # to_table's one sub-table
-    return [*_table(f"processors.{letter}.sim.timing", d),
-            *_table(f"processors.{letter}.sim.timing.macs_per_cycle", rates)]
+    return [*toml_table(f"processors.{letter}.sim.timing", d),
+            *toml_table(f"processors.{letter}.sim.timing.macs_per_cycle", rates)]
 
 
 def power_table(letter: str, p: PowerParams) -> list[str]:
-    return _table(f"processors.{letter}.sim.power", {
+    return toml_table(f"processors.{letter}.sim.power", {
         "ceff_nf": p.ceff_nf, "static_mw_per_v2": p.static_mw_per_v2,
         "activity_memory": p.activity_memory, "activity_overhead": p.activity_overhead,
         "activity_weights": p.activity_weights,
@@ -259,14 +280,16 @@ def profile_text(base_text: str, cal: Calibration, *, kept: Mapping[str, Any] | 
     board_sim: dict[str, Any] = {"idle_power_mw": cal.idle_power_mw}
     if cal.sensor_lag_ms is not None:
         board_sim["sensor_lag_ms"] = cal.sensor_lag_ms
-    board_sim["notes"] = ("FITTED by coupprof calibrate (see [board.sim.calibration]): the "
-                          "board's idle power while a processor waits between layers")
-    lines += _table("board.sim", board_sim)
+    board_sim["notes"] = (
+        "FITTED by coupprof calibrate (see [board.sim.calibration]): the board's idle power "
+        "while a processor waits between layers" if cal.idle_fitted else
+        "PRIOR: no measured power to fit; the idle power the base profile had")
+    lines += toml_table("board.sim", board_sim)
     if cal.provenance:
-        lines += _table("board.sim.calibration", cal.provenance)
+        lines += toml_table("board.sim.calibration", cal.provenance)
     letters = list(dict.fromkeys([*(kept or {}), *cal.fits]))
     for letter in letters:
-        lines += _table(f"processors.{letter}.sim", dict((kept or {}).get(letter, {})))
+        lines += toml_table(f"processors.{letter}.sim", dict((kept or {}).get(letter, {})))
         f = cal.fits.get(letter)
         old = (existing or {}).get(letter, {})
         if f is not None:

@@ -7,13 +7,17 @@ ARM-CO-UP's ``Layers.csv`` and coupprof's own sweep tables become that
 in log space; the power fit models the sensor's lag, which is fitted too and reported,
 and the simulated board draws the lag-free power.
 
+Where the layers cannot tell parameters apart (one level), they keep the board's prior
+values (`held_at_prior`); each fit says which parameters no layer depends on
+(`unbound_parameters`) and how closely the layers bind the others (`timing_spread`).
+
 The losses, priors and the lag model: profiler/sim/README.md ("Calibration").
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -58,6 +62,12 @@ class Measurements:
     has_host: bool  # G and N: driven from a host CPU whose level matters
     # timing parameters the processor's runtime fixes, kept as they are (not fitted)
     fixed_timing: dict[str, float] = field(default_factory=dict)
+    # The model the board had before (its profile's tables): what a parameter the data
+    # cannot tell apart keeps (`held_at_prior`). None: every parameter is fitted.
+    prior_timing: perf.TimingParams | None = None
+    prior_power: perf.PowerParams | None = None
+    dvfs: bool = True  # its own clock has levels (an NPU without DVFS runs at one point)
+    host_dvfs: bool = True  # its host's clock has levels
 
     def __post_init__(self) -> None:
         missing = [c for c in ROW_COLUMNS if c not in self.rows.columns]
@@ -136,7 +146,8 @@ class _TimingVector:
         # The priors weigh as much as a couple of hundred rows do: on fewer (one model's
         # sweep) they would outweigh the data, so they shrink with sqrt(rows).
         self.prior_weight = min(1.0, math.sqrt(rows / _PRIOR_FULL_ROWS))
-        self.names = [n for n in _SCALARS if has_host or n not in _HOST_ONLY]
+        self.names = [n for n in _SCALARS
+                      if (has_host or n not in _HOST_ONLY) and n not in self.fixed]
         self.names += [f"mpc_{k}" for k in COMPUTE_KINDS]
 
     def start(self) -> np.ndarray:
@@ -170,6 +181,47 @@ class _TimingVector:
         out = [_PRIOR_KINDS * (x[ix[f"mpc_{k}"]] - base) for k in COMPUTE_KINDS if k != "conv1x1"]
         out.append(_PRIOR_FC * (x[ix["stream_gb_s"]] - x[ix["act_gb_s"]]))
         return self.prior_weight * np.array(out)
+
+
+#: Parameters that only a second level tells apart from others: per cycle or per call,
+#: memory time that follows the clock or not; the static power (V^2) or the idle power;
+#: the dynamic power's scale (C_eff V^2 f, against the activities) or the idle power.
+_LEVEL_BOUND = {"timing": ("memory_clock_share", "call_kcycles", "op_kcycles"),
+                "power": ("static_mw_per_v2", "ceff_nf")}
+_HOST_LEVEL_BOUND = {"timing": ("host_call_kcycles", "host_op_kcycles"),
+                     "power": ("host_ceff_nf",)}
+
+
+def held_at_prior(m: Measurements) -> dict[str, str]:
+    """The parameters `m`'s layers cannot tell apart from others, which keep the prior's
+    value (``timing.NAME`` / ``power.NAME`` -> why).
+
+    At one level of a processor with DVFS a cost per cycle is a cost per call, memory
+    time that follows the clock is memory time that does not, and the static power is
+    part of the idle power; so is C_eff V^2 f, as the layers' activities only say how
+    their powers differ. The same goes for the host's share at one host level. The
+    simulated board runs the other levels too, where they differ, so they keep the
+    prior's split and the fit sets the rest. A processor without DVFS (an NPU) always
+    runs at its one point, where the split changes nothing: it is fitted as it comes.
+    Without a prior (`Measurements.prior_timing` / ``prior_power``) nothing is held."""
+    out: dict[str, str] = {}
+    rows = m.rows
+    for what, r, prior in (("timing", rows, m.prior_timing),
+                           ("power", rows[np.isfinite(rows["power_w"])], m.prior_power)):
+        if prior is None or not len(r):
+            continue
+        if m.dvfs and r["f_ghz"].nunique() == 1:
+            why = f"one level measured ({r['f_ghz'].iloc[0] * 1e3:g} MHz)"
+            out.update({f"{what}.{n}": why for n in _LEVEL_BOUND[what]})
+        if m.has_host and m.host_dvfs and r["fh_ghz"].nunique() == 1:
+            why = f"one host level measured ({r['fh_ghz'].iloc[0] * 1e3:g} MHz)"
+            out.update({f"{what}.{n}": why for n in _HOST_LEVEL_BOUND[what]})
+    return out
+
+
+def _prior_values(held: dict[str, str], what: str, prior: object) -> dict[str, float]:
+    return {k.split(".", 1)[1]: float(getattr(prior, k.split(".", 1)[1]))
+            for k in held if k.startswith(what + ".")}
 
 
 def _start_signs(n: int) -> np.ndarray:
@@ -208,7 +260,8 @@ def fit_timing(m: Measurements) -> perf.TimingParams:
         raise BadInputError(f"too few measured layers of processor {m.processor} to fit "
                             f"({len(m.rows)})")
     d = _Design(m)
-    vec = _TimingVector(m.has_host, len(m.rows), m.fixed_timing)
+    held = _prior_values(held_at_prior(m), "timing", m.prior_timing)
+    vec = _TimingVector(m.has_host, len(m.rows), {**m.fixed_timing, **held})
     y = m.rows["time_ms"].to_numpy(np.float64)
     # Each (model, setting): its layers summed, so the whole model is fitted too (the
     # per-layer residuals weigh a 2 ms layer like a 40 ms one).
@@ -301,11 +354,12 @@ def fit_power(m: Measurements, timing: perf.TimingParams) -> PowerFit:
                             f"to fit a power model ({len(rows)})")
     mm = replace(m, rows=rows)
     s = predict_split(timing, mm)
-    names = [n for n in _POWER_NAMES if m.has_host or n != "host_ceff_nf"]
+    held = _prior_values(held_at_prior(mm), "power", m.prior_power)
+    names = [n for n in _POWER_NAMES if (m.has_host or n != "host_ceff_nf") and n not in held]
     y = rows["power_w"].to_numpy(np.float64)
 
     def unpack(x: np.ndarray) -> PowerFit:
-        v = dict(zip(names, np.exp(x), strict=True))
+        v = {**dict(zip(names, np.exp(x), strict=True)), **held}
         pp = perf.PowerParams(ceff_nf=v["ceff_nf"], static_mw_per_v2=v["static_mw_per_v2"],
                               activity_memory=v["activity_memory"],
                               activity_overhead=v["activity_overhead"],
@@ -321,7 +375,22 @@ def fit_power(m: Measurements, timing: perf.TimingParams) -> PowerFit:
 
     least_squares = _least_squares()
     x0 = np.log([_POWER_START[n] for n in names])
-    res = least_squares(residuals, x0, loss="soft_l1", f_scale=0.05, max_nfev=3000)
+    # A lag started beyond every layer has no gradient (each layer reads its gap's power
+    # whatever the lag), and the fit stays there: on layers shorter than the start (a
+    # sweep of a small model, 0.5 ms each) it starts at half the longest layer instead.
+    longest_ms = float(rows["time_ms"].max())
+    if _POWER_START["lag_ms"] >= longest_ms:
+        x0[names.index("lag_ms")] = math.log(longest_ms / 2)
+    starts = [x0]
+    if held:
+        # With the prior's C_eff the default start (3 W idle) can sit above every measured
+        # power, and the fit then settles where a lag longer than every layer explains it
+        # all (each reads its gap's power). A start under every measured power is tried too.
+        low = x0.copy()
+        low[names.index("idle_mw")] = math.log(250.0 * float(y.min()))  # a quarter, in mW
+        starts.append(low)
+    res = min((least_squares(residuals, x, loss="soft_l1", f_scale=0.05, max_nfev=3000)
+               for x in starts), key=lambda r: r.cost)
     return _zeroed(unpack(res.x), [n for n in _POWER_ZEROABLE if n in names],
                    lambda pf: sensed_power_w(pf, s, rows), zero)
 
@@ -335,13 +404,149 @@ class ProcessorFit:
     power: PowerFit | None
     models: tuple[str, ...]  # the models it was fitted on
     rows: int
+    # ``timing.NAME`` / ``power.NAME`` kept at the prior's value -> why (`held_at_prior`)
+    prior: dict[str, str] = field(default_factory=dict)
+    # fitted parameters no measured layer depends on (`unbound_parameters`)
+    unbound: tuple[str, ...] = ()
+    has_host: bool = False  # G and N: the host's share was fitted too
+    # fitted timing parameter -> how closely the layers bind it (`timing_spread`)
+    spread: dict[str, float] = field(default_factory=dict)
+
+    def fitted(self) -> list[str]:
+        """The parameters the data set (``timing.NAME``, ``timing.macs_per_cycle.KIND``,
+        ``power.NAME``): every one neither kept at the prior nor unbound."""
+        names = [f"timing.{n}" for n in _SCALARS if self.has_host or n not in _HOST_ONLY]
+        names += [f"timing.macs_per_cycle.{k}" for k in COMPUTE_KINDS]
+        if self.power is not None:
+            names += [f"power.{n}" for n in _POWER_NAMES
+                      if n in _POWER_PARAMS and (self.has_host or n != "host_ceff_nf")]
+        kept = self.kept_prior()
+        return [n for n in names if n not in kept and n not in self.unbound]
+
+    def kept_prior(self) -> dict[str, str]:
+        """The parameters that kept the prior's value -> why: those the layers cannot
+        tell apart (`prior`), and the power model's where no layer had a power."""
+        out = dict(self.prior)
+        if self.power is None:
+            out.update({f"power.{n}": "no measured power" for n in _POWER_NAMES
+                        if n in _POWER_PARAMS and (self.has_host or n != "host_ceff_nf")})
+        return out
+
+    def loose(self) -> list[str]:
+        """The fitted parameters the layers bind only loosely (`LOOSE_SPREAD`)."""
+        return [n for n, v in self.spread.items() if v > LOOSE_SPREAD and n not in self.unbound]
+
+
+_POWER_PARAMS = set(perf.PowerParams.__dataclass_fields__)
 
 
 def fit_processor(m: Measurements) -> ProcessorFit:
     timing = fit_timing(m)
     has_power = bool(np.isfinite(m.rows["power_w"]).sum() >= 5)
-    return ProcessorFit(m.processor, timing, fit_power(m, timing) if has_power else None,
-                        tuple(m.models), len(m.rows))
+    power = fit_power(m, timing) if has_power else None
+    prior = held_at_prior(m)
+    if power is None:
+        prior = {k: v for k, v in prior.items() if not k.startswith("power.")}
+    return ProcessorFit(m.processor, timing, power, tuple(m.models), len(m.rows), prior,
+                        unbound_parameters(m, timing, power, prior), m.has_host,
+                        timing_spread(m, timing, prior))
+
+
+def unbound_parameters(m: Measurements, timing: perf.TimingParams, power: PowerFit | None,
+                       held: Mapping[str, str] | None = None) -> tuple[str, ...]:
+    """The fitted parameters no measured layer depends on: doubling or halving one
+    (memory_clock_share: +-0.25; roofline_p: +1) moves no row's predicted time, or power,
+    by more than `_ZERO_REL`. One fitted to 0 counts as bound (0 is what the data say),
+    and `held` ones (kept at the prior) are left out. Of the unbound, a kind's rate
+    follows conv1x1's and the stream bandwidth the activations' (the fit's priors); the
+    others stay where the fit left them, which no prediction of these layers shows."""
+    held = held or {}
+    out: list[str] = []
+
+    def moves(trials: Sequence[P], predict: Callable[[P], np.ndarray], ref: np.ndarray) -> bool:
+        return any(np.any(np.abs(predict(t) / ref - 1.0) > _ZERO_REL) for t in trials)
+
+    d = _Design(m)
+    times = d.split(timing).total_ms
+    for n in _SCALARS:
+        if (not m.has_host and n in _HOST_ONLY) or f"timing.{n}" in held:
+            continue
+        v = float(getattr(timing, n))
+        if v == 0:
+            continue
+        vals = ([max(0.0, v - 0.25), min(1.0, v + 0.25)] if n == "memory_clock_share"
+                else [v + 1.0] if n == "roofline_p" else [2 * v, v / 2])
+        trials: list[perf.TimingParams] = [replace(timing, **{n: x})  # type: ignore[arg-type]
+                                           for x in vals if x != v]
+        if not moves(trials, lambda p: d.split(p).total_ms, times):
+            out.append(f"timing.{n}")
+    rates = timing.macs_per_cycle
+    for k in COMPUTE_KINDS:
+        if not moves([replace(timing, macs_per_cycle={**rates, k: rates[k] * f})
+                      for f in (2.0, 0.5)], lambda p: d.split(p).total_ms, times):
+            out.append(f"timing.macs_per_cycle.{k}")
+    if power is not None:
+        rows = m.rows[np.isfinite(m.rows["power_w"])].reset_index(drop=True)
+        s = predict_split(timing, replace(m, rows=rows))
+        watts = sensed_power_w(power, s, rows)
+        for n in _POWER_NAMES:
+            if (n not in _POWER_PARAMS or (not m.has_host and n == "host_ceff_nf")
+                    or f"power.{n}" in held):
+                continue
+            v = float(getattr(power.power, n))
+            if v == 0:
+                continue
+            if not moves([replace(power, power=replace(power.power, **{n: v * f}))
+                          for f in (2.0, 0.5)], lambda pf: sensed_power_w(pf, s, rows), watts):
+                out.append(f"power.{n}")
+    return tuple(out)
+
+
+#: A layer's time as measured scatters by about this much (relative): what
+#: `timing_spread` assumes to say how closely the layers bind each parameter.
+LAYER_SCATTER = 0.05
+#: A fitted timing parameter whose spread exceeds this is only loosely bound: the fit's
+#: priors, or a trade with another parameter, set it more than the layers do.
+LOOSE_SPREAD = 0.25
+
+
+def timing_spread(m: Measurements, timing: perf.TimingParams,
+                  held: Mapping[str, str] | None = None) -> dict[str, float]:
+    """How closely `m`'s layers bind each fitted, non-zero timing parameter: its relative
+    standard error were every layer's time measured to `LAYER_SCATTER` (from the
+    sensitivity of every row's log-time to the parameter's log, all parameters at once,
+    so a pair that trades, such as a bandwidth and the roofline's p, spreads both). It
+    depends on which layers at which levels were measured, not on how well they fit."""
+    held = held or {}
+    d = _Design(m)
+    base = timing.macs_per_cycle
+    names: list[str] = []
+    cols: list[np.ndarray] = []
+    h = 1e-3
+
+    def at(name: str, factor: float) -> perf.TimingParams:
+        if name.startswith("macs_per_cycle."):
+            k = name.split(".", 1)[1]
+            return replace(timing, macs_per_cycle={**base, k: base[k] * factor})
+        return replace(timing, **{name: getattr(timing, name) * factor})  # type: ignore[arg-type]
+
+    candidates = [n for n in _SCALARS if (m.has_host or n not in _HOST_ONLY)
+                  and f"timing.{n}" not in held and n not in m.fixed_timing]
+    candidates += [f"macs_per_cycle.{k}" for k in COMPUTE_KINDS]
+    for n in candidates:
+        v = base[n.split(".", 1)[1]] if n.startswith("macs_per_cycle.") else getattr(timing, n)
+        if v == 0:
+            continue
+        up, down = (np.log(d.split(at(n, f)).total_ms) for f in (1 + h, 1 - h))
+        names.append(n)
+        cols.append((up - down) / (2 * h))
+    if not cols:
+        return {}
+    jac = np.column_stack(cols)
+    se = LAYER_SCATTER * np.sqrt(np.abs(np.diag(np.linalg.pinv(jac.T @ jac))))
+    # A direction the layers do not see at all has no finite spread.
+    se = np.where(np.linalg.norm(jac, axis=0) > _ZERO_REL, se, np.inf)
+    return {f"timing.{n}": float(x) for n, x in zip(names, se, strict=True)}
 
 
 @dataclass

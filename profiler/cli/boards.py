@@ -22,6 +22,7 @@ from profiler.boards.profiles import (
     detect_board,
     load_profile,
     read_model_string,
+    user_profiles,
 )
 from profiler.cli import command_help
 from profiler.cli.common.options import add_board_args, stdout_console
@@ -83,7 +84,8 @@ def list_table(root: Path) -> Table:
                        "; commands use 'sim' unless --board is given"))
     for col in ("board", "description", "processors", "profile"):
         t.add_column(col)
-    for name, path in bundled_profiles().items():
+    # the bundled profiles, then the user's own (`--board NAME` finds those too)
+    for name, path in [*bundled_profiles().items(), *user_profiles().items()]:
         try:
             b = load_profile(path)
             procs = " ".join(b.processors)

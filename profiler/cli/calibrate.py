@@ -5,7 +5,9 @@
 
 Fits every processor's timing and power model (profiler/sim/perf.py, profiler/calibrate/fit.py),
 prints the leave-one-model-out validation (fit on all models but one, predict that
-one) and writes a simulated board profile with the fitted tables and their provenance.
+one) and which parameters the layers set and which kept the prior, and writes a simulated
+board profile with the fitted tables and their provenance. A board that is not simulated
+is calibrated as its simulated twin (profiler/calibrate/twin.py), ``sim-BOARD``.
 """
 
 from __future__ import annotations
@@ -25,12 +27,12 @@ from profiler.cli.common.options import stdout_console
 from profiler.cli.common.progress import step, task_progress
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Mapping, Sequence
 
     import pandas as pd
 
     from profiler.boards.model import Board
-    from profiler.calibrate.fit import Measurements
+    from profiler.calibrate.fit import Measurements, ProcessorFit
     from profiler.cli.common.options import Subparsers
     from profiler.sim.perf import TimingParams
 
@@ -45,6 +47,11 @@ examples:
       fit without MobileNetV1, to predict it
   coupprof calibrate coupprof-out/sweep-resnet50-sim --board sim
       your own sweep (coupprof sweep -o DIR); its levels must be the base board's
+  coupprof calibrate rpi5-Layers.csv --board rpi5
+      the simulated twin of another board (bundled or your own TOML): its processors,
+      cores and levels on the sim's model, priors where the profile says nothing (said);
+      writes coupprof-out/boards/sim-rpi5.toml, usable as --board sim-rpi5 from here
+      (docs/boards.md, "A simulated twin of any board")
 """
 
 
@@ -61,8 +68,10 @@ def register(subparsers: Subparsers) -> None:
     p.add_argument("source", type=Path, metavar="SOURCE",
                    help="ARM-CO-UP's Layers.csv, or a folder written by `coupprof sweep -o DIR`")
     p.add_argument("--board", default="sim", metavar="NAME|PATH",
-                   help="the simulated board profile to calibrate: its levels and voltages "
-                   "map the measured rows, its other settings are kept (default: sim)")
+                   help="the board the layers were measured on: a simulated profile is "
+                   "calibrated as it is, any other (bundled or your own) as its simulated "
+                   "twin sim-NAME; its levels and voltages map the measured rows, its other "
+                   "settings are kept (default: sim)")
     p.add_argument("--processors", default=None, metavar="L,B,G,N",
                    help="fit only these processors (default: every one the source measured)")
     p.add_argument("--models", default=None, metavar="NAME,...",
@@ -72,22 +81,32 @@ def register(subparsers: Subparsers) -> None:
                    help="skip the leave-one-model-out validation (one fit per model and "
                    "processor; about a minute for ARM-CO-UP's table)")
     p.add_argument("-o", "--output", type=Path, default=None, metavar="TOML",
-                   help="profile to write (default: coupprof-out/calibrated-BOARD.toml)")
+                   help="profile to write (default: coupprof-out/calibrated-BOARD.toml; a "
+                   "twin: coupprof-out/boards/sim-BOARD.toml, or $COUPPROF_BOARDS_DIR, where "
+                   "--board finds it by name)")
     p.add_argument("--lomo-csv", type=Path, default=None, metavar="CSV",
                    help="also write the validation table as CSV")
+    p.add_argument("--duplicates", choices=("first", "last", "mean"), default="last",
+                   help="a Layers.csv row listed more than once (two runs in one table): "
+                   "keep the first or the last copy, or the mean of their Time and Power "
+                   "(default: last; how many is said)")
     p.set_defaults(func=run)
 
 
 def _measurements(args: argparse.Namespace, board: Board
                   ) -> tuple[dict[str, Measurements], str]:
     from profiler.calibrate.board import armcoup_measurements, sweep_measurements
+    from profiler.cli.common.plumbing import say
     from profiler.errors import BadInputError
     from profiler.recordings.armcoup_tables import sniff
 
     src: Path = args.source
     if src.is_file() and sniff(src) == "layers":
         kind = "ARM-CO-UP Layers.csv"
-        ms = armcoup_measurements(src, board, _split(args.models))
+        notes: list[str] = []
+        ms = armcoup_measurements(src, board, _split(args.models), args.duplicates, notes)
+        for note in notes:
+            say(note)
     elif src.is_dir() or (src.is_file() and src.suffix == ".csv"):
         kind = "coupprof sweep"
         ms = sweep_measurements(src, board)
@@ -147,18 +166,25 @@ def run(args: argparse.Namespace) -> int:
     import pandas as pd
 
     from profiler import __version__
+    from profiler.boards.profiles import user_boards_dir
     from profiler.calibrate import fit
     from profiler.calibrate.board import calibrate_board, profile_text
-    from profiler.errors import BadInputError
+    from profiler.calibrate.twin import twin_of
     from profiler.platform import choose_board
+    from profiler.sim.model import idle_power_w
     from profiler.tflite.model_io import sha256_bytes
 
-    board = choose_board(args.board, letters=())
-    if not board.simulated or board.source is None:
-        raise BadInputError(f"--board {args.board} is not a simulated board profile",
-                            "calibrate a simulated profile (--board sim, or a copy of it)")
-    out = args.output or Path("coupprof-out") / f"calibrated-{board.name}.toml"
+    # A real board's profile is calibrated as its simulated twin (sim-<board>), with
+    # priors for what the profile does not say; a simulated one as it is.
+    twin = twin_of(choose_board(args.board, letters=()))
+    board = twin.board
     console = stdout_console()
+    if twin.made:
+        # plain lines, unwrapped: parameter names and assumptions are looked for as written
+        print(f"simulated twin of {twin.of}: {board.name}; assumed where its profile says "
+              "nothing:\n  " + "\n  ".join(twin.assumed))
+    out = args.output or (user_boards_dir() / f"{board.name}.toml" if twin.made
+                          else Path("coupprof-out") / f"calibrated-{board.name}.toml")
     ms, kind = _measurements(args, board)
     rows = sum(len(m.rows) for m in ms.values())
     print(f"{kind} {args.source}: {rows} measured layers; "
@@ -184,7 +210,8 @@ def run(args: argparse.Namespace) -> int:
             advance = tick("leave-one-model-out fits", sum(len(ms[p].models) for p in todo))
             for p in todo:
                 held += fit.leave_one_model_out(ms[p], progress=advance)
-        cal = calibrate_board(ms, progress=tick("fit on every model", len(ms)))
+        cal = calibrate_board(ms, progress=tick("fit on every model", len(ms)),
+                              prior_idle_mw=idle_power_w(board) * 1000)
     table = fit.lomo_table(held) if held else None
     if table is not None:
         console.print(render_lomo(table))
@@ -195,6 +222,8 @@ def run(args: argparse.Namespace) -> int:
     single = [p for p, m in ms.items() if len(m.models) < 2]
     if single:
         console.print(f"not validated (one model only): {', '.join(single)}")
+    unmeasured = [p for p in board.processors if p not in cal.fits]
+    print(render_parameters(cal.fits, ms, unmeasured))
     cal.provenance = {
         "source": str(args.source), "source_kind": kind,
         "source_sha256": sha256_bytes(Path(args.source).read_bytes())
@@ -205,12 +234,25 @@ def run(args: argparse.Namespace) -> int:
         "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
         "coupprof_version": __version__,
     }
+    if twin.made:
+        cal.provenance["twin_of"] = twin.of
+        cal.provenance["assumed"] = list(twin.assumed)
+    cal.provenance["fitted"] = [f"{p}.{n}" for p, f in cal.fits.items() for n in f.fitted()]
+    cal.provenance["kept_prior"] = [f"{p}.{n}" for p, f in cal.fits.items()
+                                    for n in f.kept_prior()]
+    cal.provenance["unbound"] = [f"{p}.{n}" for p, f in cal.fits.items() for n in f.unbound]
+    cal.provenance["fitted_loosely"] = [f"{p}.{n}" for p, f in cal.fits.items()
+                                        for n in f.loose()]
+    if not cal.idle_fitted:
+        cal.provenance["kept_prior"].append("board.sim.idle_power_mw")
+    if unmeasured:
+        cal.provenance["not_measured"] = unmeasured
     if table is not None:
         pooled = table[table["held_out"] == "pooled"].set_index("processor")
         cal.provenance["lomo_layer_time_median_pct"] = [
             round(float(pooled.loc[p, "layer_time_err_median_pct"]), 2) for p in pooled.index]
         cal.provenance["lomo_processors"] = list(pooled.index)
-    text = profile_text(board.source.read_text(), cal, kept=_kept(board),
+    text = profile_text(twin.text, cal, kept=_kept(board),
                         existing={p: board.processors[p].extra.get("sim", {})
                                   for p in board.processors})
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -223,8 +265,43 @@ def run(args: argparse.Namespace) -> int:
          "lag ms": f.power.lag_ms if f.power else float("nan")}
         for p, f in cal.fits.items()])
     console.print(fitted.to_string(index=False, float_format=lambda v: f"{v:.3g}"))
-    print(f"wrote {out} (use it with --board {out})")
+    found = out.resolve() == (user_boards_dir() / f"{out.stem}.toml").resolve()
+    print(f"wrote {out} (use it with --board {out.stem if found else out})")
     return 0
+
+
+def render_parameters(fits: Mapping[str, ProcessorFit], ms: Mapping[str, Measurements],
+                      unmeasured: Sequence[str]) -> str:
+    """Per processor, which parameters the measured layers set and which kept the prior."""
+    from profiler.calibrate.fit import LAYER_SCATTER, LOOSE_SPREAD
+
+    lines = ["parameters: fitted (the layers set them; loosely: their spread were each "
+             f"layer's time measured to {LAYER_SCATTER:.0%} is over {LOOSE_SPREAD:.0%}, so "
+             "the fit's priors or a trade with another parameter set them as much), kept the "
+             "prior (the layers cannot tell them apart), unbound (no measured layer depends "
+             "on them: the fit's priors set them, a kind's rate by conv1x1's)"]
+    for p, f in fits.items():
+        m = ms[p]
+        levels = m.rows[["f_ghz", "fh_ghz"]].drop_duplicates()
+        lines.append(f"{p} ({len(m.rows)} layers of {len(m.models)} model"
+                     f"{'s' if len(m.models) != 1 else ''} at {len(levels)} setting"
+                     f"{'s' if len(levels) != 1 else ''}):")
+        loose = f.loose()
+        lines.append(f"  fitted: {', '.join(n for n in f.fitted() if n not in loose) or 'none'}")
+        if loose:
+            lines.append("  fitted loosely: " + ", ".join(
+                f"{n} (+-{f.spread[n]:.0%})" if f.spread[n] < 10 else f"{n} (+->1000%)"
+                for n in loose))
+        why: dict[str, list[str]] = {}
+        for name, reason in f.kept_prior().items():
+            why.setdefault(reason, []).append(name)
+        lines += [f"  kept the prior ({reason}): {', '.join(names)}"
+                  for reason, names in why.items()]
+        if f.unbound:
+            lines.append(f"  unbound: {', '.join(f.unbound)}")
+    if unmeasured:
+        lines.append(f"{', '.join(unmeasured)}: not measured, every parameter kept the prior")
+    return "\n".join(lines)
 
 
 def _kept(board: Board) -> dict[str, dict[str, Any]]:

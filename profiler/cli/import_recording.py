@@ -51,7 +51,9 @@ closing idle segment):
 The expected windows: per setting (one DVFS level each, --levels), WARMUP + FRAMES frames,
 each a gap (marker idle) then a layer (marker active) per layer of --order, then
 --trailing segments. They are matched to the trace's marker segments by order and
-duration; a missed or spurious edge flags its frame and sets its windows aside.
+duration; a missed or spurious edge flags its frame and sets its windows aside. A layer
+window over 2x the console's time for it (else its other frames' median) is flagged too:
+the coupprof method trims it to that time, the armcoup method keeps it.
 methods: coupprof (default) integrates the readings over time (partial readings at the
 edges weighted), shifts them by the sensor lag it estimates, leaves warm-up frames out;
 armcoup averages each window's readings, warm-up included, no lag (ARM-CO-UP's).
@@ -89,8 +91,9 @@ def register(subparsers: Subparsers) -> None:
     p.add_argument("-o", "--output", type=Path, default=Path("imported"), metavar="DIR",
                    help="directory for the CSVs and sidecars (default: ./imported)")
     p.add_argument("--format", choices=("auto", "armcoup", "csv", "tables"), default="auto",
-                   help="auto (default): tables by their header, armcoup by a first line like "
-                   "1,4487,3000.00, else csv")
+                   help="auto (default): tables by their header, armcoup when most of the "
+                   "first 50 lines read like 1,4487,3000.00 (a cut first line is skipped), "
+                   "else csv")
     p.add_argument("--board", default=None, metavar="NAME|PATH",
                    help="board profile for kHz of the levels (default: rk3399pro for ARM-CO-UP "
                    "files, else none)")
@@ -120,6 +123,10 @@ def register(subparsers: Subparsers) -> None:
                      help="sensor lag to compensate instead of estimating it (coupprof method)")
     att.add_argument("--published", type=Path, default=None, metavar="LAYERS_CSV",
                      help="ARM-CO-UP's Layers.csv: the comparison gains their published Power")
+    att.add_argument("--duplicates", choices=("first", "last", "mean"), default="last",
+                     help="a Layers.csv row listed more than once (two runs in one table): "
+                     "keep the first or the last copy, or the mean of their Time and Power "
+                     "(default: last; how many is said)")
     csvg = p.add_argument_group("generic CSV columns and units")
     csvg.add_argument("--time-col", default=None, metavar="NAME", help="time column")
     csvg.add_argument("--time-unit", default=None, choices=("s", "ms", "us", "ns"),
@@ -182,11 +189,15 @@ def _board(name: str | None, default: str | None) -> tuple[Board | None, str]:
 
 
 def _tables(args: argparse.Namespace, files: dict[str | None, Path]) -> int:
+    from profiler.cli.common.plumbing import say
     from profiler.recordings.importer import import_tables
     from profiler.recordings.output import write_csv_json
 
     board, board_name = _board(args.board, "rk3399pro")
-    res = import_tables(files.get("layers"), files.get("transfers"), board, board_name)
+    res = import_tables(files.get("layers"), files.get("transfers"), board, board_name,
+                        args.duplicates)
+    for note in res.notes:
+        say(note)
     from rich import box
     from rich.table import Table
 
@@ -199,7 +210,8 @@ def _tables(args: argparse.Namespace, files: dict[str | None, Path]) -> int:
         if model in res.layers:
             src = files["layers"]
             _, j = write_csv_json(res.layers[model], args.output / model / "layers.csv",
-                                  {**prov, "source": _prov(src), "kind": "layers"})
+                                  {**prov, "source": _prov(src), "kind": "layers",
+                                   "notes": res.notes})
             written.append(str(args.output / model / "layers.csv"))
         if model in res.transfers:
             src = files["transfers"]
@@ -274,7 +286,7 @@ def _trace(args: argparse.Namespace, path: Path, fmt: str) -> int:
     if console is not None and args.console is None:
         say(f"scoring the alignment with the console log {console_path}")
     layout = make_layout(order, args.frames, args.warmup, levels, args.trailing)
-    published = read_published(args.published)
+    published = read_published(args.published, board, args.duplicates)
     ident = RunIdentity(board=board_name, model=model or path.stem, order=order)
     with task_progress(sys.stderr.isatty()) as bar:
         res = import_trace(rec, layout, ident, args.method, board, console, published,

@@ -5,12 +5,19 @@ per (processor, level, host level, layer), levels 1-based; ``Transfers.csv`` bec
 coupprof's transfer table (its repeated rows averaged). Fields their tables lack stay
 empty.
 
+Their ``Freq`` / ``Freq_Host`` hold 0-based levels; a table of another board may name them
+(``min``, ``max``) or give a frequency with its unit (``1800MHz``), which the board profile
+maps to a level (`read_layers`). A table that lists a row more than once (two runs
+appended) keeps one copy per key, the last by default, and says how many it dropped.
+
 Which column becomes which: docs/recordings.md ("ARM-CO-UP's derived tables").
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -21,6 +28,10 @@ from profiler.errors import BadInputError
 
 LAYERS_COLUMNS = ("Graph", "Component", "Freq", "Freq_Host", "Layer", "Metric", "Time", "Power")
 TRANSFERS_COLUMNS = ("Graph", "Layer", "Dest", "Src", "Time")
+#: What makes two Layers.csv rows the same measurement.
+KEY_COLUMNS = ("Graph", "Component", "Freq", "Freq_Host", "Layer", "Metric")
+#: Which copy of a key listed more than once is kept (mean: Time and Power averaged).
+DUPLICATES = ("first", "last", "mean")
 EXTRA_METRICS = {"in": "input_ms", "out": "output_ms", "NPU_load": "npu_load_ms",
                  "NPU_run_get": "npu_run_get_ms", "NPU_fill_tensor": "npu_fill_tensor_ms"}
 
@@ -39,7 +50,8 @@ def _read(path: Path, columns: tuple[str, ...], what: str) -> pd.DataFrame:
     if not path.is_file():
         raise BadInputError(f"{what} not found: {path}")
     try:
-        df = pd.read_csv(path)
+        # Blank lines stay rows, so a row's index + 2 is its line in the file.
+        df = pd.read_csv(path, skip_blank_lines=False)
     except (ValueError, OSError, pd.errors.ParserError) as err:
         raise BadInputError(f"cannot read {path} as CSV: {err}") from None
     missing = [c for c in columns if c not in df.columns]
@@ -74,19 +86,161 @@ def _khz(board: Board | None, letter: str, level: int | None) -> int | None:
     return int(freqs[level - 1]) if 1 <= level <= len(freqs) else None
 
 
-def layers_table(path: str | Path, board: Board | None, board_name: str) -> tuple[
-        dict[str, pd.DataFrame], int]:
-    """Per graph, its layer rows; and how many blank lines the file had."""
+@dataclass
+class LayersFile:
+    """Layers.csv's rows (LAYERS_COLUMNS), ``Freq`` / ``Freq_Host`` as 0-based levels
+    (-1: none), one row per key (KEY_COLUMNS); and what reading it found."""
+
+    rows: pd.DataFrame
+    blank_rows: int = 0
+    duplicate_rows: int = 0  # rows beyond the first copy of their key
+    duplicate_keys: int = 0  # keys listed more than once
+    duplicates: str = "last"
+    notes: list[str] = field(default_factory=list)
+
+
+_FREQ_TEXT = re.compile(r"^(\d+(?:\.\d*)?)\s*(khz|mhz|ghz)$")
+_KHZ_PER = {"khz": 1.0, "mhz": 1e3, "ghz": 1e6}
+
+
+def _cell(v: object) -> str:
+    return "" if v is None or (isinstance(v, float) and np.isnan(v)) else str(v).strip()
+
+
+def level_index(cell: str, freqs_khz: Sequence[int] | None) -> int | None:
+    """0-based level a Freq / Freq_Host cell names (-1: none, blank or -1), or None when it
+    names none of ``freqs_khz``: a level number (ARM-CO-UP's, 0-based), ``min``, ``max``,
+    or a frequency with its unit (``1800MHz``). Without levels to check against (no board,
+    or a processor with none) numbers pass as they are and names name nothing."""
+    text = cell.strip().lower().replace(" ", "")
+    if not text:
+        return -1
+    try:
+        number = float(text)
+    except ValueError:
+        number = None
+    if number is not None:
+        if not number.is_integer():
+            return None
+        idx = int(number)
+        return idx if idx == -1 or not freqs_khz or 0 <= idx < len(freqs_khz) else None
+    if not freqs_khz:
+        return None
+    if text in ("min", "max"):
+        return 0 if text == "min" else len(freqs_khz) - 1
+    m = _FREQ_TEXT.match(text)
+    if m:
+        khz = float(m[1]) * _KHZ_PER[m[2]]
+        # within 0.5 %: a paper's 1417 MHz is the kernel's 1416000 kHz; levels differ more
+        near = [i for i, f in enumerate(freqs_khz) if abs(f - khz) <= 0.005 * f]
+        return near[0] if len(near) == 1 else None
+    return None
+
+
+def _column_levels(board: Board | None, letter: str, column: str
+                   ) -> tuple[Sequence[int] | None, str]:
+    """The kHz table a column's levels index for processor ``letter`` (Freq: its DVFS
+    domain, its host's for an NPU; Freq_Host: its host's), and whose it is. None: no
+    board to check against; (): the processor has no such levels."""
+    if board is None:
+        return None, letter
+    proc = board.processors.get(letter)
+    if proc is None:
+        return (), letter
+    if column == "Freq_Host":
+        if not proc.host or proc.host not in board.processors:
+            return (), f"{letter}'s host"
+        proc = board.processors[proc.host]
+    if not proc.freqs_khz and proc.host in board.processors:
+        proc = board.processors[proc.host or ""]
+    return proc.freqs_khz, proc.letter
+
+
+def _levels_error(path: Path, board: Board | None, column: str, cell: str, line: int,
+                  letter: str) -> BadInputError:
+    freqs, whose = _column_levels(board, letter, column)
+    where = f"{path.name}: {column} {cell!r} at line {line} (Component {letter})"
+    if board is None:
+        return BadInputError(f"{where} is not a level number",
+                             "pass --board so min, max and frequencies map to its levels")
+    if letter not in board.processors:
+        return BadInputError(f"{where}: board {board.name!r} has no processor {letter}",
+                             "pass --board with the profile of the board that made the table")
+    if not freqs:
+        return BadInputError(f"{where}: {whose} has no DVFS levels on board {board.name!r}",
+                             "leave Freq_Host -1 or blank for it" if column == "Freq_Host"
+                             else "give its level as a number")
+    mhz = ", ".join(f"{f / 1000:g}MHz" for f in freqs)
+    return BadInputError(f"{where} names no level of {whose} on board {board.name!r}",
+                         f"accepted: a 0-based level 0-{len(freqs) - 1} (as ARM-CO-UP writes "
+                         f"them), min, max, or a frequency with its unit: {mhz}")
+
+
+def _map_levels(df: pd.DataFrame, board: Board | None, path: Path) -> pd.DataFrame:
+    """Freq and Freq_Host as 0-based level numbers; a cell that names no level of the
+    board's processor is one BadInputError naming the column, value and line."""
+    letters = df["Component"].astype(str).str.strip().to_numpy()
+    out = {}
+    for column in ("Freq", "Freq_Host"):
+        cells = [_cell(v) for v in df[column]]
+        known: dict[tuple[str, str], int | None] = {}
+        for key in set(zip(letters, cells, strict=True)):
+            level = level_index(key[1], _column_levels(board, key[0], column)[0])
+            # a row's own level is never "none" (Freq_Host is, for a CPU row)
+            known[key] = None if column == "Freq" and level == -1 else level
+        levels = [known[k] for k in zip(letters, cells, strict=True)]
+        bad = next((i for i, v in enumerate(levels) if v is None), None)
+        if bad is not None:
+            raise _levels_error(path, board, column, cells[bad], int(df.index[bad]) + 2,
+                                str(letters[bad]))
+        out[column] = np.asarray(levels, dtype=np.int64)
+    return df.assign(Component=letters, **out)
+
+
+def _drop_duplicates(df: pd.DataFrame, how: str) -> tuple[pd.DataFrame, int, int]:
+    """One row per key; the rows dropped and the keys that had copies."""
+    if how not in DUPLICATES:
+        raise BadInputError(f"--duplicates {how!r} is not one of {', '.join(DUPLICATES)}")
+    key = list(KEY_COLUMNS)
+    extra = int(df.duplicated(key).sum())
+    if not extra:
+        return df, 0, 0
+    keys = int(df[df.duplicated(key, keep=False)].drop_duplicates(key).shape[0])
+    if how == "mean":
+        df = df.groupby(key, sort=False, as_index=False)[["Time", "Power"]].mean()
+    else:
+        df = df.drop_duplicates(key, keep=how)
+    return df, extra, keys
+
+
+def read_layers(path: str | Path, board: Board | None, duplicates: str = "last") -> LayersFile:
+    """Layers.csv's measurement rows: levels mapped through ``board`` (None: numbers
+    only, unchecked), blank rows dropped, one row per key (``duplicates``: which copy of
+    a key listed more than once, or ``mean`` of their Time and Power)."""
     p = Path(path)
-    df = _read(p, LAYERS_COLUMNS, "Layers.csv")
-    blank = int(df[list(LAYERS_COLUMNS)].isna().all(axis=1).sum())
+    df = _read(p, LAYERS_COLUMNS, "Layers.csv")[list(LAYERS_COLUMNS)]
+    blank = int(df.isna().all(axis=1).sum())
     df = df.dropna(subset=["Graph", "Component", "Freq", "Layer", "Metric"])
     bad = df[~df["Metric"].isin(["task", *EXTRA_METRICS])]
     if len(bad):
         raise BadInputError(f"{p}: unknown Metric {bad['Metric'].iloc[0]!r}",
                             "expected task, in, out, NPU_load, NPU_run_get, NPU_fill_tensor")
-    df = df.assign(Freq=df["Freq"].astype(int), Freq_Host=df["Freq_Host"].fillna(-1).astype(int),
-                   Layer=df["Layer"].astype(int))
+    df = _map_levels(df, board, p).assign(Layer=df["Layer"].astype(int))
+    df, extra, keys = _drop_duplicates(df, duplicates)
+    notes = []
+    if extra:
+        kept = "averaged Time and Power over the copies" if duplicates == "mean" else \
+            f"kept the {duplicates} copy of each"
+        notes.append(f"{p.name} lists {keys} rows more than once ({extra} extra copies, as "
+                     f"from several runs): {kept} (--duplicates first|last|mean)")
+    return LayersFile(df.reset_index(drop=True), blank, extra, keys, duplicates, notes)
+
+
+def layers_table(path: str | Path, board: Board | None, board_name: str,
+                 duplicates: str = "last") -> tuple[dict[str, pd.DataFrame], LayersFile]:
+    """Per graph, its layer rows; and the file as read (blank rows, duplicates, notes)."""
+    read = read_layers(path, board, duplicates)
+    df = read.rows
     key = ["Graph", "Component", "Freq", "Freq_Host", "Layer"]
     out: dict[str, pd.DataFrame] = {}
     for graph, g in df.groupby("Graph", sort=False):
@@ -125,7 +279,7 @@ def layers_table(path: str | Path, board: Board | None, board_name: str) -> tupl
         # Columns that are empty for every row of this graph are left out.
         t = t[[c for c in t.columns if t[c].notna().any() or c in ("transfer_ms_mean",)]]
         out[str(graph)] = t
-    return out, blank
+    return out, read
 
 
 def transfers_table(path: str | Path) -> dict[str, pd.DataFrame]:

@@ -134,8 +134,13 @@ class StepIntegral:
 
     def __init__(self, t_ms: np.ndarray, power_mw: np.ndarray, lag_ms: float) -> None:
         self.knots = t_ms - lag_ms
-        seg = np.diff(self.knots) * power_mw[:-1]
-        self.cum = np.r_[0.0, np.cumsum(seg)]  # mW*ms at each knot
+        # mW*ms at each knot, built in one array (an hour's readings are 30 MB an array)
+        self.cum = np.empty_like(self.knots)
+        self.cum[0] = 0.0
+        seg = self.cum[1:]
+        np.subtract(self.knots[1:], self.knots[:-1], out=seg)
+        seg *= power_mw[:-1]
+        np.cumsum(seg, out=seg)
         self.first, self.last = float(power_mw[0]), float(power_mw[-1])
 
     def energy(self, a_ms: np.ndarray, b_ms: np.ndarray) -> np.ndarray:
@@ -204,6 +209,24 @@ def deblur(measured_mw: np.ndarray, duration_ms: np.ndarray, spread_ms: float) -
         return num / den
 
 
+def _pieces(t0_ms: np.ndarray, t1_ms: np.ndarray, trim_ms: dict[int, float]
+            ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(segment -> its first piece, piece starts, piece ends): each segment in ``trim_ms``
+    split ``trim_ms[j]`` after its start; with none, the pieces are the segments."""
+    split = np.zeros(t0_ms.size, dtype=np.int64)
+    cut = t1_ms.copy()
+    for j, keep in trim_ms.items():
+        if 0 < keep < t1_ms[j] - t0_ms[j]:
+            split[j], cut[j] = 1, t0_ms[j] + keep
+    piece = np.arange(t0_ms.size) + np.cumsum(split) - split
+    p0 = np.empty(t0_ms.size + int(split.sum()))
+    p1 = np.empty_like(p0)
+    p0[piece], p1[piece] = t0_ms, cut
+    tail = piece[split == 1] + 1
+    p0[tail], p1[tail] = cut[split == 1], t1_ms[split == 1]
+    return piece, p0, p1
+
+
 def estimate_lag_ms(rec: Recording, al: Alignment) -> float:
     """The shift of the readings that best fits constant power inside each window."""
     ok = [mt.first for w, mt in zip(al.layout.windows(), al.matches, strict=True)
@@ -225,9 +248,12 @@ def estimate_lag_ms(rec: Recording, al: Alignment) -> float:
 
 def coupprof_method(rec: Recording, al: Alignment, console: np.ndarray | None = None,
                     lag_ms: float | None = None, edge_correction: bool = True,
-                    previous_frequency: bool = True) -> RecordingFigures:
+                    previous_frequency: bool = True,
+                    trim_ms: dict[int, float] | None = None) -> RecordingFigures:
     """``previous_frequency``: look for a frame 0 still at the previous setting's
-    frequency (a run that set its level before any frame, as coupprof's do, has none)."""
+    frequency (a run that set its level before any frame, as coupprof's do, has none).
+    ``trim_ms``: observed segment -> the duration to keep of it from its start edge (an
+    outlier window, `profiler.recordings.outliers`); the rest becomes a segment of its own."""
     segs = al.segs
     lay = al.layout
     lag = estimate_lag_ms(rec, al) if lag_ms is None else float(lag_ms)
@@ -236,8 +262,12 @@ def coupprof_method(rec: Recording, al: Alignment, console: np.ndarray | None = 
     # sensor's smoothing moves across each edge: P = E + spread/T * (2E - E_prev - E_next).
     dt = float(np.mean(np.diff(rec.t_ms))) if rec.readings > 1 else 0.0
     spread = edge_spread_ms(update_period_ms(rec), dt) if edge_correction else 0.0
-    seg_e = step.energy(segs.t0_ms, segs.t1_ms)
-    seg_t = segs.duration_ms
+    # Pieces: the segments, each trimmed one split where its layer is taken to end (its
+    # own figure from the first piece; the rest, idle with the marker still up, is the
+    # next piece and the first one's neighbour in the edge correction).
+    piece, p0, p1 = _pieces(segs.t0_ms, segs.t1_ms, trim_ms or {})
+    seg_e = step.energy(p0, p1)
+    seg_t = p1 - p0
     with np.errstate(invalid="ignore", divide="ignore"):
         seg_p = np.where(seg_t > 0, seg_e / seg_t, np.nan)
     corr_p = deblur(seg_p, seg_t, spread)
@@ -272,9 +302,10 @@ def coupprof_method(rec: Recording, al: Alignment, console: np.ndarray | None = 
             idx = [j for j in idx if j != first[s].first]
         if not idx:
             continue
-        a = segs.t0_ms[idx]
-        b = segs.t1_ms[idx]
-        e = corr_p[idx] * seg_t[idx]
+        pi = piece[idx]
+        a = p0[pi]
+        b = p1[pi]
+        e = corr_p[pi] * seg_t[pi]
         dur = (b - a).tolist()
         power = float(e.sum() / (b - a).sum())
         lo = np.searchsorted(step.knots, a)
@@ -286,7 +317,8 @@ def coupprof_method(rec: Recording, al: Alignment, console: np.ndarray | None = 
         figures.append(LayerFigure(
             setting=s, metric=metric, layer=layer, power_mw=power, time_ms_mean=st[0],
             time_ms_median=st[1], time_ms_p95=st[2], time_ms_std=st[3],
-            window_ms_mean=st[0], windows=len(idx), set_aside=total - len(idx),
+            window_ms_mean=float(np.mean(segs.duration_ms[idx])), windows=len(idx),
+            set_aside=total - len(idx),
             samples=int(np.sum(hi - lo)),
             console_ms=_console(console, s, layer) if metric == "task" else None))
     if prev:

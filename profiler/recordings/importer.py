@@ -18,8 +18,8 @@ import pandas as pd
 
 from profiler.boards.model import Board
 from profiler.errors import BadInputError
-from profiler.recordings.align import OK, Alignment, align
-from profiler.recordings.armcoup_tables import layers_table, transfers_table
+from profiler.recordings.align import Alignment, align
+from profiler.recordings.armcoup_tables import layers_table, read_layers, transfers_table
 from profiler.recordings.attribute import (
     ARMCOUP,
     COUPPROF,
@@ -28,7 +28,8 @@ from profiler.recordings.attribute import (
     coupprof_method,
 )
 from profiler.recordings.console import ConsoleLog, read_console_log
-from profiler.recordings.layout import LAYER, RunLayout, Setting
+from profiler.recordings.layout import RunLayout, Setting
+from profiler.recordings.outliers import WindowOutliers, find_outliers
 from profiler.recordings.output import RunIdentity, compare_rows, layer_rows, units
 from profiler.recordings.traces import CsvSpec, Recording, read_armcoup_log, read_csv_trace
 
@@ -67,6 +68,7 @@ class TraceImport:
     recording: Recording
     layout: RunLayout
     alignment: Alignment
+    outliers: WindowOutliers
     ours: RecordingFigures
     theirs: RecordingFigures
     layers: pd.DataFrame  # the chosen method's layer table
@@ -115,14 +117,20 @@ def import_trace(rec: Recording, layout: RunLayout, ident: RunIdentity, method: 
         warnings.append(f"the console log has {len(console.settings)} settings, the layout "
                         f"{len(layout.settings)}")
     al = align(rec, layout, cm, progress)
+    # Windows far over their layer's time: kept by the armcoup method (it reproduces the
+    # published figures), trimmed by coupprof's; flagged in either's rows.
+    outliers = find_outliers(al, cm)
     theirs = armcoup_method(rec, al, console_matrix(console, layout, npu_run=True))
-    ours = coupprof_method(rec, al, cm, lag_ms)
+    ours = coupprof_method(rec, al, cm, lag_ms, trim_ms=outliers.trimmed_ms())
     levels = [s.level for s in layout.settings]
     flagged: dict[int, list[int]] = {}
     for s, f in al.flagged:
         flagged.setdefault(s, []).append(f)
     chosen = ours if method == COUPPROF else theirs
-    table = layer_rows(chosen, ident, levels, board, flagged)
+    table = layer_rows(chosen, ident, levels, board, flagged, outliers)
+    outlier_note = outliers.note(chosen.method == COUPPROF, levels)
+    if outlier_note:
+        warnings.append(outlier_note)
     compare = compare_rows(ours, theirs, ident, levels, published)
     if al.uncovered_settings:
         warnings.append(f"the recording does not cover setting(s) "
@@ -130,7 +138,6 @@ def import_trace(rec: Recording, layout: RunLayout, ident: RunIdentity, method: 
     if al.ignored_tail:
         warnings.append(f"{al.ignored_tail} marker segment(s) after the last expected window "
                         "were ignored")
-    ratio = _console_ratio(al, cm)
     sidecar = {
         "source": {"path": str(rec.path), "sha256": rec.sha256, "format": rec.fmt,
                    "readings": rec.readings, "lines": rec.total_lines,
@@ -145,7 +152,9 @@ def import_trace(rec: Recording, layout: RunLayout, ident: RunIdentity, method: 
         "alignment": {"faults": al.faults, "flagged_frames": [list(x) for x in al.flagged],
                       "uncovered_settings": al.uncovered_settings,
                       "ignored_segments": al.ignored_tail, "scored_with_console": al.console_used,
-                      "window_over_console_median": ratio},
+                      # measured frames' layer windows (the outliers' reference scale)
+                      "window_over_console_median": outliers.console_ratio},
+        "outlier_windows": outliers.sidecar(chosen.method == COUPPROF, levels),
         "sensor_lag_ms": ours.lag_ms, "sensor_lag_readings": ours.lag_readings,
         "lag_compensated": method == COUPPROF,
         "previous_frequency_frames": [{"setting": s, "first_layer_ms": d, "setting_median_ms": m}
@@ -153,21 +162,8 @@ def import_trace(rec: Recording, layout: RunLayout, ident: RunIdentity, method: 
         "notes": chosen.notes + warnings,
         "units": units(),
     }
-    return TraceImport(rec, layout, al, ours, theirs, table, compare, sidecar, console, warnings)
-
-
-def _console_ratio(al: Alignment, cm: np.ndarray | None) -> float | None:
-    """Median of (marker window / console layer time) over the matched layer windows: how
-    well the trace's windows agree with the board's own timing."""
-    if cm is None:
-        return None
-    ratios = []
-    for w, mt in zip(al.layout.windows(), al.matches, strict=True):
-        if w.kind == LAYER and mt.status == OK and w.layer is not None \
-                and w.setting < cm.shape[0] and np.isfinite(cm[w.setting, w.layer]) \
-                and cm[w.setting, w.layer] > 0:
-            ratios.append(al.segs.duration_ms[mt.first] / cm[w.setting, w.layer])
-    return float(np.median(ratios)) if ratios else None
+    return TraceImport(rec, layout, al, outliers, ours, theirs, table, compare, sidecar, console,
+                       warnings)
 
 
 def make_layout(order: str, frames: int, warmup: int, levels: list[int],
@@ -176,16 +172,11 @@ def make_layout(order: str, frames: int, warmup: int, levels: list[int],
                      settings=tuple(Setting(level=lv) for lv in levels), trailing=trailing)
 
 
-def read_published(path: Path | None) -> pd.DataFrame | None:
-    if path is None:
-        return None
-    try:
-        df = pd.read_csv(path)
-    except (OSError, ValueError, pd.errors.ParserError) as err:
-        raise BadInputError(f"cannot read {path}: {err}") from None
-    if not {"Graph", "Component", "Freq", "Freq_Host", "Layer", "Metric", "Power"} <= set(df.columns):
-        raise BadInputError(f"{path} is not ARM-CO-UP's Layers.csv")
-    return df.dropna(how="all")
+def read_published(path: Path | None, board: Board | None = None,
+                   duplicates: str = "last") -> pd.DataFrame | None:
+    """ARM-CO-UP's Layers.csv for the comparison: levels 0-based numbers (names mapped
+    through ``board``), one row per key (`read_layers`)."""
+    return None if path is None else read_layers(path, board, duplicates).rows
 
 
 def load_console(path: Path | None) -> ConsoleLog | None:
@@ -197,10 +188,15 @@ class TablesImport:
     layers: dict[str, pd.DataFrame]
     transfers: dict[str, pd.DataFrame]
     blank_rows: int = 0
+    notes: list[str] = field(default_factory=list)  # e.g. duplicate rows and which were kept
 
 
 def import_tables(layers_csv: Path | None, transfers_csv: Path | None, board: Board | None,
-                  board_name: str) -> TablesImport:
-    layers, blank = layers_table(layers_csv, board, board_name) if layers_csv else ({}, 0)
+                  board_name: str, duplicates: str = "last") -> TablesImport:
+    layers: dict[str, pd.DataFrame] = {}
+    blank, notes = 0, []
+    if layers_csv:
+        layers, read = layers_table(layers_csv, board, board_name, duplicates)
+        blank, notes = read.blank_rows, read.notes
     transfers = transfers_table(transfers_csv) if transfers_csv else {}
-    return TablesImport(layers, transfers, blank)
+    return TablesImport(layers, transfers, blank, notes)

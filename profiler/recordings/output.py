@@ -4,9 +4,11 @@ A trace's layer table has the sweep's layer-row schema (``kind``, ID columns, on
 per processor, level and layer) so ``coupprof plot efficiency`` and the notebooks read
 it, plus: ``host_level`` / ``host_freq_khz``, ``window_ms_mean`` (the marker window in
 the trace), ``console_ms`` (the console log's time), ``windows`` and ``flagged_windows``
-(set aside by a fault), ``samples``, ``method``, ``flags``. The comparison table has one
-row per setting and layer (and the ``in`` window) with both methods' power, the
-difference in percent and, when ARM-CO-UP's Layers.csv is given, its published value.
+(set aside by a fault), ``outlier_windows`` (far over the layer's time: trimmed by the
+coupprof method, kept by armcoup's), ``samples``, ``method``, ``flags``. The comparison
+table has one row per setting and layer (and the ``in`` window) with both methods'
+power, the difference in percent and, when ARM-CO-UP's Layers.csv is given, its
+published value.
 """
 
 from __future__ import annotations
@@ -22,12 +24,14 @@ import pandas as pd
 from profiler.boards.model import Board
 from profiler.errors import BadInputError
 from profiler.jsonfile import json_default
-from profiler.recordings.attribute import LayerFigure, RecordingFigures
+from profiler.recordings.attribute import COUPPROF, LayerFigure, RecordingFigures
+from profiler.recordings.outliers import RATIO, WindowOutliers
 
 IMPORT_FORMAT = "coupprof-import/1"
 
 UNITS = {
-    "time_ms": "ms per frame; coupprof: marker window in the trace; armcoup: console log",
+    "time_ms": "ms per frame; coupprof: marker window in the trace (an outlier window "
+               "trimmed to its reference); armcoup: console log",
     "window_ms_mean": "ms, marker window in the trace (edge to edge)",
     "console_ms": "ms, the console log's layer time",
     "power_w": "W, whole board, mean over the layer's windows",
@@ -57,7 +61,8 @@ def _level_khz(board: Board | None, letter: str, level: int) -> tuple[int | None
 
 
 def layer_rows(att: RecordingFigures, ident: RunIdentity, levels: list[int],
-               board: Board | None, flagged: dict[int, list[int]]) -> pd.DataFrame:
+               board: Board | None, flagged: dict[int, list[int]],
+               outliers: WindowOutliers | None = None) -> pd.DataFrame:
     """The layer table (``task`` figures only)."""
     rows: list[dict[str, Any]] = []
     inputs = {f.setting: f for f in att.figures if f.metric == "in"}
@@ -75,6 +80,11 @@ def layer_rows(att: RecordingFigures, ident: RunIdentity, levels: list[int],
                          f"{','.join(map(str, flagged.get(f.setting, [])))})")
         if any(s == f.setting for s, _, _ in att.previous_frequency) and f.layer == 0:
             flags.append("frame 0 at the previous frequency")
+        over = outliers.of_layer(f.setting, f.layer) if outliers is not None else []
+        if over:
+            flags.append(f"{len(over)} window(s) over {RATIO:g}x the layer's time "
+                         + ("trimmed" if att.method == COUPPROF else "kept")
+                         + f" (frames {','.join(str(o.frame) for o in over)})")
         energy = f.energy_mj
         rows.append({
             "kind": "layer", "board": ident.board, "simulated": False, "model": ident.model,
@@ -86,7 +96,8 @@ def layer_rows(att: RecordingFigures, ident: RunIdentity, levels: list[int],
             "power_w": f.power_mw / 1000.0, "energy_mj": energy,
             "fps_per_w": 1000.0 / energy if energy > 0 else np.nan, "samples": f.samples,
             "window_ms_mean": f.window_ms_mean, "console_ms": f.console_ms,
-            "windows": f.windows, "flagged_windows": f.set_aside, "method": att.method,
+            "windows": f.windows, "flagged_windows": f.set_aside,
+            "outlier_windows": len(over), "method": att.method,
             "flags": "; ".join(flags),
             # the frame's first gap (input), on layer 0's row as in the Layers.csv import
             "input_ms": inputs[f.setting].window_ms_mean

@@ -18,8 +18,13 @@ column is bad input: one `BadInputError`.
 
 from __future__ import annotations
 
+import codecs
 import csv
 import hashlib
+import math
+import re
+from array import array
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -140,77 +145,150 @@ def parse_armcoup_line(line: str) -> tuple[int, float, float] | str | None:
         return "not numbers"
     if pin not in (0, 1):
         return f"pin {pin} is not 0 or 1"
-    if not (np.isfinite(ms) and np.isfinite(mw)):
+    if not (math.isfinite(ms) and math.isfinite(mw)):
         return "not a finite number"
     return pin, ms, mw
+
+
+#: Characters of a log handled at a time: an hour's log at 1 kS/s is ~60 MB of text, and
+#: its lines held as a list of str would take four times that.
+READ_BLOCK = 1 << 22
+#: Line breaks `str.splitlines` knows besides ``\n`` and ``\r\n``: where one occurs, the
+#: lines are numbered as it numbers them (the whole text at once).
+_OTHER_BREAKS = re.compile("[\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029]|\r(?!\n)")
+
+
+class _Readings:
+    """``pin,millis,mW`` lines gathered one by one into compact arrays (8 bytes a value,
+    not a Python float's 32)."""
+
+    def __init__(self) -> None:
+        self.pins = array("b")
+        self.times = array("d")
+        self.powers = array("d")
+        self.where = array("q")
+        self.skipped: list[SkippedLine] = []
+        self.lines = 0
+        self.parsed_last = False
+
+    def feed(self, lines: Iterable[str]) -> None:
+        for raw in lines:
+            self.lines += 1
+            self.parsed_last = False
+            got = parse_armcoup_line(raw)
+            if got is None:
+                continue
+            if isinstance(got, str):
+                self.skipped.append(SkippedLine(self.lines, got))
+                continue
+            self.pins.append(got[0])
+            self.times.append(got[1])
+            self.powers.append(got[2])
+            self.where.append(self.lines)
+            self.parsed_last = True
+
+    def feed_block(self, block: str) -> None:
+        """Whole lines, each ending with ``\n``."""
+        parts = block.split("\n")
+        parts.pop()  # after the last newline
+        self.feed(parts)
+
+    def recording(self, path: Path, sha256: str, tail: str, active_level: int) -> Recording:
+        """``tail``: the text's last characters (is its last line whole?)."""
+        if not self.pins:
+            raise BadInputError(f"{path} holds no pin,millis,mW readings",
+                                "pass an ARM-CO-UP power log (lines like 1,4487,3000.00)")
+        _check_end(path, tail, self.lines, self.parsed_last)
+        level = np.frombuffer(self.pins, dtype=np.int8)
+        rec = Recording(path=path, sha256=sha256, fmt="armcoup",
+                        t_ms=np.frombuffer(self.times, dtype=np.float64),
+                        power_mw=np.frombuffer(self.powers, dtype=np.float64), level=level,
+                        active=level == active_level,
+                        line=np.frombuffer(self.where, dtype=np.int64),
+                        skipped=self.skipped, total_lines=self.lines)
+        _monotonic(path, rec.t_ms, rec.line)
+        return rec
 
 
 def armcoup_recording(text: str, path: Path, sha256: str, active_level: int = 0) -> Recording:
     """The readings of ``pin,millis,mW`` text (a file's, or what a logger sent);
     ``active_level``: the pin while a layer runs (ARM-CO-UP's board drives it low)."""
-    lines = text.splitlines()
-    pins: list[int] = []
-    times: list[float] = []
-    powers: list[float] = []
-    where: list[int] = []
-    skipped: list[SkippedLine] = []
-    parsed_last = False
-    for no, raw in enumerate(lines, start=1):
-        parsed_last = False
-        got = parse_armcoup_line(raw)
-        if got is None:
-            continue
-        if isinstance(got, str):
-            skipped.append(SkippedLine(no, got))
-            continue
-        pins.append(got[0])
-        times.append(got[1])
-        powers.append(got[2])
-        where.append(no)
-        parsed_last = True
-    if not pins:
-        raise BadInputError(f"{path} holds no pin,millis,mW readings",
-                            "pass an ARM-CO-UP power log (lines like 1,4487,3000.00)")
-    _check_end(path, text, len(lines), parsed_last)
-    level = np.asarray(pins, dtype=np.int8)
-    rec = Recording(path=path, sha256=sha256, fmt="armcoup",
-                    t_ms=np.asarray(times, dtype=np.float64),
-                    power_mw=np.asarray(powers, dtype=np.float64), level=level,
-                    active=level == active_level, line=np.asarray(where, dtype=np.int64),
-                    skipped=skipped, total_lines=len(lines))
-    _monotonic(path, rec.t_ms, rec.line)
-    return rec
+    got = _Readings()
+    if _OTHER_BREAKS.search(text):
+        got.feed(text.splitlines())
+    else:  # a block of lines at a time: the same lines, without a list of them all
+        pos = 0
+        while pos < len(text):
+            end = text.find("\n", pos + READ_BLOCK)
+            end = len(text) if end < 0 else end + 1
+            got.feed_block(text[pos:end] + ("" if text[end - 1] == "\n" else "\n"))
+            pos = end
+    return got.recording(path, sha256, text[-1:], active_level)
 
 
 def read_armcoup_log(path: str | Path, active_level: int = 0) -> Recording:
     """ARM-CO-UP's ``pin,millis,mW`` log (no header; by default pin 0 = a layer runs, as
-    their board drives it; a recording made with coupprof's marker has pin 1)."""
+    their board drives it; a recording made with coupprof's marker has pin 1). Read a
+    block at a time, so an hour's log never sits in memory as text."""
     p = Path(path)
-    text, sha = _read_text(p)
-    return armcoup_recording(text, p, sha, active_level)
+    got = _Readings()
+    sha = hashlib.sha256()
+    decode = codecs.getincrementaldecoder("utf-8")(errors="replace")
+    rest = tail = ""
+    try:
+        with open(p, "rb") as f:
+            while True:
+                raw = f.read(READ_BLOCK)
+                sha.update(raw)
+                text = rest + decode.decode(raw, final=not raw)
+                if text:
+                    tail = text[-1:]
+                cut = text.rfind("\n") + 1 if raw else len(text)
+                block, rest = text[:cut], text[cut:]
+                if _OTHER_BREAKS.search(block):  # numbered as splitlines() numbers them
+                    text, digest = _read_text(p)
+                    return armcoup_recording(text, p, digest, active_level)
+                if block:
+                    got.feed_block(block if block.endswith("\n") else block + "\n")
+                if not raw:
+                    break
+    except FileNotFoundError:
+        raise BadInputError(f"trace not found: {p}", "pass the logger's trace file") from None
+    except IsADirectoryError:
+        raise BadInputError(f"{p} is a directory, not a trace file") from None
+    except OSError as err:
+        raise BadInputError(f"cannot read {p}: {err.strerror}") from None
+    return got.recording(p, sha.hexdigest(), tail, active_level)
+
+
+#: How many of a file's first non-blank lines `looks_like_armcoup` reads, and the share
+#: of them that must be ``pin,millis,mW`` readings.
+SNIFF_LINES = 50
+SNIFF_SHARE = 0.8
 
 
 def looks_like_armcoup(path: str | Path) -> bool:
-    """True when the file's first non-blank line is a ``pin,millis,mW`` reading."""
+    """True when most of the file's first `SNIFF_LINES` non-blank lines are ``pin,millis,mW``
+    readings. Not the first line alone: a logger started mid-line leaves a fragment there
+    (``0.00``, ``,4487,3000.00``), which the reader then skips and reports. A first line
+    with letters in it is a header, so the file is a generic CSV."""
+    lines: list[str] = []
     try:
         with open(path, encoding="utf-8", errors="replace") as f:
             for raw in f:
-                s = raw.strip()
-                if s:
-                    parts = s.split(",")
-                    return len(parts) == 3 and parts[0] in ("0", "1") and \
-                        all(_is_number(x) for x in parts[1:])
+                if raw.strip():
+                    lines.append(raw)
+                    if len(lines) == SNIFF_LINES:
+                        break
     except OSError:
         return False
-    return False
-
-
-def _is_number(s: str) -> bool:
-    try:
-        float(s)
-    except ValueError:
+    if not lines or any(c.isalpha() for c in lines[0]):
         return False
-    return True
+    ok = [isinstance(parse_armcoup_line(s), tuple) for s in lines]
+    # the lines a logger can cut, its first and a last one without its newline, count
+    # only when whole
+    judged = len(ok) - (not ok[0]) - (len(ok) > 1 and not ok[-1] and not lines[-1].endswith("\n"))
+    return any(ok) and sum(ok) >= SNIFF_SHARE * judged
 
 
 def _unit(value: str, table: dict[str, float], what: str) -> float:

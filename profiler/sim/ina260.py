@@ -47,9 +47,10 @@ class SimulatedRun:
     console_ms: np.ndarray  # (settings, layers), mean over all frames (as their console prints)
 
 
-def sample(pieces: list[TruePiece], rng: np.random.Generator, update_ms: float = UPDATE_MS
-           ) -> str:
-    """The logger's lines for a true power signal."""
+def sample(pieces: list[TruePiece], rng: np.random.Generator, update_ms: float = UPDATE_MS,
+           gaps_ms: tuple[float, ...] = GAPS_MS, gap_p: tuple[float, ...] = GAP_P) -> str:
+    """The logger's lines for a true power signal; readings ``gaps_ms`` apart with
+    probabilities ``gap_p`` (each +-0.02 ms; ``(1.0,), (1.0,)``: a 1 kS/s logger)."""
     t0 = np.array([p.t0_ms for p in pieces])
     t1 = np.array([p.t1_ms for p in pieces])
     pw = np.array([p.power_mw for p in pieces])
@@ -61,8 +62,11 @@ def sample(pieces: list[TruePiece], rng: np.random.Generator, update_ms: float =
         i = np.clip(np.searchsorted(t0, t, side="right") - 1, 0, len(pieces) - 1)
         return cum[i] + (np.minimum(t, t1[i]) - t0[i]) * pw[i]
 
-    n = int(end / 1.45) + 10
-    steps = rng.choice(GAPS_MS, size=n, p=GAP_P) + rng.uniform(-0.02, 0.02, n)
+    # enough gaps to reach the end (1.45 ms for the default mix, as it always was: the
+    # draws, and so the default recordings, stay the same)
+    mean_ms = 1.45 if gaps_ms == GAPS_MS else float(np.dot(gaps_ms, gap_p)) - 0.05
+    n = int(end / mean_ms) + 10
+    steps = rng.choice(gaps_ms, size=n, p=gap_p) + rng.uniform(-0.02, 0.02, n)
     times = float(t0[0]) + update_ms + np.cumsum(steps)
     times = times[times < end]
     phase = rng.uniform(0, update_ms)
@@ -83,8 +87,16 @@ def sample(pieces: list[TruePiece], rng: np.random.Generator, update_ms: float =
 
 def simulate_run(layout: RunLayout, layer_ms: np.ndarray, layer_mw: np.ndarray, seed: int = 0,
                  gap_mw: float = 3000.0, input_ms: float = 40.0, sleep_ms: float = 8.0,
-                 idle_ms: float = 400.0, jitter: float = 0.05) -> SimulatedRun:
-    """``layer_ms`` / ``layer_mw``: (settings, layers) nominal time and power of each layer."""
+                 idle_ms: float = 400.0, jitter: float = 0.05, overrun_x: float = 0.0,
+                 overrun_frames: tuple[int, ...] | None = None,
+                 gaps_ms: tuple[float, ...] = GAPS_MS,
+                 gap_p: tuple[float, ...] = GAP_P) -> SimulatedRun:
+    """``layer_ms`` / ``layer_mw``: (settings, layers) nominal time and power of each layer.
+    ``overrun_x``: the last layer's marker stays up this many times its time after the
+    layer ends, the board idle at ``gap_mw`` (a marker window running into the idle, as
+    on a second board of ARM-CO-UP's), in the frames of each setting ``overrun_frames``
+    names (every frame: None); the truth and the console times stay the layer's own.
+    ``gaps_ms`` / ``gap_p``: the logger's reading intervals (`sample`)."""
     rng = np.random.default_rng(seed)
     n_set, n_lay = layer_ms.shape
     pieces: list[TruePiece] = []
@@ -111,13 +123,16 @@ def simulate_run(layout: RunLayout, layer_ms: np.ndarray, layer_mw: np.ndarray, 
                 ms = (layer_ms[prev, k] if slow else layer_ms[s, k]) * rng.uniform(1 - jitter, 1 + jitter)
                 mw = (layer_mw[prev, k] if slow else layer_mw[s, k]) * rng.uniform(0.98, 1.02)
                 add(ms, mw, True)
+                if overrun_x > 0 and k == n_lay - 1 and (overrun_frames is None
+                                                         or f in overrun_frames):
+                    add(ms * overrun_x, gap_mw, True)
                 console[s, k] += ms / layout.runs
                 if f >= layout.warmup:
                     energy[s, k] += ms * mw
                     time[s, k] += ms
         add(17.0, gap_mw, False)  # the last sleep and the blip (pin 1)
         add(idle_ms * rng.uniform(0.98, 1.02), gap_mw - 200.0, True)  # waiting: pin 0
-    text = sample(pieces, rng)
+    text = sample(pieces, rng, gaps_ms=gaps_ms, gap_p=gap_p)
     return SimulatedRun(text=text, layout=layout, truth_power_mw=energy / time,
                         truth_time_ms=time / layout.frames, console_ms=console)
 
