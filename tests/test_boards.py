@@ -222,6 +222,7 @@ def test_boards_cli_lists_and_marks_the_detected_board(tmp_path):
     for name in ("rk3399pro", "qcs6490", "rpi5", "khadas-vim3", "jetson-orin-nano", "sim", "host"):
         assert name in out.stdout
     assert "qcs6490*" in out.stdout and "RUBIK Pi 3" in out.stdout
+    assert "[simulated]" in out.stdout  # printed as text, not read as markup
 
 
 def test_boards_show_prints_levels_in_mhz_and_validates_paths(tmp_path):

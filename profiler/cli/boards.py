@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from rich import box
+from rich.markup import escape
 from rich.table import Table
 
 from profiler.boards.host import format_cpu_list
@@ -93,7 +94,7 @@ def list_table(root: Path) -> Table:
         except ProfilerError as err:
             procs, desc = "-", f"INVALID: {err}"
         mark = "*" if name == detected else ""
-        t.add_row(f"{name}{mark}", desc, procs, shown_path(path))
+        t.add_row(f"{name}{mark}", escape(desc), procs, shown_path(path))  # "[simulated]"
     for name in GENERATED:
         t.add_row(name, "this machine's CPU clusters, read from /sys at run time",
                   "(from /sys)", "generated")
