@@ -174,6 +174,9 @@ def frame_table(run: LayerRun) -> pd.DataFrame:
         "end_ns": flat(t.end_ns),
         "transfer_start_ns": flat(t.transfer_start_ns),
         "transfer_end_ns": flat(t.transfer_end_ns),
+        # a simulated processor's overrun (its late wake-up): time_ms = end_ns - start_ns - this
+        "overrun_ns": flat(t.overrun_ns) if t.overrun_ns is not None
+        else np.zeros(n_frames * n_layers, np.int64),
     })
 
 
