@@ -3,6 +3,7 @@
 # the firmware and its simavr rig. Idempotent and quick when nothing changed.
 #   system packages (apt): AVR toolchain, Arduino core, simavr, build tools
 #   Python packages (pip, into ./.venv): this project with its test extras
+#   and into ./.venv-tflite: this project on tflite-runtime, without ai-edge-litert
 set -euo pipefail
 cd "$(dirname "$0")"
 
@@ -29,6 +30,36 @@ if [[ ! -f $stamp || "$(cat "$stamp")" != "$want" ]]; then
     .venv/bin/python -m pip install -q --upgrade pip >/dev/null
     .venv/bin/python -m pip install -q -e ".[test]"
     echo "$want" > "$stamp"
+fi
+
+# A second environment, .venv-tflite, with tflite-runtime in place of ai-edge-litert: the
+# runtime many boards have (profiler/runtime.py falls back to it); tests/test_tflite_runtime_leg.py
+# runs coupprof's CPU path there. tflite-runtime 2.14.0 (wheels for CPython 3.8-3.11) opens no
+# model under NumPy 2, hence numpy<2. coupprof goes in editable and with --no-deps, which keeps
+# ai-edge-litert out; its other dependencies are read from pyproject.toml.
+tstamp=.venv-tflite/.coupprof-setup
+if [[ ! -f $tstamp || "$(cat "$tstamp")" != "$want" ]]; then
+    echo "setup: installing coupprof with tflite-runtime into .venv-tflite" >&2
+    mapfile -t deps < <(.venv/bin/python -c '
+import sys
+if sys.version_info >= (3, 11):
+    import tomllib
+else:
+    import tomli as tomllib
+with open("pyproject.toml", "rb") as f:
+    deps = tomllib.load(f)["project"]["dependencies"]
+print("\n".join(d for d in deps if not d.startswith("ai-edge-litert")))')
+    # .venv's pip installs into it (--python), so it needs no pip of its own.
+    tpip=(.venv/bin/python -m pip --python .venv-tflite/bin/python install -q)
+    if { [[ -x .venv-tflite/bin/python ]] || "${PYTHON:-python3}" -m venv --without-pip .venv-tflite; } \
+        && "${tpip[@]}" "tflite-runtime==2.14.0" "numpy>=1.24,<2" "${deps[@]}" \
+        && "${tpip[@]}" --no-deps -e .; then
+        echo "$want" > "$tstamp"
+    else
+        echo "setup: warning: could not build .venv-tflite (tflite-runtime 2.14.0 needs CPython" \
+             "3.8-3.11 on x86_64 or aarch64); tests/test_tflite_runtime_leg.py fails in CI" >&2
+        rm -rf .venv-tflite
+    fi
 fi
 
 # Real third-party models the slicer tests verify (tests/models/real.py): .tflite files

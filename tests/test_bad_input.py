@@ -9,8 +9,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from ai_edge_litert import schema_py_generated as schema
 
+from profiler.tflite import schema_py_generated as schema
 from profiler.tflite.model_io import load_model, serialize_model
 from profiler.zoo import default_model_path
 

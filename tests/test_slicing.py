@@ -10,12 +10,12 @@ import math
 
 import numpy as np
 import pytest
-from ai_edge_litert import schema_py_generated as schema
 
 from profiler.errors import BadInputError
 from profiler.runtime import make_interpreter
 from profiler.slicing import SlicedModel, slice_model, verify
 from profiler.slicing.cache import MANIFEST
+from profiler.tflite import schema_py_generated as schema
 from profiler.tflite.model_io import op_name, parse_model, serialize_model, sha256_bytes
 from tests.models import topologies
 

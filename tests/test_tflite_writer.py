@@ -10,10 +10,10 @@ from __future__ import annotations
 import flatbuffers
 import numpy as np
 import pytest
-from ai_edge_litert import schema_py_generated as schema
 
 from profiler import zoo
 from profiler.slicing import slice_model
+from profiler.tflite import schema_py_generated as schema
 from profiler.tflite.model_io import (
     BUFFER_ALIGNMENT,
     FILE_IDENTIFIER,

@@ -20,11 +20,11 @@ from typing import Any
 
 import numpy as np
 import pytest
-from ai_edge_litert import schema_py_generated as schema
 
 from profiler import zoo
 from profiler.errors import BadInputError
 from profiler.runtime import make_interpreter, runtime
+from profiler.tflite import schema_py_generated as schema
 from profiler.tflite.model_io import op_name, parse_model
 from tests.tflite_layout import buffer_starts
 

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import numpy as np
-from ai_edge_litert import schema_py_generated as schema
+
+from profiler.tflite import schema_py_generated as schema
 
 
 def buffer_starts(data: bytes) -> dict[int, int]:

@@ -11,7 +11,7 @@ from enum import Enum
 from pathlib import Path
 from typing import Any
 
-from profiler.errors import BoardError
+from profiler.errors import BoardError, RuntimeUnavailableError
 
 PROCESSOR_LETTERS = ("L", "B", "G", "N")
 
@@ -107,11 +107,19 @@ class Board:
     simulated: bool = False
     source: Path | None = None  # profile file it came from, None for generated ones
     extra: dict[str, Any] = field(default_factory=dict)
+    # Processors the machine has but the installed runtime cannot drive: letter -> why and
+    # what to install (`host`'s G under tflite-runtime; `executors.with_accelerators`).
+    unavailable: dict[str, str] = field(default_factory=dict)
 
     def processor(self, letter: str) -> ProcessorSpec:
         key = letter.upper()
         if key not in self.processors:
             have = ", ".join(self.processors) or "none"
+            if key in self.unavailable:  # exit 3, as for any missing accelerator
+                raise RuntimeUnavailableError(
+                    f"board '{self.name}' has no processor '{key}' here: "
+                    f"{self.unavailable[key]}",
+                    f"or pick another with --processor (it has: {have})")
             raise BoardError(
                 f"board '{self.name}' has no processor '{letter}' (it has: {have})",
                 "pick one with --processor, or another board with --board",

@@ -30,6 +30,7 @@ from profiler.clock import Clock, perf_clock
 from profiler.errors import BadInputError, ModelError, RuntimeUnavailableError
 from profiler.executors.base import Executor, SubModel, TensorIO
 from profiler.executors.logs import NativeLog, native_stderr
+from profiler.runtime import runtime
 
 if TYPE_CHECKING:  # LiteRT ships no type information: these name what is passed around
     from ai_edge_litert.compiled_model import CompiledModel
@@ -71,10 +72,13 @@ def _litert() -> ModuleType:
     try:
         from ai_edge_litert import compiled_model
     except ImportError as err:
+        rt = runtime()  # no runtime at all says so first
         raise RuntimeUnavailableError(
-            f"LiteRT's CompiledModel API is not available ({err})",
-            "install ai-edge-litert >= 2 (./setup.sh); tflite-runtime boards use a delegate"
-            " (`delegate = ...` in the board profile)") from None
+            f"LiteRT's accelerators (its CompiledModel API) are not available: the runtime "
+            f"here is {rt.name} {rt.version} ({err})",
+            "install ai-edge-litert >= 2 (`pip install ai-edge-litert`, or ./setup.sh); "
+            "tflite-runtime boards use a delegate (`delegate = ...` in the board profile), "
+            "or map the layers to a CPU processor (L or B)") from None
     return compiled_model
 
 

@@ -22,11 +22,12 @@ from typing import Protocol
 
 from profiler.boards.model import Board, ProcessorKind, ProcessorSpec
 from profiler.clock import Clock, perf_clock
-from profiler.errors import BoardError
+from profiler.errors import BoardError, RuntimeUnavailableError
 from profiler.executors.accelerator import AcceleratorExecutor
 from profiler.executors.base import Executor
 from profiler.executors.cpu import CpuExecutor
 from profiler.executors.delegate import DelegateExecutor
+from profiler.runtime import runtime
 
 
 class ExecutorBuilder(Protocol):
@@ -64,12 +65,14 @@ def litert_gpu_library() -> Path | None:
 
 
 def with_accelerators(board: Board) -> Board:
-    """`board` plus a G processor on the `host` board when LiteRT has a GPU accelerator."""
+    """`board` plus a G processor on the `host` board when LiteRT has a GPU accelerator.
+    Under tflite-runtime, which has none of LiteRT's accelerators, G is marked unavailable
+    instead, so asking for it says why in one line."""
     if board.name != "host" or "G" in board.processors or "B" not in board.processors:
         return board
     lib = litert_gpu_library()
     if lib is None:
-        return board
+        return _without_litert(board)
     big = board.processors["B"]
     gpu = ProcessorSpec(
         letter="G", kind=ProcessorKind.GPU, name=f"GPU via LiteRT ({lib.name}), driven from B",
@@ -78,6 +81,19 @@ def with_accelerators(board: Board) -> Board:
     procs = dict(board.processors)
     procs["G"] = gpu
     return replace(board, processors=procs)
+
+
+def _without_litert(board: Board) -> Board:
+    try:
+        rt = runtime()
+    except RuntimeUnavailableError:
+        return board  # no runtime at all: whatever runs first says so
+    if rt.name == "ai-edge-litert":
+        return board  # a LiteRT build without a GPU accelerator
+    why = (f"G on 'host' is LiteRT's GPU accelerator, and the runtime here is {rt.name} "
+           f"{rt.version}, which has none of LiteRT's accelerators; install ai-edge-litert "
+           "(`pip install ai-edge-litert`) for it")
+    return replace(board, unavailable={**board.unavailable, "G": why})
 
 
 def make_executor(board: Board, letter: str, *, threads: int | None = None,

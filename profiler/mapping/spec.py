@@ -155,6 +155,8 @@ def parse_order(text: str, n_layers: int, board: Board | None = None) -> Mapping
             f"give exactly {n_layers} letters (`coupprof slice MODEL` lists the layers)")
     if board is not None:
         for letter in dict.fromkeys(letters):
+            if letter in board.unavailable:
+                board.processor(letter)  # says why this runtime cannot drive it
             if letter not in board.processors:
                 raise BoardError(
                     f"--order uses processor {letter}, which board '{board.name}' does not have "

@@ -118,7 +118,9 @@ def window_energy_mj(host_ns: np.ndarray, power_w: np.ndarray, t0_ns: int, t1_ns
     inner = (host_ns > t0_ns) & (host_ns < t1_ns)
     t = np.concatenate([[t0_ns], host_ns[inner], [t1_ns]]).astype(np.float64)
     p = np.interp(t, host_ns.astype(np.float64), power_w)
-    return float(np.trapezoid(p, (t - t0_ns) / 1e9)) * 1e3
+    # np.trapezoid's sum, spelled out: NumPy < 2 (tflite-runtime's) has only np.trapz.
+    dx = np.diff((t - t0_ns) / 1e9)
+    return float((dx * (p[1:] + p[:-1]) / 2.0).sum()) * 1e3
 
 
 def timeline_figure(trace: pd.DataFrame, layers: pd.DataFrame, frame: int | None = None,

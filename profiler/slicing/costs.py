@@ -18,10 +18,9 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from ai_edge_litert import schema_py_generated as schema
-
 from profiler.slicing.graph import ModelView
 from profiler.slicing.specs import TensorSpec
+from profiler.tflite import schema_py_generated as schema
 
 _PADDINGS = {schema.Padding.SAME: "SAME", schema.Padding.VALID: "VALID"}
 _ACTIVATIONS = {v: k for k, v in vars(schema.ActivationFunctionType).items()

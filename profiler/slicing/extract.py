@@ -15,9 +15,8 @@ import copy
 from collections.abc import Iterable, Sequence
 from typing import SupportsInt
 
-from ai_edge_litert import schema_py_generated as schema
-
 from profiler.slicing.graph import ModelView
+from profiler.tflite import schema_py_generated as schema
 
 
 def boundaries(g: ModelView,

@@ -8,9 +8,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import SupportsInt
 
-from ai_edge_litert import schema_py_generated as schema
-
 from profiler.errors import ModelError
+from profiler.tflite import schema_py_generated as schema
 from profiler.tflite.model_io import op_name
 
 

@@ -16,11 +16,12 @@ from dataclasses import dataclass
 from typing import Literal
 
 import numpy as np
-from ai_edge_litert import schema_py_generated as schema
 
+from profiler.runtime import runtime
 from profiler.slicing.extract import boundaries, build_submodel, signature
 from profiler.slicing.graph import ModelView
 from profiler.slicing.specs import SlicedModel, TensorSpec
+from profiler.tflite import schema_py_generated as schema
 from profiler.tflite.model_io import parse_model, serialize_model
 
 #: Outputs above this many bytes are reduced on the processor before read-back (a
@@ -91,12 +92,13 @@ def prefix_models(data: bytes, sliced: SlicedModel, *,
 
 def tensor_values(data: bytes, inputs: list[np.ndarray], tensors: list[int]) -> list[np.ndarray]:
     """The values of the model's ``tensors`` (indices in its graph) when it runs on
-    ``inputs``: one run on LiteRT's reference kernels, which keep every tensor."""
-    from ai_edge_litert.interpreter import Interpreter, OpResolverType
-
-    interp = Interpreter(model_content=data, num_threads=1,
-                         experimental_op_resolver_type=OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES,
-                         experimental_preserve_all_tensors=True)
+    ``inputs``: one run on the runtime's reference kernels, which keep every tensor
+    (LiteRT's and tflite-runtime's interpreters take the same arguments)."""
+    mod = runtime().module
+    interp = mod.Interpreter(
+        model_content=data, num_threads=1,
+        experimental_op_resolver_type=mod.OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES,
+        experimental_preserve_all_tensors=True)
     interp.allocate_tensors()
     for det, x in zip(interp.get_input_details(), inputs, strict=True):
         interp.set_tensor(det["index"], x)

@@ -7,7 +7,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from ai_edge_litert import schema_py_generated as schema
+
+from profiler.tflite import schema_py_generated as schema
 
 # TensorType code -> numpy dtype string; types numpy lacks map to their LiteRT name.
 _NUMPY_DTYPES: dict[int, str] = {

@@ -16,9 +16,9 @@ from pathlib import Path
 
 import flatbuffers
 import numpy as np
-from ai_edge_litert import schema_py_generated as schema
 
 from profiler.errors import ModelError
+from profiler.tflite import schema_py_generated as schema
 
 FILE_IDENTIFIER = b"TFL3"
 # The schema's `force_align: 16` on Buffer.data, which LiteRT's own writer honours so

@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from ai_edge_litert import schema_py_generated as schema
 
+from profiler.tflite import schema_py_generated as schema
 from profiler.tflite.model_io import serialize_model
 from profiler.zoo.graph import GraphBuilder
 

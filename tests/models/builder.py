@@ -14,7 +14,8 @@ from collections.abc import Sequence
 
 import flatbuffers
 import numpy as np
-from ai_edge_litert import schema_py_generated as schema
+
+from profiler.tflite import schema_py_generated as schema
 
 OP = schema.BuiltinOperator
 ACT = schema.ActivationFunctionType
