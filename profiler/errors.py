@@ -94,3 +94,10 @@ class VerificationError(ProfilerError):
     """A check (e.g. chained sub-models vs whole model) failed."""
 
     exit_code = 1
+
+
+class LayoutMismatchError(ProfilerError):
+    """A recording's marker segments do not fit the layout given or assumed (`coupprof
+    import`): nothing is written, and the message names the layout the trace shows."""
+
+    exit_code = 1

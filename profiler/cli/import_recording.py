@@ -48,6 +48,10 @@ closing idle segment):
   coupprof import layers-long-B.trace/readings.csv --active-level 1 --order BBBBB \\
       --frames 10 --warmup 0 --levels 8 --trailing 1 --board sim
 
+The layout is read from the trace first (layers per frame from the repeating pattern of
+marker durations, settings from the long waits between them, frames and closing segments
+from their counts) and printed; a layout flag not given is taken from it, and a layout
+given that the trace surely contradicts is refused (exit 1, the flags that fit named).
 The expected windows: per setting (one DVFS level each, --levels), WARMUP + FRAMES frames,
 each a gap (marker idle) then a layer (marker active) per layer of --order, then
 --trailing segments. They are matched to the trace's marker segments by order and
@@ -57,24 +61,20 @@ the coupprof method trims it to that time, the armcoup method keeps it.
 methods: coupprof (default) integrates the readings over time (partial readings at the
 edges weighted), shifts them by the sensor lag it estimates, leaves warm-up frames out;
 armcoup averages each window's readings, warm-up included, no lag (ARM-CO-UP's).
-exit codes: 0 ok, 2 bad input (one line)."""
+exit codes: 0 ok; 1 the layout does not fit the trace (the flags given disagree with the
+layout it shows, or more than 2 frames and 5 % of them hold missed or spurious edges):
+nothing written, one line naming the layout it shows and the flags for it; 2 bad input
+(one line)."""
 
 
-def _levels(text: str) -> list[int]:
-    out: list[int] = []
+def _levels(text: str) -> tuple[tuple[str, str], ...]:
+    from profiler.errors import BadInputError
+    from profiler.recordings.importer import parse_levels
+
     try:
-        for part in text.split(","):
-            part = part.strip()
-            if "-" in part:
-                a, b = part.split("-", 1)
-                out += list(range(int(a), int(b) + 1))
-            elif part:
-                out.append(int(part))
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not levels like 1-8 or 1,3,5") from None
-    if not out or min(out) < 1:
-        raise argparse.ArgumentTypeError(f"{text!r}: levels are 1-based (1-8, or 1,3,5)")
-    return out
+        return parse_levels(text)
+    except BadInputError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
 
 
 def register(subparsers: Subparsers) -> None:
@@ -97,20 +97,26 @@ def register(subparsers: Subparsers) -> None:
     p.add_argument("--board", default=None, metavar="NAME|PATH",
                    help="board profile for kHz of the levels (default: rk3399pro for ARM-CO-UP "
                    "files, else none)")
-    lay = p.add_argument_group("layout (the windows the run made; ARM-CO-UP's are the defaults)")
+    lay = p.add_argument_group("layout (the windows the run made; default: what the trace shows, "
+                               "else ARM-CO-UP's)")
     lay.add_argument("--model", default=None, help="model name (default: from power_MODEL_ORDER.csv)")
     lay.add_argument("--order", default=None, metavar="LETTERS",
                      help="processor per layer, e.g. BBBBBBBBBBBBBB (default: from the file name)")
-    lay.add_argument("--frames", type=positive_int, default=10, metavar="N",
-                     help="measured frames per setting (default: 10)")
-    lay.add_argument("--warmup", type=nonneg_int, default=3, metavar="N",
-                     help="warm-up frames before them (default: 3)")
+    lay.add_argument("--frames", type=positive_int, default=None, metavar="N",
+                     help="measured frames per setting (default: the trace's less --warmup; "
+                     "10 where it shows none)")
+    lay.add_argument("--warmup", type=nonneg_int, default=None, metavar="N",
+                     help="warm-up frames before them (default: 3; 0 where the trace shows "
+                     "3 frames or fewer, or leaves them unmarked as coupprof's recordings do; "
+                     "a trace marks them like measured ones)")
     lay.add_argument("--levels", type=_levels, default=None, metavar="SPEC",
-                     help="the settings' 1-based levels in recorded order, e.g. 1-8 (default: "
-                     "every level of the first layer's processor, or its host's for N)")
-    lay.add_argument("--trailing", type=nonneg_int, default=2, metavar="N",
-                     help="segments closing each setting (ARM-CO-UP: a blip and the idle; "
-                     "default: 2)")
+                     help="the settings' 1-based levels in recorded order: 1-8, 1,3,5, min, "
+                     "max or 4-max (min/max: the board's table) (default: every level of the "
+                     "first layer's processor, or its host's for N; without a board, 1 to "
+                     "the settings the trace shows)")
+    lay.add_argument("--trailing", type=nonneg_int, default=None, metavar="N",
+                     help="segments closing each setting (ARM-CO-UP: a blip and the idle, 2; "
+                     "default: the trace's, 2 where it shows none)")
     lay.add_argument("--console", type=Path, default=None, metavar="TXT",
                      help="console log with layer times (default: time_MODEL_ORDER.txt beside "
                      "an ARM-CO-UP trace)")
@@ -240,14 +246,16 @@ def _trace(args: argparse.Namespace, path: Path, fmt: str) -> int:
     from profiler.cli.common.progress import step, task_progress
     from profiler.errors import BadInputError
     from profiler.recordings.importer import (
+        LayoutFlags,
+        choose_layout,
+        cross_checks,
         guess_from_name,
         import_trace,
         load_console,
-        make_layout,
         read_published,
         read_trace,
-        stepped_levels,
     )
+    from profiler.recordings.infer import infer_layout
     from profiler.recordings.output import RunIdentity, write_csv_json
     from profiler.recordings.traces import CsvSpec
 
@@ -258,10 +266,6 @@ def _trace(args: argparse.Namespace, path: Path, fmt: str) -> int:
         raise BadInputError(f"cannot tell the layer order of {path.name}",
                             "pass --order (e.g. BBBBBBBBBBBBBB) and --model")
     board, board_name = _board(args.board, "rk3399pro" if fmt == "armcoup" else None)
-    levels = args.levels or stepped_levels(board, order)
-    if not levels:
-        raise BadInputError("which levels did the run step through?",
-                            "pass --levels (e.g. 1-8), or --board to take them from its table")
     spec = None
     if fmt == "csv" and args.time_col:
         for col, unit, flag in ((args.time_col, args.time_unit, "--time-unit"),
@@ -283,14 +287,23 @@ def _trace(args: argparse.Namespace, path: Path, fmt: str) -> int:
         say(rec.skipped_summary())
     console_path = None if args.no_console else (args.console or (guess.console if guess else None))
     console = load_console(console_path)
+    inferred = infer_layout(rec, console)
+    print(inferred.describe())
+    # a layout that does not fit ends here (exit 1), before anything is written
+    layout, notes = choose_layout(
+        inferred, LayoutFlags(args.order, args.frames, args.warmup, args.levels, args.trailing),
+        order, board)
+    order = layout.order
     if console is not None and args.console is None:
         say(f"scoring the alignment with the console log {console_path}")
-    layout = make_layout(order, args.frames, args.warmup, levels, args.trailing)
+    for note in notes + cross_checks(inferred, layout, board, console):
+        say(note)
     published = read_published(args.published, board, args.duplicates)
     ident = RunIdentity(board=board_name, model=model or path.stem, order=order)
     with task_progress(sys.stderr.isatty()) as bar:
         res = import_trace(rec, layout, ident, args.method, board, console, published,
-                           args.lag_ms, step(bar, "aligning windows to marker segments"))
+                           args.lag_ms, step(bar, "aligning windows to marker segments"),
+                           inferred)
     stem = f"{ident.model}_{order}"
     out_csv, out_json = write_csv_json(res.layers, args.output / f"{stem}.csv", res.sidecar)
     cmp_csv, _ = write_csv_json(res.compare, args.output / f"{stem}_compare.csv",

@@ -11,7 +11,9 @@ The costs and passes: docs/recordings.md ("Matching windows to marker segments")
 
 from __future__ import annotations
 
+import functools
 import warnings
+from array import array
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -28,9 +30,26 @@ FAULT = 30.0  # a spurious pulse or a missed edge: dearer than a few badly match
 SKIP = FAULT / 2  # an expected window past the end of the recording, or a segment after the run
 
 OK, SPURIOUS, MISSED, UNCOVERED = "ok", "spurious", "missed", "uncovered"
+_STATUS = (UNCOVERED, OK, SPURIOUS, MISSED)
 
 # (expected consumed, observed consumed, faults)
 MOVES = ((1, 1, 0), (1, 3, 1), (1, 5, 2), (3, 1, 1), (5, 1, 2))
+#: A path: rows of (expected window, first observed segment, move index), as an array (an
+#: hour's run has ~10^5 steps).
+_NO_STEPS = np.zeros((0, 3), dtype=np.int64)
+_MOVE_DI = np.array([di for di, _, _ in MOVES])
+_MOVE_DJ = np.array([dj for _, dj, _ in MOVES])
+
+#: The band of offsets (observed minus expected index) the programme considers is
+#: 2 |count difference| + 24 wide on each side, at most BAND_CAP: a fault moves the offset
+#: by 2, and each setting is aligned on its own, so only the faults inside one setting add
+#: up. Beyond the cap a setting is too broken to match anyway (its frames are flagged).
+BAND_CAP = 64
+#: Rows of the programme whose step costs are held at once (memory: rows x band x 80 bytes).
+BLOCK_ROWS = 1024
+#: A setting's closing segment (ARM-CO-UP: ~11 s waiting for the next level) is taken as
+#: an anchor only when it is this many times longer than every segment a frame around it.
+ANCHOR_RATIO = 3.0
 
 
 @dataclass
@@ -73,7 +92,7 @@ def segments(rec: Recording) -> Segments:
                     active=rec.active[start], level=rec.level[start])
 
 
-@dataclass
+@dataclass(slots=True)  # one per expected window: ~10^5 for an hour's run
 class WindowMatch:
     status: str  # OK, SPURIOUS, MISSED or UNCOVERED
     first: int = -1  # first observed segment
@@ -98,6 +117,63 @@ class Alignment:
 
     def covered_settings(self) -> list[int]:
         return [s for s in range(len(self.layout.settings)) if s not in self.uncovered_settings]
+
+
+@dataclass(frozen=True)
+class _Span:
+    """Expected windows [e0, e1) and observed segments [o0, o1) aligned on their own."""
+
+    e0: int
+    e1: int
+    o0: int
+    o1: int
+    left_over_cost: float  # per expected window left when the observed segments run out
+
+
+def _spans(layout: RunLayout, segs: Segments) -> list[_Span]:
+    """The recording cut at the settings' closing segments: each setting (or run of
+    settings whose closes are not found) is aligned on its own, so memory and time grow
+    with a setting's size, not with the whole recording's count difference. A close is
+    the longest segment of its level within a frame of where it is expected (counted from
+    the previous close) and ANCHOR_RATIO times longer than all others there; a recording
+    cut short, or a setting too broken to show its close, joins the next span. The last
+    span ends with the recording: where that does not end with a close (it was cut short),
+    the expected windows left over were never recorded and cost nothing (at SKIP each, a
+    fault that swallows five windows would be cheaper than leaving them, and the tail of a
+    cut setting came out flagged); elsewhere a left-over window costs SKIP, as a segment
+    left over does."""
+    per, pf, n_o = layout.per_setting, layout.per_frame, len(segs)
+    d = segs.duration_ms
+    level = layout.trailing % 2 == 0  # the closing segment's: active after an even count
+    ends: list[tuple[int, int]] = []  # (setting, its closing observed segment)
+    if layout.trailing and len(layout.settings) > 1:
+        prev_s, prev_a = -1, -1
+        for s in range(len(layout.settings) - 1):
+            guess = prev_a + (s - prev_s) * per
+            lo, hi = max(prev_a + 1, guess - pf), min(n_o, guess + pf + 1)
+            if lo >= hi:
+                break
+            cand = np.arange(lo, hi)
+            cand = cand[segs.active[cand] == level]
+            if cand.size == 0:
+                continue
+            a = int(cand[np.argmax(d[cand])])
+            others = np.delete(d[lo:hi], a - lo)
+            if others.size and d[a] < ANCHOR_RATIO * float(others.max()):
+                continue
+            ends.append((s, a))
+            prev_s, prev_a = s, a
+    out, e0, o0 = [], 0, 0
+    for s, a in ends:
+        out.append(_Span(e0, (s + 1) * per, o0, a + 1, SKIP))
+        e0, o0 = (s + 1) * per, a + 1
+    # The recording was cut short when it does not end with a setting's close.
+    last = d[max(o0, n_o - pf - 1):n_o]
+    closed = layout.trailing == 0 or n_o == 0 or (
+        bool(segs.active[-1]) == level and last.size > 1
+        and last[-1] >= ANCHOR_RATIO * float(last[:-1].max()))
+    out.append(_Span(e0, layout.total, o0, n_o, 0.0 if layout.trailing and not closed else SKIP))
+    return out
 
 
 def _cost(d: np.ndarray, e: np.ndarray) -> np.ndarray:
@@ -172,7 +248,7 @@ def _profile(vals: np.ndarray) -> np.ndarray:
     return p
 
 
-def _initial_path(layout: RunLayout, d: np.ndarray, active: np.ndarray) -> list[tuple[int, int, int]]:
+def _initial_path(layout: RunLayout, d: np.ndarray, active: np.ndarray) -> np.ndarray:
     """A first match with no durations known. Settings are delimited by their closing
     segments (the anchors). Within one, the observed segments are counted from its start
     with an offset per frame that changes at most twice (a fault in each changing frame,
@@ -209,10 +285,12 @@ def _initial_path(layout: RunLayout, d: np.ndarray, active: np.ndarray) -> list[
             out += float(np.nansum((_profile(vals) - ref) ** 2))
         return out
 
-    steps: list[tuple[int, int, int]] = []
+    si, sj = array("q"), array("q")  # the path's (window, segment) pairs, all one-to-one
     for e0, lo, hi, n_exp, delta in chunks:
         if n_exp < per or abs(delta) > 4:  # cut short, or too broken: count from the start
-            steps += [(e0 + i, lo + i, 0) for i in range(min(hi - lo + 1, n_exp))]
+            n = min(hi - lo + 1, n_exp)
+            si.extend(range(e0, e0 + n))
+            sj.extend(range(lo, lo + n))
             continue
         cands: list[tuple[float, np.ndarray]] = []
         if delta == 0:
@@ -220,7 +298,7 @@ def _initial_path(layout: RunLayout, d: np.ndarray, active: np.ndarray) -> list[
         else:
             cands.append((CHANGE_PENALTY, np.zeros(runs)))  # the fault after the last frame
         frames = np.arange(runs)
-        for x in range(runs):
+        for x in range(runs if runs <= EXHAUSTIVE_RUNS else 0):
             if delta != 0:
                 off = np.where(frames < x, 0.0, float(delta))
                 off[x] = np.nan
@@ -232,8 +310,11 @@ def _initial_path(layout: RunLayout, d: np.ndarray, active: np.ndarray) -> list[
                     off = np.where(frames < x, 0.0, np.where(frames < x2, float(mid), float(delta)))
                     off[x], off[x2] = np.nan, np.nan
                     cands.append((2 * CHANGE_PENALTY, off))
-        best = min(range(len(cands)), key=lambda k: cands[k][0] + score(lo, hi, cands[k][1]))
-        off = cands[best][1]
+        if runs <= EXHAUSTIVE_RUNS:
+            best = min(range(len(cands)), key=lambda k: cands[k][0] + score(lo, hi, cands[k][1]))
+            off = cands[best][1]
+        else:
+            off = _one_change(runs, delta, functools.partial(score, lo, hi))
         for i in range(n_exp):
             f = i // pf
             o = float(delta) if f >= runs else off[f]
@@ -241,39 +322,52 @@ def _initial_path(layout: RunLayout, d: np.ndarray, active: np.ndarray) -> list[
                 continue
             j = lo + i + int(o)
             if lo <= j <= hi:
-                steps.append((e0 + i, j, 0))
-    return steps
+                si.append(e0 + i)
+                sj.append(j)
+    return np.column_stack([np.frombuffer(si, dtype=np.int64), np.frombuffer(sj, dtype=np.int64),
+                            np.zeros(len(si), dtype=np.int64)]) if si else _NO_STEPS
 
 
-def _dp(d: np.ndarray, e: np.ndarray, selfc: list[np.ndarray] | None, band: int,
-        progress: Callable[[int, int], None] | None) -> tuple[list[tuple[int, int, int]], float]:
-    """Cheapest path; returns its steps (i, j, move index) and its cost."""
-    n_e, n_o = e.size, d.size
+#: Up to this many frames per setting, the first match tries every frame (or two) where
+#: the count could change; beyond, it looks for one change, on a grid of about
+#: 2 x EXHAUSTIVE_RUNS frames then around the best of them (the passes that follow find
+#: the faults exactly): trying every pair is cubic in the frames, and a setting of 80
+#: frames took 4 s.
+EXHAUSTIVE_RUNS = 32
+
+
+def _one_change(runs: int, delta: int, score: Callable[[np.ndarray], float]) -> np.ndarray:
+    """The frame offsets (0, then ``delta`` from a frame left out) that score best."""
+    frames = np.arange(runs)
+
+    def offsets(x: int) -> np.ndarray:
+        off = np.where(frames < x, 0.0, float(delta))
+        if x < runs:
+            off[x] = np.nan
+        return off
+
+    if delta == 0:
+        return np.zeros(runs)
+    # x = runs: the fault after the last frame
+    step = -(-runs // (2 * EXHAUSTIVE_RUNS))
+    coarse = min([*range(0, runs, step), runs], key=lambda x: score(offsets(x)))
+    fine = range(max(0, coarse - step + 1), min(runs, coarse + step - 1) + 1)
+    return offsets(min([*fine, coarse], key=lambda x: score(offsets(x))))
+
+
+def _dp(cum: np.ndarray, ecum: np.ndarray, enan: np.ndarray, span: _Span, band: int,
+        progress: Callable[[int], None] | None) -> tuple[np.ndarray, float]:
+    """Cheapest path through one span's expected windows and observed segments; returns its
+    steps (rows of i, j, move index) in the whole recording's indices, and its cost. ``cum``,
+    ``ecum``, ``enan``: the recording's cumulative observed durations, expected durations
+    (NaN as 0) and NaN counts, so a step's durations are the same numbers whichever span
+    holds it.
+
+    Memory is the back pointers (one byte per cell of the band) and a block of rows: the
+    step costs and the cost rows are made BLOCK_ROWS at a time, not for the whole span."""
+    n_e, n_o, e0, o0 = span.e1 - span.e0, span.o1 - span.o0, span.e0, span.o0
     width = 2 * band + 1
-    cost = np.full((n_e + 1, width), np.inf)
-    back = np.full((n_e + 1, width), -1, dtype=np.int8)
-    cost[0, band] = 0.0
-    cum = np.r_[0.0, np.cumsum(d)]
-    ecum = np.r_[0.0, np.cumsum(np.nan_to_num(e))]
-    enan = np.r_[0, np.cumsum(np.isnan(e))]
     offs = np.arange(-band, band + 1)
-    # Each move's step cost from every (expected window i, offset k), computed at once:
-    # the loop below only relaxes (a Python loop over numpy calls on each row took
-    # seconds per pass on a recording of 3,000 windows).
-    ii = np.arange(n_e)
-    jm = ii[:, None] + offs[None, :]
-    step_costs: list[np.ndarray] = []
-    for di, dj, _ in MOVES:
-        jj = jm + dj
-        valid = (jm >= 0) & (jj <= n_o) & (ii[:, None] + di <= n_e)
-        if selfc is None:
-            dur = cum[np.clip(jj, 0, n_o)] - cum[np.clip(jm, 0, n_o)]
-            i2 = np.minimum(ii + di, n_e)
-            exp = np.where(enan[i2] - enan[ii] > 0, np.nan, ecum[i2] - ecum[ii])
-            sc = _cost(dur, np.broadcast_to(exp[:, None], dur.shape))
-        else:
-            sc = selfc[len(step_costs)][np.clip(jm, 0, max(n_o - 1, 0))]
-        step_costs.append(np.where(valid, sc, np.inf))
     # Pulled rather than pushed: row t takes, per cell, the cheapest of the moves that
     # land there (every move advances at least one expected window, so its sources are
     # final). Candidates are ordered as a push over rows then moves would meet them, so
@@ -285,83 +379,129 @@ def _dp(d: np.ndarray, e: np.ndarray, selfc: list[np.ndarray] | None, band: int,
     kk = np.arange(width)[None, :] - sh_o[:, None]  # source offset index per landing cell
     k_ok = (kk >= 0) & (kk < width)
     kk = np.clip(kk, 0, width - 1)
-    # landed[t, n, k']: move order[n]'s step cost from (t - di, k' - shift), inf if none.
-    landed = np.full((n_e + 1, len(order), width), np.inf)
-    for n, m in enumerate(order):
-        di = int(di_o[n])
-        if di > n_e:
-            continue
-        landed[di:, n] = np.where(k_ok[n][None, :], step_costs[m][:n_e + 1 - di][:, kk[n]],
-                                  np.inf)
-    flat = cost.ravel()
-    # Where each candidate's source cell sits in ``flat`` (a source before row 0 has an
-    # infinite landed cost, so any cell serves).
-    src = np.maximum(np.arange(n_e + 1)[:, None, None] * width
-                     + ((-di_o[:, None]) * width + kk)[None], 0)
     moves = np.array(order, dtype=np.int8)
-    step = max(1, n_e // 100)
-    for t in range(1, n_e + 1):
-        if progress is not None and (t - 1) % step == 0:
-            progress(t - 1, n_e)
-        cand = flat[src[t]] + landed[t] + fault_o
-        cost[t] = cand.min(axis=0)
-        back[t] = moves[cand.argmin(axis=0)]  # (unreachable cells stay inf; never read)
-    if progress is not None:
-        progress(n_e, n_e)
-    # End: all expected windows matched (extra observed segments ignored) or the
-    # recording ran out (each expected window left over costs SKIP).
-    best, end = np.inf, (n_e, band)
-    for i in range(n_e + 1):
-        for k, o in enumerate(offs):
-            c = cost[i, k]
-            if not np.isfinite(c):
-                continue
-            j = i + o
-            if i < n_e and j != n_o:
-                continue
-            c = c + SKIP * (n_e - i) + SKIP * (n_o - j)
-            if c < best:
-                best, end = c, (i, k)
-    if not np.isfinite(best):
+    hist = int(di_o.max())  # cost rows a move reaches back
+    back = np.full((n_e + 1, width), -1, dtype=np.int8)
+    tail = np.full((hist, width), np.inf)  # the cost rows before the block
+    tail[-1, band] = 0.0  # row 0
+    at_end = np.full(n_e + 1, np.inf)  # cost of (i, n_o): the recording ran out at i
+    if 0 <= n_o + band < width:
+        at_end[0] = tail[-1, n_o + band]
+    last_row = tail[-1].copy()
+    # No cell past row n_o + band is reachable (j - i >= -band).
+    rows = min(n_e, n_o + band)
+    src_rel = (hist - di_o)[:, None] * width + kk  # a landing row's sources in the block buffer
+    for r0 in range(1, rows + 1, BLOCK_ROWS):
+        r1 = min(rows + 1, r0 + BLOCK_ROWS)
+        # Each move's step cost from every (source row i, offset k) the block's rows pull
+        # from, computed at once: the loop below only relaxes (a Python loop over numpy
+        # calls on each row took seconds per pass on a recording of 3,000 windows).
+        s0 = max(0, r0 - hist)
+        ii = np.arange(s0, r1)
+        jm = ii[:, None] + offs[None, :]
+        step_costs: list[np.ndarray] = []
+        for di, dj, _ in MOVES:
+            jj = jm + dj
+            valid = (jm >= 0) & (jj <= n_o) & (ii[:, None] + di <= n_e)
+            dur = cum[o0 + np.clip(jj, 0, n_o)] - cum[o0 + np.clip(jm, 0, n_o)]
+            i2 = e0 + np.minimum(ii + di, n_e)
+            exp = np.where(enan[i2] - enan[e0 + ii] > 0, np.nan, ecum[i2] - ecum[e0 + ii])
+            sc = _cost(dur, np.broadcast_to(exp[:, None], dur.shape))
+            step_costs.append(np.where(valid, sc, np.inf))
+        # landed[q, n, k']: move order[n]'s step cost from (r0 + q - di, k' - shift), inf
+        # if none.
+        t = np.arange(r0, r1)
+        landed = np.full((r1 - r0, len(order), width), np.inf)
+        for n, m in enumerate(order):
+            src_row = t - int(di_o[n])
+            ok = src_row >= 0
+            landed[ok, n] = np.where(k_ok[n][None, :], step_costs[m][src_row[ok] - s0][:, kk[n]],
+                                     np.inf)
+        if progress is not None:
+            progress(r0 - 1)
+        buf = np.empty((hist + r1 - r0, width))
+        buf[:hist] = tail
+        flat = buf.ravel()
+        for q in range(r1 - r0):
+            cand = flat[src_rel + q * width] + landed[q] + fault_o
+            buf[hist + q] = cand.min(axis=0)
+            back[r0 + q] = moves[cand.argmin(axis=0)]  # (unreachable cells stay inf; never read)
+        k_end = n_o - t + band
+        inside = (k_end >= 0) & (k_end < width)
+        at_end[t[inside]] = buf[hist + np.flatnonzero(inside), k_end[inside]]
+        tail = buf[-hist:].copy()
+        last_row = buf[-1].copy()
+    if rows < n_e:
+        last_row = np.full(width, np.inf)
+    # End: all expected windows matched (extra observed segments ignored at SKIP each) or
+    # the recording ran out (each expected window left over costs span.left_over_cost).
+    j_last = n_e + offs
+    ends = np.r_[at_end[:n_e] + span.left_over_cost * (n_e - np.arange(n_e)),
+                 np.where(j_last <= n_o, last_row + SKIP * (n_o - j_last), np.inf)]
+    if not np.isfinite(ends).any():
         raise BadInputError("the marker segments cannot be matched to the expected windows "
                             f"({n_o} segments observed, {n_e} expected)",
                             "check --order, --frames, --warmup, --levels and --trailing")
-    steps: list[tuple[int, int, int]] = []
-    i, k = end
+    pick = int(np.argmin(ends))
+    best = float(ends[pick])
+    i, k = (pick, n_o - pick + band) if pick < n_e else (n_e, pick - n_e)
+    steps = array("q")
     while i > 0:
         m = int(back[i, k])
         di, dj, _ = MOVES[m]
         off = int(offs[k])
         pi, pj = i - di, i + off - dj
-        steps.append((pi, pj, m))
+        steps.extend((e0 + pi, o0 + pj, m))
         i, k = pi, pj - pi + band
-    steps.reverse()
-    return steps, float(best)
+    return np.frombuffer(steps, dtype=np.int64).reshape(-1, 3)[::-1] if steps else _NO_STEPS, best
 
 
-def _matches(steps: list[tuple[int, int, int]], n_e: int) -> list[WindowMatch]:
-    out = [WindowMatch(UNCOVERED) for _ in range(n_e)]
-    for i, j, m in steps:
-        di, dj, _ = MOVES[m]
-        if di == 1 and dj == 1:
-            out[i] = WindowMatch(OK, j, j)
-        elif di == 1:
-            out[i] = WindowMatch(SPURIOUS, j, j + dj - 1)
-        else:
-            for k in range(di):
-                out[i + k] = WindowMatch(MISSED, j, j)
+def _matches(steps: np.ndarray, n_e: int) -> list[WindowMatch]:
+    """Each expected window's match on the path (built from arrays: an hour's run has
+    ~10^5 windows, and a Python object per step and field would outlive the call as
+    fragmented memory)."""
+    status = np.zeros(n_e, dtype=np.int8)  # index into _STATUS
+    first = np.full(n_e, -1, dtype=np.int64)
+    last = np.full(n_e, -1, dtype=np.int64)
+    i, j, m = steps[:, 0], steps[:, 1], steps[:, 2]
+    di, dj = _MOVE_DI[m], _MOVE_DJ[m]
+    one = di == 1
+    status[i[one]] = np.where(dj[one] == 1, 1, 2)
+    first[i[one]], last[i[one]] = j[one], j[one] + dj[one] - 1
+    for k in range(int(_MOVE_DI.max())):
+        many = (di > 1) & (di > k)  # a missed edge: every window it merges
+        status[i[many] + k], first[i[many] + k], last[i[many] + k] = 3, j[many], j[many]
+    out: list[WindowMatch] = []
+    for b0 in range(0, n_e, 8192):
+        b1 = b0 + 8192
+        out += [WindowMatch(_STATUS[st], f, f if la == f else la) for st, f, la in
+                zip(status[b0:b1].tolist(), first[b0:b1].tolist(), last[b0:b1].tolist(),
+                    strict=True)]
     return out
 
 
-def _medians(layout: RunLayout, d: np.ndarray, matches: list[WindowMatch]) -> np.ndarray:
-    """Per window, the median duration of the same window over its setting's frames."""
-    by_key: dict[tuple[int, int], list[float]] = {}
-    wins = layout.windows()
-    for w, mt in zip(wins, matches, strict=True):
-        if mt.status == OK:
-            by_key.setdefault((w.setting, w.role), []).append(float(d[mt.first]))
-    med = {k: float(np.median(v)) for k, v in by_key.items()}
-    return np.array([med.get((w.setting, w.role), np.nan) for w in wins])
+def _medians(layout: RunLayout, d: np.ndarray, steps: np.ndarray) -> np.ndarray:
+    """Per window, the median duration of the same window (its role) over its setting's
+    frames, from the windows the path matched one to one."""
+    per, pf, body = layout.per_setting, layout.per_frame, layout.per_frame * layout.runs
+    i = np.arange(layout.total)
+    r = i % per
+    roles = pf + layout.trailing
+    key = (i // per) * roles + np.where(r < body, r % pf, pf + r - body)
+    ok = steps[steps[:, 2] == 0]
+    k_ok, v = key[ok[:, 0]], d[ok[:, 1]]
+    order = np.lexsort((v, k_ok))
+    k_ok, v = k_ok[order], v[order]
+    keys, start, count = np.unique(k_ok, return_index=True, return_counts=True)
+    med = np.full(len(layout.settings) * roles, np.nan)
+    # np.median's value: the middle one, or the mean of the middle two
+    med[keys] = (v[start + (count - 1) // 2] + v[start + count // 2]) / 2
+    return med[key]
+
+
+def _shifted(progress: Callable[[int, int], None] | None, done: int, total: int
+             ) -> Callable[[int], None] | None:
+    return None if progress is None else (lambda i: progress(done + i, total))
 
 
 def align(rec: Recording, layout: RunLayout, console_layer_ms: np.ndarray | None = None,
@@ -377,12 +517,24 @@ def align(rec: Recording, layout: RunLayout, console_layer_ms: np.ndarray | None
     segs = segments(rec)
     d = segs.duration_ms
     n_e = layout.total
-    band = max(24, 2 * abs(len(segs) - n_e) + 24)
+    spans = _spans(layout, segs)
     wins = layout.windows()
+    cum = np.r_[0.0, np.cumsum(d)]
 
-    def half(k: int, _: int) -> Callable[[int, int], None] | None:
-        # three passes, one bar
-        return None if progress is None else (lambda done, total: progress(k * n_e + done, 3 * n_e))
+    def dp(e: np.ndarray, k: int) -> tuple[np.ndarray, float]:
+        """Pass k (of three, one progress bar) over every span."""
+        ecum = np.r_[0.0, np.cumsum(np.nan_to_num(e))]
+        enan = np.r_[0, np.cumsum(np.isnan(e))]
+        steps: list[np.ndarray] = []
+        cost = 0.0
+        for sp in spans:
+            band = min(BAND_CAP, max(24, 2 * abs((sp.o1 - sp.o0) - (sp.e1 - sp.e0)) + 24))
+            got, c = _dp(cum, ecum, enan, sp, band, _shifted(progress, k * n_e + sp.e0, 3 * n_e))
+            steps.append(got)
+            cost += c
+        if progress is not None:
+            progress((k + 1) * n_e, 3 * n_e)
+        return np.concatenate(steps), cost
 
     console = np.full(n_e, np.nan)
     if console_layer_ms is not None:
@@ -398,15 +550,15 @@ def align(rec: Recording, layout: RunLayout, console_layer_ms: np.ndarray | None
     # Pass 1: the console's layer times where given, else each window against itself
     # one frame away; passes 2 and 3: the medians of the previous pass's path.
     if used_console:
-        steps, cost = _dp(d, console, None, band, half(0, 1))
+        steps, cost = dp(console, 0)
     else:
         steps = _initial_path(layout, d, segs.active)
     for k in (1, 2):
-        expected = _medians(layout, d, _matches(steps, n_e))
+        expected = _medians(layout, d, steps)
         expected = np.where(np.isfinite(console), console, expected)
-        steps, cost = _dp(d, expected, None, band, half(k, 1))
+        steps, cost = dp(expected, k)
     matches = _matches(steps, n_e)
-    faults = sum(MOVES[m][2] for _, _, m in steps)
+    faults = int(np.array([f for _, _, f in MOVES])[steps[:, 2]].sum())
     flagged = sorted({(w.setting, w.frame) for w, mt in zip(wins, matches, strict=True)
                       if mt.status in (SPURIOUS, MISSED) and w.frame is not None})
     uncovered = sorted({w.setting for w, mt in zip(wins, matches, strict=True)

@@ -11,7 +11,7 @@ Both methods step by step: docs/recordings.md ("Per-layer power by two methods")
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -25,6 +25,7 @@ ARMCOUP, COUPPROF = "armcoup", "coupprof"
 METHODS = (COUPPROF, ARMCOUP)
 
 LAG_GRID_MS = np.round(np.arange(0.0, 10.01, 0.1), 3)
+STEP_BLOCK = 1 << 16  # readings of `StepIntegral`'s knots and sums made at once
 PREV_FREQ_LN = 0.15  # frame 0's first layer this far (ln) from its setting's median
 
 
@@ -130,28 +131,78 @@ def _console(console: np.ndarray | None, s: int, layer: int) -> float | None:
 
 class StepIntegral:
     """The readings as a step function on the sensor's clock shifted by ``lag_ms``:
-    reading i holds from t_i - lag until the next reading."""
+    reading i holds from t_i - lag until the next reading.
+
+    Its knots (t - lag) and running sums are made a block of readings at a time, each
+    time it is asked, and never held whole: for an hour's trace they would be two 30 MB
+    arrays, and the lag search builds 101 of them. Every number is the one whole arrays
+    give: a block's sums start from the sum so far (the order of the additions is a
+    single cumsum's), and each value is interpolated in the block holding both knots
+    around it (np.interp on a slice, over the same numbers)."""
 
     def __init__(self, t_ms: np.ndarray, power_mw: np.ndarray, lag_ms: float) -> None:
-        self.knots = t_ms - lag_ms
-        # mW*ms at each knot, built in one array (an hour's readings are 30 MB an array)
-        self.cum = np.empty_like(self.knots)
-        self.cum[0] = 0.0
-        seg = self.cum[1:]
-        np.subtract(self.knots[1:], self.knots[:-1], out=seg)
-        seg *= power_mw[:-1]
-        np.cumsum(seg, out=seg)
+        self.t_ms, self.power_mw, self.lag_ms = t_ms, power_mw, lag_ms
         self.first, self.last = float(power_mw[0]), float(power_mw[-1])
+        ends = t_ms[[0, -1]] - lag_ms
+        self.knot_first, self.knot_last = float(ends[0]), float(ends[1])
+        # the knot each block starts at (block b: readings b*B .. (b+1)*B, both ends in)
+        self.starts = t_ms[::STEP_BLOCK] - lag_ms
+
+    def _blocks(self) -> Iterator[tuple[int, np.ndarray, np.ndarray]]:
+        """(block number, knots, mW*ms at each knot) of each block in turn."""
+        t, p, n = self.t_ms, self.power_mw, self.t_ms.size
+        carry = 0.0
+        for b, r0 in enumerate(range(0, n, STEP_BLOCK)):
+            r1 = min(n, r0 + STEP_BLOCK + 1)
+            knots = t[r0:r1] - self.lag_ms
+            cum = np.empty_like(knots)
+            cum[0] = carry
+            seg = cum[1:]
+            np.subtract(knots[1:], knots[:-1], out=seg)
+            seg *= p[r0:r1 - 1]
+            if seg.size:
+                seg[0] += carry
+                np.cumsum(seg, out=seg)
+            carry = float(cum[-1])
+            yield b, knots, cum
+
+    def _by_block(self, block: np.ndarray) -> list[np.ndarray]:
+        """The indices of ``block``'s entries equal to each block number."""
+        order = np.argsort(block, kind="stable")
+        bounds = np.searchsorted(block[order], np.arange(self.starts.size + 1))
+        return [order[bounds[b]:bounds[b + 1]] for b in range(self.starts.size)]
 
     def energy(self, a_ms: np.ndarray, b_ms: np.ndarray) -> np.ndarray:
         """mW*ms (= uJ) between a and b; outside the trace the end readings hold."""
-        return self._c(b_ms) - self._c(a_ms)
+        a = np.asarray(a_ms, dtype=np.float64)
+        c = self._c(np.concatenate([a, np.asarray(b_ms, dtype=np.float64)]))
+        return c[a.size:] - c[:a.size]
 
     def _c(self, x: np.ndarray) -> np.ndarray:
+        # each value in the last block whose first knot is at or below it
+        where = self._by_block(np.clip(np.searchsorted(self.starts, x, side="right") - 1, 0, None))
+        c = np.empty_like(x)
+        cum_last = 0.0
+        for b, knots, cum in self._blocks():
+            if where[b].size:
+                c[where[b]] = np.interp(x[where[b]], knots, cum)
+            cum_last = float(cum[-1])
+        c = np.where(x < self.knot_first, (x - self.knot_first) * self.first, c)
+        return np.where(x > self.knot_last, cum_last + (x - self.knot_last) * self.last, c)
+
+    def before(self, x: np.ndarray) -> np.ndarray:
+        """How many knots lie before each of ``x`` (``np.searchsorted(knots, x)``)."""
         x = np.asarray(x, dtype=np.float64)
-        c = np.interp(x, self.knots, self.cum)
-        c = np.where(x < self.knots[0], (x - self.knots[0]) * self.first, c)
-        return np.where(x > self.knots[-1], self.cum[-1] + (x - self.knots[-1]) * self.last, c)
+        # in the last block whose first knot is below it: every knot before that block
+        # is below it, none after
+        where = self._by_block(np.searchsorted(self.starts, x, side="left") - 1)
+        out = np.zeros(x.size, dtype=np.int64)
+        for b, idx in enumerate(where):
+            if idx.size:
+                r0 = b * STEP_BLOCK
+                knots = self.t_ms[r0:r0 + STEP_BLOCK + 1] - self.lag_ms
+                out[idx] = r0 + np.searchsorted(knots, x[idx])
+        return out
 
 
 def update_period_ms(rec: Recording) -> float:
@@ -257,11 +308,14 @@ def coupprof_method(rec: Recording, al: Alignment, console: np.ndarray | None = 
     segs = al.segs
     lay = al.layout
     lag = estimate_lag_ms(rec, al) if lag_ms is None else float(lag_ms)
-    step = StepIntegral(rec.t_ms, rec.power_mw, lag)
     # Every segment's integrated power, then the first-order correction of the power the
     # sensor's smoothing moves across each edge: P = E + spread/T * (2E - E_prev - E_next).
+    # (The spread first: its differences of all readings and the step function's arrays
+    # are not held at once.)
     dt = float(np.mean(np.diff(rec.t_ms))) if rec.readings > 1 else 0.0
-    spread = edge_spread_ms(update_period_ms(rec), dt) if edge_correction else 0.0
+    update_ms = update_period_ms(rec)
+    spread = edge_spread_ms(update_ms, dt) if edge_correction else 0.0
+    step = StepIntegral(rec.t_ms, rec.power_mw, lag)
     # Pieces: the segments, each trimmed one split where its layer is taken to end (its
     # own figure from the first piece; the rest, idle with the marker still up, is the
     # next piece and the first one's neighbour in the edge correction).
@@ -308,8 +362,8 @@ def coupprof_method(rec: Recording, al: Alignment, console: np.ndarray | None = 
         e = corr_p[pi] * seg_t[pi]
         dur = (b - a).tolist()
         power = float(e.sum() / (b - a).sum())
-        lo = np.searchsorted(step.knots, a)
-        hi = np.searchsorted(step.knots, b)
+        lo = step.before(a)
+        hi = step.before(b)
         total = sum(1 for w in wins if w.setting == s and w.layer == layer and w.frame is not None
                     and w.frame >= lay.warmup and (w.kind == LAYER) == (metric == "task")
                     and (metric == "task" or w.kind == GAP))
@@ -326,8 +380,8 @@ def coupprof_method(rec: Recording, al: Alignment, console: np.ndarray | None = 
                      + ", ".join(str(s) for s, _, _ in prev)
                      + ("; those first layers were set aside (no warm-up)" if aside_prev
                         else "; left out with the warm-up frames"))
-    mean_dt = float(np.mean(np.diff(rec.t_ms))) if rec.readings > 1 else float("nan")
-    notes.append(f"sensor update period {update_period_ms(rec):.2f} ms; "
+    mean_dt = dt if rec.readings > 1 else float("nan")
+    notes.append(f"sensor update period {update_ms:.2f} ms; "
                  + (f"edge spread {spread:.2f} ms corrected" if edge_correction
                     else "edge spread not corrected"))
     return RecordingFigures(COUPPROF, figures, lag_ms=lag,

@@ -17,7 +17,7 @@ import numpy as np
 import pandas as pd
 
 from profiler.boards.model import Board
-from profiler.errors import BadInputError
+from profiler.errors import BadInputError, LayoutMismatchError
 from profiler.recordings.align import Alignment, align
 from profiler.recordings.armcoup_tables import layers_table, read_layers, transfers_table
 from profiler.recordings.attribute import (
@@ -28,6 +28,7 @@ from profiler.recordings.attribute import (
     coupprof_method,
 )
 from profiler.recordings.console import ConsoleLog, read_console_log
+from profiler.recordings.infer import InferredLayout
 from profiler.recordings.layout import RunLayout, Setting
 from profiler.recordings.outliers import WindowOutliers, find_outliers
 from profiler.recordings.output import RunIdentity, compare_rows, layer_rows, units
@@ -61,6 +62,218 @@ def stepped_levels(board: Board | None, order: str) -> list[int] | None:
     if not proc.freqs_khz and proc.host:
         proc = board.processors[proc.host]
     return list(range(1, len(proc.freqs_khz) + 1)) or None
+
+
+_LEVEL = re.compile(r"^(\d+|min|max)(?:-(\d+|min|max))?$")
+
+
+def parse_levels(text: str) -> tuple[tuple[str, str], ...]:
+    """``--levels``: comma-separated N, N-M, ``min`` or ``max`` (a range's ends too:
+    ``4-max``), as (first, last) pairs; `resolve_levels` maps them through a board."""
+    out = []
+    for part in text.split(","):
+        part = part.strip().lower()
+        m = _LEVEL.match(part)
+        if part and not m:
+            raise BadInputError(f"--levels {text!r}: {part!r} is not a level",
+                                "give levels like 1-8, 1,3,5, min or max")
+        if m:
+            out.append((m[1], m[2] or m[1]))
+    if not out or any(t == "0" for pair in out for t in pair):
+        raise BadInputError(f"--levels {text!r}: levels are 1-based (1-8, 1,3,5, min or max)")
+    return tuple(out)
+
+
+def resolve_levels(spec: tuple[tuple[str, str], ...], board: Board | None,
+                   order: str) -> list[int]:
+    """The 1-based levels ``spec`` names; ``min``/``max`` (and any number's range) from the
+    board profile's levels of the processor the run stepped (`stepped_levels`)."""
+    table = stepped_levels(board, order)
+    whose = _stepped_name(board, order)
+
+    def level(token: str) -> int:
+        if token.isdigit():
+            if table and int(token) > len(table):
+                raise BadInputError(f"--levels: {whose} has levels 1-{len(table)}, not "
+                                    f"{token}", "pass levels of its table, or --board")
+            return int(token)
+        if not table:
+            raise BadInputError(f"--levels {token} needs a board profile's levels",
+                                "pass --board NAME, or level numbers")
+        return 1 if token == "min" else len(table)
+
+    out: list[int] = []
+    for a, b in spec:
+        lo, hi = level(a), level(b)
+        if lo > hi:
+            raise BadInputError(f"--levels {a}-{b} runs backwards", "e.g. --levels 1-8")
+        out += range(lo, hi + 1)
+    return out
+
+
+@dataclass(frozen=True)
+class LayoutFlags:
+    """The layout flags of `coupprof import` as given (None: not given)."""
+
+    order: str | None = None
+    frames: int | None = None
+    warmup: int | None = None
+    levels: tuple[tuple[str, str], ...] | None = None
+    trailing: int | None = None
+
+    def any(self) -> bool:
+        return any(v is not None for v in (self.frames, self.warmup, self.levels, self.trailing))
+
+
+#: ARM-CO-UP's frames per setting, warm-up frames and closing segments, where the trace
+#: shows no repeating frame.
+ARMCOUP_FRAMES, ARMCOUP_WARMUP, ARMCOUP_TRAILING = 10, 3, 2
+
+
+def choose_layout(inferred: InferredLayout, given: LayoutFlags, name_order: str,
+                  board: Board | None) -> tuple[RunLayout, list[str]]:
+    """The layout to align: each flag given, else what the trace shows (frames: its runs
+    less ``--warmup``, default 3 where it shows more than 3; levels: the board's stepped
+    levels, else 1..settings; order: the file name's when its length is the trace's layers),
+    else ARM-CO-UP's. Raises `LayoutMismatchError` where the trace surely shows another
+    layout (`InferredLayout.misfits`), naming it and the flags for it; returns notes on what
+    was assumed."""
+    notes: list[str] = []
+    found = inferred.found
+    order = (given.order or name_order).upper()
+    if given.order is None and found and order and len(order) != inferred.layers:
+        raise LayoutMismatchError(
+            f"the trace shows {inferred.shape()}, but the order {order} from the file name has "
+            f"{len(order)} layers", f"pass --order with {inferred.layers} processor letters")
+    if not order:
+        raise BadInputError("cannot tell the layer order" + (
+            f" (the trace shows {inferred.layers} layers per frame)" if found else ""),
+            "pass --order (e.g. BBBBBBBBBBBBBB) and --model")
+    board_levels = stepped_levels(board, order)
+    if given.levels is not None:
+        levels = resolve_levels(given.levels, board, order)
+    elif board_levels:
+        levels = board_levels
+        if inferred.sure and inferred.settings < len(levels) and inferred.last_runs is None:
+            # not a run cut short: which of the levels it stepped, the trace cannot say
+            raise LayoutMismatchError(
+                f"the trace shows {inferred.shape()}, {_stepped_name(board, order)} has "
+                f"{len(levels)} levels", "pass " + suggest_flags(
+                    inferred, given, make_layout(order, 1, 0, levels, 0), board))
+    elif found and inferred.settings:
+        levels = list(range(1, inferred.settings + 1))
+        notes.append(f"levels 1-{inferred.settings} assumed (no --levels, no board profile)")
+    else:
+        raise BadInputError("which levels did the run step through?",
+                            "pass --levels (e.g. 1-8), or --board to take them from its table")
+    runs = None
+    if found and inferred.runs:
+        runs = inferred.runs
+        if not inferred.closed and len(levels) > 1:  # back to back: one long setting
+            runs = runs // len(levels) if runs % len(levels) == 0 else None
+    if runs is None and (given.frames is None or given.trailing is None):
+        notes.append("the trace shows no frames to take: ARM-CO-UP's layout assumed where "
+                     "no flag is given")
+    warmup = given.warmup
+    if warmup is None:
+        warmup = inferred.warmup if inferred.warmup is not None else \
+            ARMCOUP_WARMUP if runs is None or runs > ARMCOUP_WARMUP else 0
+    frames = given.frames if given.frames is not None else \
+        (ARMCOUP_FRAMES if runs is None else max(1, runs - warmup))
+    trailing = given.trailing
+    if trailing is None:
+        trailing = ARMCOUP_TRAILING if runs is None or inferred.trailing is None else \
+            inferred.trailing if inferred.closed or len(levels) == 1 else 0
+    layout = make_layout(order, frames, warmup, levels, trailing)
+    wrong = inferred.misfits(layout)
+    if wrong and inferred.sure:
+        raise LayoutMismatchError(f"the trace shows {inferred.shape()}, not {_shape(layout)} "
+                                  f"({'; '.join(wrong)})",
+                                  f"pass {suggest_flags(inferred, given, layout, board)}")
+    notes += [f"the layout may not fit the trace: it seems to show {w}" for w in wrong]
+    return layout, notes
+
+
+def _stepped_name(board: Board | None, order: str) -> str:
+    """"rk3399pro's B": the processor whose levels a run steps (`stepped_levels`)."""
+    if board is None or not order or order[0] not in board.processors:
+        return "the board"
+    proc = board.processors[order[0]]
+    letter = proc.host if not proc.freqs_khz and proc.host else order[0]
+    return f"{board.name}'s {letter}"
+
+
+def _shape(layout: RunLayout) -> str:
+    return f"{len(layout.settings)} x {layout.runs} x {layout.layers}"
+
+
+def suggest_flags(inferred: InferredLayout, given: LayoutFlags, layout: RunLayout,
+                  board: Board | None) -> str:
+    """The flags that would use the layout the trace shows (``--warmup`` as given, else 3
+    where there are more runs; the levels given where there are enough of them)."""
+    runs, settings = inferred.runs or 0, inferred.settings
+    warmup = given.warmup if given.warmup is not None and given.warmup < runs else \
+        inferred.warmup if inferred.warmup is not None else \
+        (ARMCOUP_WARMUP if runs > ARMCOUP_WARMUP else 0)
+    levels = [s.level for s in layout.settings]
+    levels = levels[:settings] if len(levels) >= settings else list(range(1, settings + 1))
+    contiguous = levels == list(range(levels[0], levels[0] + len(levels)))
+    spec = f"{levels[0]}-{levels[-1]}" if contiguous and len(levels) > 1 else \
+        ",".join(map(str, levels))
+    if len(levels) == 1 and given.levels is None:
+        spec = "<the level it ran at, e.g. max>"
+    out = [f"--frames {runs - warmup}", f"--warmup {warmup}", f"--levels {spec}"]
+    if inferred.trailing != ARMCOUP_TRAILING or given.trailing is not None:
+        out.append(f"--trailing {inferred.trailing}")
+    if inferred.layers != layout.layers:
+        out.append(f"--order <{inferred.layers} letters>")
+    table = stepped_levels(board, layout.order)
+    if board is not None and table and max(levels) > len(table):
+        out.append(f"--board <one whose {layout.order[0]} has {max(levels)} levels: "
+                   f"{_stepped_name(board, layout.order)} has {len(table)}>")
+    return " ".join(out)
+
+
+def cross_checks(inferred: InferredLayout, layout: RunLayout, board: Board | None,
+                 console: ConsoleLog | None) -> list[str]:
+    """Where the trace's layout and the board profile's levels or the console log's
+    layers disagree (said, not fatal: the layout decides)."""
+    if not inferred.found:
+        return []
+    out = []
+    table = stepped_levels(board, layout.order)
+    if board is not None and table and inferred.closed and inferred.settings > len(table):
+        out.append(f"the trace shows {inferred.settings} settings, "
+                   f"{_stepped_name(board, layout.order)} has {len(table)} levels: is it the "
+                   "recording's board?")
+    if console is not None:  # (its settings against the layout's: `import_trace`)
+        layers = {len(st.layer_ms) for st in console.settings if st.layer_ms}
+        if layers and layers != {inferred.layers}:
+            out.append(f"the console log has {'/'.join(map(str, sorted(layers)))} layers per "
+                       f"setting, the trace {inferred.layers} per frame")
+    return out
+
+
+#: A layout is taken to fit only when at most this many frames, or this share of the
+#: frames the recording covers if more, hold missed or spurious edges.
+MAX_FLAGGED_FRAMES, MAX_FLAGGED_SHARE = 2, 0.05
+
+
+def _too_broken(al: Alignment, inferred: InferredLayout | None) -> LayoutMismatchError | None:
+    """The error when more than a few frames did not fit (a layout the counts could not
+    tell from the trace's, or a trace too broken to attribute)."""
+    layout = al.layout
+    covered = len(al.covered_settings()) * layout.runs
+    if len(al.flagged) <= max(MAX_FLAGGED_FRAMES, MAX_FLAGGED_SHARE * covered):
+        return None
+    what = (f"{len(al.flagged)} of {covered} frames hold missed or spurious edges against "
+            f"the layout {_shape(layout)} (settings x frames x layers)")
+    if inferred is not None and inferred.misfits(layout):
+        return LayoutMismatchError(f"{what}; {inferred.describe()}",
+                                   f"pass {suggest_flags(inferred, LayoutFlags(), layout, None)}")
+    return LayoutMismatchError(f"{what}: too many to attribute",
+                               "check --order, --frames, --warmup, --levels, --trailing, the "
+                               "marker column and --active-level")
 
 
 @dataclass
@@ -108,7 +321,11 @@ def console_matrix(log: ConsoleLog | None, layout: RunLayout, npu_run: bool = Fa
 def import_trace(rec: Recording, layout: RunLayout, ident: RunIdentity, method: str,
                  board: Board | None, console: ConsoleLog | None = None,
                  published: pd.DataFrame | None = None, lag_ms: float | None = None,
-                 progress: Callable[[int, int], None] | None = None) -> TraceImport:
+                 progress: Callable[[int, int], None] | None = None,
+                 inferred: InferredLayout | None = None) -> TraceImport:
+    """Raises `LayoutMismatchError` when more than a few frames do not fit ``layout``
+    (MAX_FLAGGED_FRAMES, MAX_FLAGGED_SHARE): a table from it could hold rows of another
+    layer. ``inferred``: what the trace shows, for that message and the sidecar."""
     if method not in (ARMCOUP, COUPPROF):
         raise BadInputError(f"unknown method {method!r}", "use --method coupprof or armcoup")
     warnings: list[str] = []
@@ -117,6 +334,9 @@ def import_trace(rec: Recording, layout: RunLayout, ident: RunIdentity, method: 
         warnings.append(f"the console log has {len(console.settings)} settings, the layout "
                         f"{len(layout.settings)}")
     al = align(rec, layout, cm, progress)
+    broken = _too_broken(al, inferred)
+    if broken is not None:
+        raise broken
     # Windows far over their layer's time: kept by the armcoup method (it reproduces the
     # published figures), trimmed by coupprof's; flagged in either's rows.
     outliers = find_outliers(al, cm)
@@ -149,6 +369,12 @@ def import_trace(rec: Recording, layout: RunLayout, ident: RunIdentity, method: 
         "layout": {"settings": levels, "frames": layout.frames, "warmup": layout.warmup,
                    "layers": layout.layers, "trailing": layout.trailing,
                    "segments_expected": layout.total, "segments_observed": len(al.segs)},
+        "inferred": None if inferred is None else {
+            "settings": inferred.settings, "frames": inferred.runs, "layers": inferred.layers,
+            "trailing": inferred.trailing, "closed": inferred.closed,
+            "last_setting_frames": inferred.last_runs, "warmup": inferred.warmup,
+            "odd_settings": [list(x) for x in inferred.odd_settings],
+            "sure": inferred.sure, "line": inferred.describe()},
         "alignment": {"faults": al.faults, "flagged_frames": [list(x) for x in al.flagged],
                       "uncovered_settings": al.uncovered_settings,
                       "ignored_segments": al.ignored_tail, "scored_with_console": al.console_used,

@@ -152,7 +152,7 @@ def parse_armcoup_line(line: str) -> tuple[int, float, float] | str | None:
 
 #: Characters of a log handled at a time: an hour's log at 1 kS/s is ~60 MB of text, and
 #: its lines held as a list of str would take four times that.
-READ_BLOCK = 1 << 22
+READ_BLOCK = 1 << 20
 #: Line breaks `str.splitlines` knows besides ``\n`` and ``\r\n``: where one occurs, the
 #: lines are numbered as it numbers them (the whole text at once).
 _OTHER_BREAKS = re.compile("[\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029]|\r(?!\n)")
@@ -166,7 +166,7 @@ class _Readings:
         self.pins = array("b")
         self.times = array("d")
         self.powers = array("d")
-        self.where = array("q")
+        self.where = array("i")  # line numbers: 4 bytes each
         self.skipped: list[SkippedLine] = []
         self.lines = 0
         self.parsed_last = False
@@ -204,7 +204,7 @@ class _Readings:
                         t_ms=np.frombuffer(self.times, dtype=np.float64),
                         power_mw=np.frombuffer(self.powers, dtype=np.float64), level=level,
                         active=level == active_level,
-                        line=np.frombuffer(self.where, dtype=np.int64),
+                        line=np.frombuffer(self.where, dtype=np.intc),
                         skipped=self.skipped, total_lines=self.lines)
         _monotonic(path, rec.t_ms, rec.line)
         return rec
