@@ -81,6 +81,26 @@ def test_a_cut_first_line_of_the_real_trace_imports_as_the_whole(tmp_path: Path)
                     cuts=1)
 
 
+@pytest.mark.parametrize("cut", ["1,4", "1,44", "0,4487,30"])
+def test_a_cut_last_line_is_dropped_and_said(cut: str, tmp_path: Path) -> None:
+    """A logger unplugged mid-write: the last line has no newline. Even where it parses
+    (``0,4487,30``: 30 mW of 3000.00) its digits may be cut, so it is dropped and reported,
+    and the table is the one of the log without it (it exited 2 before, asking the user
+    to cut the file with head -n)."""
+    make_run(14, tmp_path)
+    whole = tmp_path / "power_Sim_BBBBBBBB.csv"
+    table, _, _, _ = _import(whole, "whole", "--levels", "1-3")
+    path = tmp_path / "cut" / whole.name
+    path.parent.mkdir()
+    text = whole.read_text()
+    path.write_text(text + cut)
+    got, _, err, meta = _import(path, "out", "--levels", "1-3")
+    n = text.count("\n") + 1
+    assert f"1 malformed line skipped in {whole.name}: {n} (no newline" in err, err
+    assert meta["source"]["skipped_lines"] == [[n, "no newline: the logger stopped mid-reading"]]
+    pd.testing.assert_frame_equal(got, table)
+
+
 @pytest.mark.parametrize("text,armcoup", [
     ("0.00\n" + "1,10,3000.00\n" * 3, True),
     ("\n\n,4487,3000.00\n1,4489,5380.00\n", True),

@@ -243,6 +243,29 @@ def test_no_flags_take_the_layout_the_trace_shows(tmp_path: Path) -> None:
     assert meta["inferred"]["sure"] and meta["inferred"]["frames"] == 20
 
 
+def test_a_recording_that_stops_in_a_wait_imports_what_it_holds(tmp_path: Path) -> None:
+    """A logger that died 100 ms into the wait after setting 4 of rk3399pro's 6 L levels:
+    four whole settings and a short close, which is a run cut short, not a run of four
+    levels (it exited 1 asking for --levels 1-4). The four settings are imported, the
+    last two said to be uncovered."""
+    _, path = simulated(6, 13, 5, 9, tmp_path, letter="L")
+    rec = read_armcoup_log(path)
+    segs = segments(rec)
+    closes = np.flatnonzero(segs.duration_ms[1:] > 300.0) + 1  # the waits: ~400 ms here
+    assert closes.size == 6
+    end = int(np.searchsorted(rec.t_ms, segs.t0_ms[closes[3]] + 100.0))
+    lines = path.read_text().splitlines(keepends=True)
+    path.write_text("".join(lines[:end]))
+    inf = infer_layout(read_armcoup_log(path))
+    assert inf.stopped_in_close and inf.cut_short and inf.settings == 4, inf.describe()
+    assert "stops inside the last setting's close" in inf.describe()
+    r = cli("import", path.name, "-o", "out", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    table = pd.read_csv(tmp_path / "out/Sim_LLLLL.csv")
+    assert sorted(table["freq_level"].unique()) == [1, 2, 3, 4]
+    assert "does not cover setting(s) 4, 5" in r.stdout
+
+
 def test_fewer_settings_than_the_boards_levels_asks_which(tmp_path: Path) -> None:
     _, path = simulated(4, 20, 6, 8, tmp_path)
     exit_1(cli("import", path.name, "-o", "out", cwd=tmp_path),

@@ -54,7 +54,8 @@ def register(subparsers: Subparsers) -> None:
                    help="L, B, G or N (N measures its host cluster)")
     add_board_args(p)
     p.add_argument("--levels", default=None, metavar="I,J,...",
-                   help="levels to use (default: all of the processor's levels)")
+                   help="levels to use, numbers or min / max (default: all of the "
+                   "processor's levels)")
     p.add_argument("--repeats", type=int, default=3, help="repeats per transition (default 3)")
     p.add_argument("--method", choices=METHODS, default="auto",
                    help="auto: busy loop on CPU clusters, read-back on GPUs (default)")
@@ -70,8 +71,10 @@ def register(subparsers: Subparsers) -> None:
 def parse_levels(text: str | None, n: int, letter: str) -> list[int]:
     if not text:
         return list(range(1, n + 1))
+    named = {"min": 1, "max": n}  # as --freq takes them
     try:
-        levels = sorted({int(t) for t in text.split(",") if t.strip()})
+        levels = sorted({named.get(t.strip().lower()) or int(t) for t in text.split(",")
+                         if t.strip()})
     except ValueError:
         raise BadInputError(f"--levels '{text}' is not a comma-separated list of level numbers",
                             "e.g. --levels 1,4,8") from None

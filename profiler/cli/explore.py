@@ -65,9 +65,9 @@ def register(subparsers: Subparsers) -> None:
                    help="pipeline: pick only points with at least this throughput")
     p.add_argument("--processors", default=None, metavar="L,B,G,N",
                    help="processors to consider (default: every one in the tables)")
-    p.add_argument("--levels", default=None, metavar="I,J,...|max",
-                   help="levels to consider, or max: each processor's top level (default: "
-                   "every one in the tables)")
+    p.add_argument("--levels", default=None, metavar="I,J,...|min|max",
+                   help="levels to consider, or max / min: each processor's top / lowest "
+                   "level in the tables (default: every one in the tables)")
     p.add_argument("--compare", action="append", default=[], metavar="ORDER[@FREQ]",
                    help="also cost this mapping on the same tables, e.g. G2B4N2@max or "
                    "B3G5@5/4 (repeatable; FREQ as `coupprof run --freq`, default max)")
@@ -108,8 +108,8 @@ def _levels(text: str | None) -> list[int] | str | None:
 
     if not text:
         return None
-    if text.strip().lower() == "max":
-        return "max"
+    if text.strip().lower() in ("max", "min"):
+        return text.strip().lower()
     try:
         return sorted({int(v) for v in text.split(",") if v.strip()})
     except ValueError:

@@ -53,11 +53,12 @@ def from_frames(layers: pd.DataFrame, board: Board, transfers: pd.DataFrame | No
                 ) -> CostTables:
     """Cost tables from a layer DataFrame (one row per processor, level, layer), kept to
     `processors` and `levels` where given (``"max"``: each processor's top level in
-    the table, ARM-CO-UP's Table 8 setting). Rows with ``time_ms_fused`` (the fused
-    method) use it as the layer's time, and ``fixed_ms`` {(processor, level): ms} gives
-    the fixed per-call cost a stage on them pays once, ``fixed_energy_mj`` (same keys)
-    its energy where a counter measured it, ``call_factor`` (same keys) the factor a fused
-    CPU pair's times and fixed row are priced at, as predict prices them
+    the table, ARM-CO-UP's Table 8 setting; ``"min"``: its lowest). Rows with
+    ``time_ms_fused`` (the fused method) use it as the layer's time, and ``fixed_ms``
+    {(processor, level): ms} gives the fixed per-call cost a stage on them pays once,
+    ``fixed_energy_mj`` (same keys) its energy where a counter measured it,
+    ``call_factor`` (same keys) the factor a fused CPU pair's times and fixed row are
+    priced at, as predict prices them
     (`profiler.measure.fused`, "Disturbed calls")."""
     factor = call_factor or {}
     fixed_ms = {k: v * factor.get(k, 1.0) for k, v in (fixed_ms or {}).items()}
@@ -88,9 +89,9 @@ def from_frames(layers: pd.DataFrame, board: Board, transfers: pd.DataFrame | No
             df = df[~mine | (df["host_level"] == top)]
             notes.append(f"{p}: rows at host level {int(top)} only")
     if isinstance(levels, str):
-        if levels != "max":
-            raise BadInputError(f"levels {levels!r} is not a list of levels or 'max'")
-        df = df[df["freq_level"] == df.groupby("processor")["freq_level"].transform("max")]
+        if levels not in ("max", "min"):
+            raise BadInputError(f"levels {levels!r} is not a list of levels, 'min' or 'max'")
+        df = df[df["freq_level"] == df.groupby("processor")["freq_level"].transform(levels)]
     elif levels is not None:
         df = df[df["freq_level"].isin(list(levels))]
     if df.empty:

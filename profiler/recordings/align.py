@@ -6,7 +6,12 @@ pulse or a missed edge is a fault of known shape. Windows in a fault are set asi
 their frames flagged; every other window keeps the segment it had in a clean recording,
 so one fault never shifts later layers.
 
-The costs and passes: docs/recordings.md ("Matching windows to marker segments").
+The recording is aligned a setting at a time (cut at the settings' closes), in a band
+of at most BAND_CAP offsets and a block of rows at a time: memory and time follow a
+setting's size, not how far a wrong layout or a cut recording is off in its count.
+
+The costs and passes: docs/recordings.md ("Matching windows to marker segments", and
+"Memory and time that stay bounded").
 """
 
 from __future__ import annotations

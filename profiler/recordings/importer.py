@@ -154,7 +154,7 @@ def choose_layout(inferred: InferredLayout, given: LayoutFlags, name_order: str,
         levels = resolve_levels(given.levels, board, order)
     elif board_levels:
         levels = board_levels
-        if inferred.sure and inferred.settings < len(levels) and inferred.last_runs is None:
+        if inferred.sure and inferred.settings < len(levels) and not inferred.cut_short:
             # not a run cut short: which of the levels it stepped, the trace cannot say
             raise LayoutMismatchError(
                 f"the trace shows {inferred.shape()}, {_stepped_name(board, order)} has "
@@ -373,6 +373,7 @@ def import_trace(rec: Recording, layout: RunLayout, ident: RunIdentity, method: 
             "settings": inferred.settings, "frames": inferred.runs, "layers": inferred.layers,
             "trailing": inferred.trailing, "closed": inferred.closed,
             "last_setting_frames": inferred.last_runs, "warmup": inferred.warmup,
+            "stopped_in_close": inferred.stopped_in_close,
             "odd_settings": [list(x) for x in inferred.odd_settings],
             "sure": inferred.sure, "line": inferred.describe()},
         "alignment": {"faults": al.faults, "flagged_frames": [list(x) for x in al.flagged],

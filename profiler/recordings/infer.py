@@ -72,6 +72,13 @@ class InferredLayout:
     odd_settings: tuple[tuple[int, int], ...] = ()  # (setting, count less the common one)
     contrast: float = 0.0  # how clear the period is (MIN_CONTRAST)
     warmup: int | None = None  # 0: a recording that does not mark warm-up (coupprof's own)
+    #: The recording ends inside a setting's close, well short of the other closes: it
+    #: was cut there, and settings after it may have been run but not recorded.
+    stopped_in_close: bool = False
+
+    @property
+    def cut_short(self) -> bool:
+        return self.last_runs is not None or self.stopped_in_close
 
     @property
     def found(self) -> bool:
@@ -101,6 +108,8 @@ class InferredLayout:
             f", no long close ({t} after the last frame)"
         if self.last_runs is not None:
             out += f"; the last setting is cut short after {self.last_runs} frames"
+        if self.stopped_in_close:
+            out += "; the recording stops inside the last setting's close (cut short)"
         for s, delta in self.odd_settings:
             k = (abs(delta) + 1) // 2
             why = (f"{k} spurious pulse{'s' if k != 1 else ''}" if delta > 0
@@ -161,13 +170,26 @@ def infer_layout(trace: Segments | Recording, console: ConsoleLog | None = None
         odd = tuple((s, c - n_set) for s, c in enumerate(whole) if c != n_set)
         settings = len(whole) + (last is not None)
         return InferredLayout(n, period // 2, runs, settings, trailing, True, last,
-                              tuple(whole), odd, contrast, _warmup(settings, trailing))
+                              tuple(whole), odd, contrast, _warmup(settings, trailing),
+                              _stopped_in_close(x, closes, n_set - trailing))
     # One setting and no long close: what follows the last whole frame is its trailing.
     period, contrast = _period(x, np.zeros(0, dtype=np.int64), prefer)
     if period is None:
         return InferredLayout(n, None, None, 1, None, False)
     return InferredLayout(n, period // 2, n // period, 1, n % period, False,
                           contrast=contrast, warmup=_warmup(1, n % period))
+
+
+def _stopped_in_close(x: np.ndarray, closes: np.ndarray, frames_segments: int) -> bool:
+    """A logger that stopped during the wait after a setting (whole settings, then
+    nothing): the trace ends with its last setting's frames and a close under half the
+    others' median, long enough to be taken for a close or not."""
+    rest = x.size - 1 - int(closes[-1])
+    if rest:  # the last setting's frames are whole, its close too short to be taken
+        return rest >= frames_segments
+    if closes.size < 2:
+        return False
+    return bool(x[closes[-1]] < float(np.median(x[closes[:-1]])) - np.log(2.0))
 
 
 def _warmup(settings: int, trailing: int) -> int | None:

@@ -11,9 +11,9 @@ Two readers, one result (`Recording`):
   and marker columns are named by a `CsvSpec`, with their units.
 
 A malformed line is skipped, counted and reported by line number (ARM-CO-UP's own
-reader throws away everything collected before such a line). A file that is empty,
-cut in the middle of its last line, whose time runs backwards, or that lacks a named
-column is bad input: one `BadInputError`.
+reader throws away everything collected before such a line); so is a last line without
+its newline (a logger that stopped mid-reading). A file that is empty, whose time runs
+backwards, or that lacks a named column is bad input: one `BadInputError`.
 """
 
 from __future__ import annotations
@@ -111,13 +111,14 @@ def _read_text(path: Path) -> tuple[str, str]:
     return raw.decode("utf-8", errors="replace"), hashlib.sha256(raw).hexdigest()
 
 
-def _check_end(path: Path, text: str, last_line: int, parsed_last: bool) -> None:
-    # A logger unplugged mid-write leaves a last line without its newline; when that
-    # line does not parse the file was cut, and what else is missing is unknown.
-    if text and not text.endswith(("\n", "\r")) and not parsed_last:
-        raise BadInputError(
-            f"{path} is truncated: line {last_line} stops mid-reading",
-            f"cut the file at its last whole line (head -n {last_line - 1}) and import again")
+CUT_LAST = "no newline: the logger stopped mid-reading"
+
+
+def _cut_last(text: str) -> bool:
+    """A logger unplugged mid-write leaves a last line without its newline. Even one that
+    parses may have lost digits (``1,4487,30`` of ``1,4487,3000.00``), so it is dropped
+    and reported, as a cut first line is; the readings before it are whole."""
+    return bool(text) and not text.endswith(("\n", "\r"))
 
 
 def _monotonic(path: Path, t_ms: np.ndarray, line: np.ndarray) -> None:
@@ -198,7 +199,16 @@ class _Readings:
         if not self.pins:
             raise BadInputError(f"{path} holds no pin,millis,mW readings",
                                 "pass an ARM-CO-UP power log (lines like 1,4487,3000.00)")
-        _check_end(path, tail, self.lines, self.parsed_last)
+        if _cut_last(tail):
+            if self.parsed_last:
+                for col in (self.pins, self.times, self.powers, self.where):
+                    col.pop()
+            else:
+                self.skipped = [x for x in self.skipped if x.line != self.lines]
+            self.skipped.append(SkippedLine(self.lines, CUT_LAST))
+            if not self.pins:
+                raise BadInputError(f"{path} holds no whole pin,millis,mW reading",
+                                    "pass an ARM-CO-UP power log (lines like 1,4487,3000.00)")
         level = np.frombuffer(self.pins, dtype=np.int8)
         rec = Recording(path=path, sha256=sha256, fmt="armcoup",
                         t_ms=np.frombuffer(self.times, dtype=np.float64),
@@ -370,9 +380,15 @@ def read_csv_trace(path: str | Path, spec: CsvSpec) -> Recording:
         marks.append(1 if on else 0)
         where.append(no)
         parsed_last = True
+    if _cut_last(text):
+        if parsed_last:
+            for col2 in (times, powers, marks, where):
+                col2.pop()
+        else:
+            skipped = [x for x in skipped if x.line != rows.line_num]
+        skipped.append(SkippedLine(rows.line_num, CUT_LAST))
     if not times:
         raise BadInputError(f"{p} has a header but no readings", "pass the whole export")
-    _check_end(p, text, len(lines), parsed_last)
     active = np.asarray(marks, dtype=np.int8)
     rec = Recording(path=p, sha256=sha, fmt="csv", t_ms=np.asarray(times, dtype=np.float64),
                     power_mw=np.asarray(powers, dtype=np.float64), level=active,
