@@ -8,8 +8,8 @@ settings, as ARM-CO-UP's, a quarter of a setting in short runs), and imports it 
 child process three ways:
 
 - ``whole``: ``coupprof import power_Sim_<ORDER>.csv -o DIR``, no layout flags;
-- ``truncated``: the same recording cut at 53 % of its lines (a logger that died
-  mid-run; cut at a line's end, as the reader asks for a cut last line), no flags;
+- ``truncated``: the same recording cut at 53 % of its lines, in the middle of a line
+  (a logger that died mid-reading: that line is dropped and said), no flags;
 - ``wrong layout``: the whole recording with ARM-CO-UP's layout given (``--frames 10
   --warmup 3 --levels 1-8``), which must end with exit status 1 and one line naming the
   layout the trace shows.
@@ -125,6 +125,7 @@ def run_minutes(minutes: float, workdir: Path, log: TextIO) -> list[Case]:
         keep = int(lines * CUT)
         for i, line in enumerate(src):
             if i >= keep:
+                dst.write(line[: len(line) // 2])  # stopped mid-reading: no newline
                 break
             dst.write(line)
     out = []
