@@ -160,7 +160,10 @@ def _child(conn: Connection, spec: StageSpec) -> None:
             t_out1 = clock()
             conn.send(FrameDone(frame, rows, (start, t_out0, t_out1),
                                 thread_time_ns() - cpu0, out_layout, got_ns))
-            free_ns = clock()
+            # Free once the results are placed: a clock read after the send, on a busy
+            # host, can come after the parent took the next frame, and that frame's stage
+            # time would then start after its own hand-over began.
+            free_ns = t_out1
     except BaseException as err:  # noqa: BLE001 - reported to the parent, whatever it is
         try:
             conn.send(_Failed(err, traceback.format_exc()))
