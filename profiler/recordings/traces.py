@@ -24,7 +24,8 @@ import hashlib
 import math
 import re
 from array import array
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -99,15 +100,22 @@ class CsvSpec:
     delimiter: str = ","
 
 
-def _read_text(path: Path) -> tuple[str, str]:
+@contextmanager
+def _reading(path: Path) -> Iterator[None]:
+    """A trace file's OS errors as one-line bad input."""
     try:
-        raw = path.read_bytes()
+        yield
     except FileNotFoundError:
         raise BadInputError(f"trace not found: {path}", "pass the logger's trace file") from None
     except IsADirectoryError:
         raise BadInputError(f"{path} is a directory, not a trace file") from None
     except OSError as err:
         raise BadInputError(f"cannot read {path}: {err.strerror}") from None
+
+
+def _read_text(path: Path) -> tuple[str, str]:
+    with _reading(path):
+        raw = path.read_bytes()
     return raw.decode("utf-8", errors="replace"), hashlib.sha256(raw).hexdigest()
 
 
@@ -245,8 +253,7 @@ def read_armcoup_log(path: str | Path, active_level: int = 0) -> Recording:
     sha = hashlib.sha256()
     decode = codecs.getincrementaldecoder("utf-8")(errors="replace")
     rest = tail = ""
-    try:
-        with open(p, "rb") as f:
+    with _reading(p), open(p, "rb") as f:
             while True:
                 raw = f.read(READ_BLOCK)
                 sha.update(raw)
@@ -262,12 +269,6 @@ def read_armcoup_log(path: str | Path, active_level: int = 0) -> Recording:
                     got.feed_block(block if block.endswith("\n") else block + "\n")
                 if not raw:
                     break
-    except FileNotFoundError:
-        raise BadInputError(f"trace not found: {p}", "pass the logger's trace file") from None
-    except IsADirectoryError:
-        raise BadInputError(f"{p} is a directory, not a trace file") from None
-    except OSError as err:
-        raise BadInputError(f"cannot read {p}: {err.strerror}") from None
     return got.recording(p, sha.hexdigest(), tail, active_level)
 
 
