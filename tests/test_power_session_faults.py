@@ -186,7 +186,14 @@ def test_clean_run_matches_the_waveform(layers_setup) -> None:
     run = run_with(layers_setup)
     res = run.result
     assert res.error is None and res.attribution is not None
-    assert not res.attribution.window_flagged.any()
+    att = res.attribution
+    # (it failed once in a quiet full suite with a first window flagged and has not
+    # been reproduced since: the message names which of the three reasons it was)
+    assert not att.window_flagged.any(), {
+        "flagged (frame, layer)": np.argwhere(att.window_flagged).tolist(),
+        "lost frames": att.window_lost_frames[att.window_flagged].tolist(),
+        "holes": att.window_holes[att.window_flagged].tolist(),
+        "logger": vars(run.logger.counters), "info": res.info}
     assert_clean_windows_exact(run)
     assert res.info["lost_frames"] == 0 and res.info["corrupt_frames"] == 0
     assert res.info["edges_missed"] == 0 and res.info["edges_spurious"] == 0

@@ -6,17 +6,30 @@ child join the parent's clock."""
 
 from __future__ import annotations
 
+import multiprocessing as mp
+import threading
 from dataclasses import replace
+from multiprocessing.shared_memory import SharedMemory
 
+import numpy as np
 import pytest
 
 from profiler import zoo
+from profiler.clock import StepClock
 from profiler.errors import ProfilerError
 from profiler.executors.accelerator import AcceleratorExecutor
 from profiler.executors.cpu import CpuExecutor
+from profiler.executors.factory import make_executor
 from profiler.mapping.pipeline import MappingRunConfig, run_mapping
 from profiler.mapping.spec import parse_order
-from profiler.mapping.stage_process import StageProcess, StageSpec
+from profiler.mapping.stage_process import (
+    FrameDone,
+    StageProcess,
+    StageSpec,
+    _place,
+    _serve,
+)
+from profiler.runtime import make_interpreter
 from profiler.slicing.slicer import slice_model
 from tests.test_pipeline import (
     assert_timestamps_follow_the_data,
@@ -100,3 +113,65 @@ def test_a_stage_that_fails_in_its_process_says_why() -> None:
             proc.start()
     finally:
         proc.stop()
+
+
+class _SendTakesTime:
+    """One end of a pipe whose every send is followed by `ns` of the child's time
+    passing before it reads the clock again: a busy host that deschedules the child
+    right after it hands its results over."""
+
+    def __init__(self, conn, clock: StepClock, ns: int) -> None:
+        self._conn, self._clock, self._ns = conn, clock, ns
+
+    def recv(self):
+        return self._conn.recv()
+
+    def send(self, msg) -> None:
+        self._conn.send(msg)
+        self._clock.advance(self._ns)
+
+
+def test_a_stage_is_free_once_its_results_are_placed_not_after_the_send() -> None:
+    """The next frame's stage time starts when it was ready, if the stage had placed the
+    last frame's results by then, however late the child's next clock read comes (on a
+    busy host, after the parent already took the next frame): else its stage time would
+    begin after its own hand-over did."""
+    data = zoo.build("mobilenet_v1", alpha=0.25, size=32, classes=10)
+    interp = make_interpreter(data, num_threads=1)
+    (din,), (dout,) = interp.get_input_details(), interp.get_output_details()
+    spec = StageSpec(board3(), "B", 1, [(data, "whole")], [[("msg", din["index"])]],
+                     [dout["index"]], {dout["index"]: (0, 0)})
+    ex = make_executor(spec.board, "B", threads=1)
+    ex.open()
+    blocks: dict[str, SharedMemory] = {}
+    parent, child = mp.Pipe()
+    clock = StepClock(start_ns=1_000_000, step_ns=1_000)
+    late_ns = 10_000_000
+    server = threading.Thread(target=_serve, args=(
+        _SendTakesTime(child, clock, late_ns), spec, [ex.load(data, "whole")], blocks,
+        clock))
+    server.start()
+    try:
+        x = np.zeros(din["shape"], dtype=din["dtype"])
+        layout, _ = _place({din["index"]: x}, {}, blocks)
+        parent.send((0, -1, layout))
+        assert parent.poll(60), "the stage stopped serving"
+        first = parent.recv()
+        assert isinstance(first, FrameDone)
+        placed_ns = first.busy[2]
+        # the parent takes the next frame 5 µs after the results were placed, long
+        # before the (descheduled) child reads its clock again
+        ready_ns = placed_ns + 5_000
+        parent.send((1, ready_ns, None))
+        assert parent.poll(60), "the stage stopped serving"
+        second = parent.recv()
+        assert isinstance(second, FrameDone)
+        assert second.got_ns >= placed_ns + late_ns  # the child really woke late
+        assert second.busy[0] == second.rows[0][0] == ready_ns
+    finally:
+        parent.send(None)
+        server.join(timeout=30)
+        ex.close()
+        for shm in blocks.values():
+            shm.close()
+            shm.unlink()

@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import multiprocessing as mp
 import traceback
+from collections.abc import Sequence
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from multiprocessing.shared_memory import SharedMemory
@@ -23,8 +24,9 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from profiler.boards.model import Board
-from profiler.clock import perf_clock
+from profiler.clock import Clock, perf_clock
 from profiler.errors import ProfilerError
+from profiler.executors.base import SubModel
 
 if TYPE_CHECKING:
     from multiprocessing.context import SpawnProcess
@@ -125,45 +127,7 @@ def _child(conn: Connection, spec: StageSpec) -> None:
         ex.open()
         subs = [ex.load(b, name) for b, name in spec.models]
         conn.send(StageReady([s.fallback for s in subs], ex.describe()))
-        clock = perf_clock
-        ins: dict[int, np.ndarray] = {}
-        outs: dict[int, np.ndarray] = {}
-        free_ns = clock()
-        while True:
-            msg = conn.recv()
-            if msg is None:
-                return
-            frame, ready_ns, in_layout = msg
-            cpu0 = thread_time_ns()
-            got_ns = clock()
-            if in_layout is not None:
-                ins = _attach(in_layout, blocks)
-            start = got_ns if ready_ns < 0 else max(ready_ns, free_ns)
-            rows = []
-            for k, sub in enumerate(subs):
-                t0 = start if k == 0 else clock()
-                for slot, src in enumerate(spec.feeds[k]):
-                    if src[0] == "local":
-                        sub.set_input(slot, subs[src[1]].output(src[2]))
-                    else:
-                        sub.set_input(slot, ins[src[1]])
-                t1 = clock()
-                sub.run()
-                t2 = clock()
-                rows.append((t0, t1, t1, t2))
-            t_out0 = clock()
-            produced = {}
-            for idx in spec.forwards:
-                k, slot = spec.local_out[idx]
-                produced[idx] = subs[k].output(slot)
-            out_layout, outs = _place(produced, outs, blocks)
-            t_out1 = clock()
-            conn.send(FrameDone(frame, rows, (start, t_out0, t_out1),
-                                thread_time_ns() - cpu0, out_layout, got_ns))
-            # Free once the results are placed: a clock read after the send, on a busy
-            # host, can come after the parent took the next frame, and that frame's stage
-            # time would then start after its own hand-over began.
-            free_ns = t_out1
+        _serve(conn, spec, subs, blocks, perf_clock)
     except BaseException as err:  # noqa: BLE001 - reported to the parent, whatever it is
         try:
             conn.send(_Failed(err, traceback.format_exc()))
@@ -175,6 +139,53 @@ def _child(conn: Connection, spec: StageSpec) -> None:
         for shm in blocks.values():
             shm.close()
         conn.close()
+
+
+def _serve(conn: Connection, spec: StageSpec, subs: Sequence[SubModel],
+           blocks: dict[str, SharedMemory], clock: Clock) -> None:
+    """Serve frames until told to stop (a None message); `clock` is passed in so that
+    the stage's timings can be checked on a scripted clock."""
+    ins: dict[int, np.ndarray] = {}
+    outs: dict[int, np.ndarray] = {}
+    free_ns = clock()
+    while True:
+        msg = conn.recv()
+        if msg is None:
+            return
+        frame, ready_ns, in_layout = msg
+        cpu0 = thread_time_ns()
+        got_ns = clock()
+        if in_layout is not None:
+            ins = _attach(in_layout, blocks)
+        start = got_ns if ready_ns < 0 else max(ready_ns, free_ns)
+        rows = []
+        for k, sub in enumerate(subs):
+            t0 = start if k == 0 else clock()
+            for slot, src in enumerate(spec.feeds[k]):
+                if src[0] == "local":
+                    sub.set_input(slot, subs[src[1]].output(src[2]))
+                else:
+                    sub.set_input(slot, ins[src[1]])
+            t1 = clock()
+            sub.run()
+            t2 = clock()
+            rows.append((t0, t1, t1, t2))
+        t_out0 = clock()
+        produced = {}
+        for idx in spec.forwards:
+            k, slot = spec.local_out[idx]
+            produced[idx] = subs[k].output(slot)
+        out_layout, outs = _place(produced, outs, blocks)
+        # an executor's output may be a view into its interpreter, which LiteRT
+        # refuses to run again while one is held
+        del produced
+        t_out1 = clock()
+        conn.send(FrameDone(frame, rows, (start, t_out0, t_out1),
+                            thread_time_ns() - cpu0, out_layout, got_ns))
+        # Free once the results are placed: a clock read after the send, on a busy
+        # host, can come after the parent took the next frame, and that frame's stage
+        # time would then start after its own hand-over began.
+        free_ns = t_out1
 
 
 class StageProcess:
