@@ -84,9 +84,12 @@ def fake_gpio(root: Path, number: int) -> Path:
     return line / "value"
 
 
-def test_port_vanishing_mid_run_exits_4_and_keeps_the_timings(tmp_path: Path) -> None:
+@pytest.mark.parametrize("method", ["sliced", "fused"])
+def test_port_vanishing_mid_run_exits_4_and_keeps_the_timings(tmp_path: Path,
+                                                               method: str) -> None:
     """The pty closes while frames run: exit 4, the CSV with every frame's timings and a
-    sidecar recording the power error are still written."""
+    sidecar recording the power error are still written (by either method: G's default
+    is fused)."""
     value = fake_gpio(tmp_path / "sys", 17)
     with VirtualLogger(2.0) as logger:
         def pull_cable() -> None:  # once the marker has gone high, the run is on
@@ -98,13 +101,15 @@ def test_port_vanishing_mid_run_exits_4_and_keeps_the_timings(tmp_path: Path) ->
         puller = threading.Thread(target=pull_cable, daemon=True)
         puller.start()
         proc = coupprof(*layers(tmp_path, "--frames", "30", "--power", f"arduino:{logger.port}",
-                                "--marker", "sysfs:17", "--sysfs-root", str(tmp_path / "sys")),
+                                "--marker", "sysfs:17", "--sysfs-root", str(tmp_path / "sys"),
+                                "--method", method),
                         cwd=tmp_path)
         puller.join(timeout=5)
     assert proc.returncode == 4, proc.stderr
     line = one_line_error(proc)
     assert logger.port in line and "vanished" in line
     csv = (tmp_path / "out.csv").read_text().splitlines()
-    assert len(csv) == 1 + 15  # header + a row per layer of the default model
+    # header + a row per layer of the default model (+ the fixed row, fused)
+    assert len(csv) == 1 + 15 + (method == "fused")
     meta = json.loads((tmp_path / "out.json").read_text())
     assert logger.port in meta["extra"]["power_error"]

@@ -354,7 +354,10 @@ class ProcessorLayers:
             columns.update(dict.fromkeys(("host_level", "host_freq_khz"), [None] * n))
         fused = fused_energy = None
         if s.fused is not None:
-            powers = None if power is None else (lambda calls: power.call_powers(
+            # A source that failed in the frames (a logger unplugged) prices no prefix:
+            # the rounds still time the layers, and the run keeps what it measured.
+            failed = energy is not None and energy.error is not None
+            powers = None if power is None or failed else (lambda calls: power.call_powers(
                 calls, _step(progress, "energy per prefix")))
             with clock_while(freq):
                 fused, fused_energy = self.prefixes.measure_energy(
