@@ -138,8 +138,10 @@ def detect_change(loop: BusyLoop, t_write_ns: int, dur_from_us: float, dur_to_us
 
 
 def readback_delay(gov: Governor, t_write_ns: int, to_khz: int,
-                   timeout_s: float = TIMEOUT_S) -> float | None:
-    deadline = t_write_ns + int(timeout_s * 1e9)
+                   timeout_s: float | None = None) -> float | None:
+    """µs from ``t_write_ns`` until the read-back shows ``to_khz``; None after
+    ``timeout_s`` (default `TIMEOUT_S`, read at call time)."""
+    deadline = t_write_ns + int((TIMEOUT_S if timeout_s is None else timeout_s) * 1e9)
     while True:
         now = gov.clock_ns()
         eff = gov.read_khz()
@@ -216,6 +218,14 @@ def measure(gov: Governor, plan: LatencyPlan, loop: BusyLoop | None, board: str,
         delays: list[float | None] = []
         for _ in range(plan.repeats):
             gov.set_khz(freqs[a - 1], settle_s=0.05)
+            if loop is None and readback_delay(gov, gov.clock_ns(), freqs[a - 1]) is None:
+                # The starting level never read back: the read-back would still show the
+                # last target, and b would seem reached at once. Not timed.
+                run.notes.append(f"level {a} did not read back within {TIMEOUT_S * 1000:g} "
+                                 f"ms: a transition from it was not timed")
+                delays.append(None)
+                done += 1
+                continue
             wait(SETTLE_S)
             if loop is not None:
                 loop.chunk()  # warm: the first chunk after a sleep runs cold
