@@ -4,7 +4,7 @@ Fits L, B and G on ARM-CO-UP's Layers.csv without one CNN (`coupprof calibrate -
 runs that CNN (the zoo graph ARM-CO-UP ran, cut at their layers) on the board it wrote
 with `coupprof layers` at the lowest, a middle and the top level of each processor (G
 with its host at the top), and prints per-layer time errors against their rows, and the
-whole model's. Also prints, for the shipped `sim` board, the ranking of L, B and G by
+whole model's (signed as everywhere: (sim - real) / real, `profiler.mapping.accuracy`). Also prints, for the shipped `sim` board, the ranking of L, B and G by
 whole-model time at their top levels for the five CNNs beside the real one.
 
     python benchmarks/sim_heldout.py [--model MobileV1] [--armcoup ../shared/armcoup]
@@ -22,6 +22,7 @@ import numpy as np
 import pandas as pd
 
 from profiler.calibrate.board import armcoup_measurements
+from profiler.mapping.accuracy import error_pct
 from profiler.platform import choose_board
 from profiler.sim.executor import Pricer
 from profiler.zoo import armcoup
@@ -64,7 +65,7 @@ def held_out(graph: str, layers_csv: Path, work: Path) -> None:
                         & (real["Freq_Host"].isin([-1, 7]))].set_index("Layer")["Time"].sort_index()
             err = np.abs(got.to_numpy() / want.to_numpy() - 1)
             errs.append(err)
-            wholes.append(got.sum() / want.sum() - 1)
+            wholes.append(error_pct(got.sum(), want.sum()) / 100)  # sim predicts, real measured
             print(f"  {letter} level {level}: median {np.median(err) * 100:5.1f} %, largest "
                   f"{err.max() * 100:5.1f} %; whole {got.sum():7.1f} ms against "
                   f"{want.sum():7.1f} ({wholes[-1] * 100:+.1f} %)")

@@ -76,6 +76,8 @@ if str(REPO) not in sys.path:
 
 import numpy as np  # noqa: E402
 
+from profiler.mapping.accuracy import ERROR_DEFINITION  # noqa: E402
+
 PHASES = ("layers", "transfers", "sync", "sim", "fused", "mapped")
 DEFAULT_PHASES = ("layers", "transfers", "sync", "sim")
 SIM_MODEL = dict(alpha=1.0, size=160)  # stages of ~10 ms on the simulated board
@@ -577,8 +579,8 @@ def mapped_phase(name: str, path: Path, n_layers: int, out: Path, record: dict[s
     for r in runs:
         if r["rc"] == 0:
             lat, fps = r["latency_ms_mean"], r["throughput_fps"]
-            log(f"  {r['order']} {r['mode']}: latency {lat['measured']:.3f} vs "
-                f"{lat['predicted']:.3f} ms ({lat['error_pct']:+.1f} %), throughput "
+            log(f"  {r['order']} {r['mode']}: latency {lat['measured']:.3f} (measured) vs "
+                f"{lat['predicted']:.3f} ms (predicted; {lat['error_pct']:+.1f} %), throughput "
                 f"{fps['measured']:.1f} vs {fps['predicted']:.1f} FPS ({fps['error_pct']:+.1f} %)")
     return res
 
@@ -752,7 +754,7 @@ def main(argv: list[str] | None = None) -> int:
                             for k in ("measured", "predicted", "error_pct")})
             sims.append(row)
         record["results"]["sim_pipeline_throughput"] = sims
-        log("sim pipeline throughput (measured, predicted, error %): " + "; ".join(
+        log(f"sim pipeline throughput (measured, predicted, {ERROR_DEFINITION}): " + "; ".join(
             f"{r['order']}: {r.get('measured', 0):.1f}, {r.get('predicted', 0):.1f}, "
             f"{r.get('error_pct', float('nan')):+.1f}" for r in sims))
     record["elapsed_s"] = round(time.monotonic() - started, 1)

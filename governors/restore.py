@@ -25,6 +25,15 @@ from governors.base import Governor, SavedState
 from profiler.errors import GovernorError, ProfilerError
 
 HANDLED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+# Processors whose governors a guard put back while an exception (Ctrl-C) unwound it, in
+# this process: what an interrupted command says it restored.
+_UNWOUND: list[str] = []
+
+
+def restored_on_unwind() -> list[str]:
+    """The letters of the processors whose saved governor settings were written back while
+    an exception unwound their guard (each once, in order)."""
+    return list(dict.fromkeys(_UNWOUND))
 
 
 class Terminated(SystemExit):
@@ -61,6 +70,8 @@ class RestoreGuard:
                  tb: TracebackType | None) -> None:
         self._exiting = True  # from here a signal is only recorded (see _handler)
         errors = self.restore()
+        if exc is not None and not errors:
+            _UNWOUND.extend(gov.letter for gov, _ in self.saved)
         if errors and exc is None:
             raise GovernorError(
                 "could not restore: " + " | ".join(str(e) for e in errors),

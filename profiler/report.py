@@ -3,20 +3,32 @@
     report = build_report(Path("coupprof-out"))      # finds the CSVs and their sidecars
     path = write_report(report, fmt="md")            # RUN_DIR/report.md + RUN_DIR/figures/*.png
 
-What it recognises, by each CSV's JSON sidecar (same stem) and columns:
+Every file a coupprof command writes gets its section, told by the ``format`` of its JSON
+sidecar (same stem; `KINDS` lists them):
 
-- layer runs (`coupprof layers`, sidecar format coupprof-layers/1): metadata, the
-  layer table and totals, a `timeline` figure when the run kept raw rows and a power
-  trace; all layer runs together in one `layers` figure;
+- layer runs (`coupprof layers`): metadata, the layer table and totals (a fused table's
+  whole model in one call, its fixed row and intervals), a `timeline` figure when the run
+  kept raw rows and a power trace; all layer runs together in one `layers` figure;
+- mapped runs (`coupprof run`): each stage and the summary, measured beside predicted;
+- predictions (`coupprof predict --json`, a JSON with no CSV): latency, throughput,
+  energy and the stages;
 - sweeps (`coupprof sweep`, DIR/sweep.csv + sweep.json): the pairs and their totals,
   the `efficiency` figure (when the sweep has power columns) and `layers` at the top level;
 - transfer matrices (`coupprof transfer-matrix`): the src x dst summary and the
   `transfers` figure;
+- searches (`coupprof explore`, and the measured top of `explore --measure`);
+- DVFS transition delays (`coupprof dvfs-latency`);
+- imported tables (`coupprof import`);
+- board profiles `coupprof calibrate` wrote (a TOML with [board.sim.calibration]);
 - power traces (`coupprof collect`): duration, rate, lost frames, and a `timeline`
-  figure when a layer run with raw rows overlaps the trace.
+  figure when a layer run with raw rows overlaps the trace; the binary trace folders
+  (NAME.trace/) that layer runs and mapped runs keep are listed.
 
-Subdirectories are searched too (a sweep's own directory inside a run directory).
-A figure that cannot be drawn is replaced by a line saying why.
+Errors of a prediction are signed as everywhere (`profiler.mapping.accuracy`):
+(predicted - measured) / measured, and the tables say so in their header.
+Subdirectories are searched too (a sweep's own directory inside a run directory). A CSV
+with no coupprof sidecar is listed as such. A figure that cannot be drawn is replaced by a
+line saying why.
 """
 
 from __future__ import annotations
@@ -27,6 +39,7 @@ import json
 import os
 from dataclasses import dataclass, field
 from functools import partial
+from itertools import groupby
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -93,45 +106,95 @@ class Report:
 # -- finding results -----------------------------------------------------------------
 
 
+#: Sidecar format (before its "/version") -> (kind, the command that writes it).
+KINDS: dict[str, tuple[str, str]] = {
+    "coupprof-layers": ("layers", "coupprof layers"),
+    "coupprof-run": ("run", "coupprof run"),
+    "coupprof-predict": ("predict", "coupprof predict --json"),
+    "coupprof-sweep": ("sweep", "coupprof sweep"),
+    "coupprof-transfers": ("transfers", "coupprof transfer-matrix"),
+    "coupprof-explore": ("explore", "coupprof explore"),
+    "coupprof-explore-measured": ("explore-measured", "coupprof explore --measure"),
+    "coupprof-dvfs-latency": ("dvfs-latency", "coupprof dvfs-latency"),
+    "coupprof-import": ("import", "coupprof import"),
+    "coupprof-trace": ("trace", "coupprof collect"),
+}
+PROFILE = ("profile", "coupprof calibrate")  # a board profile (TOML) it fitted
+TRACE_DIR = "trace-dir"  # NAME.trace/, kept by the command that wrote NAME.csv
+
+
 @dataclass
 class Found:
-    csv: Path
+    csv: Path  # the CSV; for a prediction its JSON, a profile its TOML, a trace its folder
     meta: dict[str, Any]
-    kind: str  # layers | sweep | transfers | trace | other
+    kind: str  # a KINDS kind, profile, trace-dir, or other (no coupprof sidecar)
+    by: str = ""  # the command that wrote it, where its kind does not say
+
+    @property
+    def written_by(self) -> str:
+        return self.by or {k: by for k, by in (*KINDS.values(), PROFILE)}.get(self.kind, "")
 
 
-def _sidecar(csv: Path) -> dict[str, Any]:
-    j = csv.with_suffix(".json")
+def _read_json(path: Path) -> dict[str, Any]:
     try:
-        meta = json.loads(j.read_text())
+        meta = json.loads(path.read_text())
     except (OSError, ValueError):
         return {}
     return meta if isinstance(meta, dict) else {}
 
 
+def _sidecar(csv: Path) -> dict[str, Any]:
+    return _read_json(csv.with_suffix(".json"))
+
+
+def _kind(meta: dict[str, Any]) -> str:
+    fmt = str(meta.get("format", "")).split("/")[0]
+    return KINDS[fmt][0] if fmt in KINDS else "other"
+
+
 def classify(csv: Path) -> Found:
     meta = _sidecar(csv)
-    fmt = str(meta.get("format", ""))
-    if fmt.startswith("coupprof-layers"):
-        kind = "layers"
-    elif fmt.startswith("coupprof-sweep"):
-        kind = "sweep"
-    elif fmt.startswith("coupprof-transfers"):
-        kind = "transfers"
-    elif fmt.startswith("coupprof-trace"):
-        kind = "trace"
-    else:
-        kind = "other"
-    return Found(csv, meta, kind)
+    return Found(csv, meta, _kind(meta))
+
+
+def _profile(path: Path) -> Found | None:
+    """A board profile `coupprof calibrate` wrote (its [board.sim.calibration]), else None."""
+    import tomllib
+
+    try:
+        doc = tomllib.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    board: dict[str, Any] = doc["board"] if isinstance(doc.get("board"), dict) else {}
+    sim = board.get("sim")
+    cal = sim.get("calibration") if isinstance(sim, dict) else None
+    if not isinstance(cal, dict):
+        return None
+    return Found(path, {"board": board.get("name", ""), **cal}, PROFILE[0])
 
 
 def find_results(run_dir: Path) -> list[Found]:
-    """Every CSV under `run_dir` (figures and edge files left out), classified."""
+    """Every CSV under `run_dir` (figures and edge files left out), classified; the
+    predictions (JSON with no CSV), calibrated board profiles and binary trace folders
+    beside them."""
     out = []
-    for csv in sorted(run_dir.rglob("*.csv")):
-        if csv.name.endswith(".edges.csv") or FIGURES_DIR in csv.relative_to(run_dir).parts:
+    for path in sorted(run_dir.rglob("*")):
+        rel = path.relative_to(run_dir).parts
+        if FIGURES_DIR in rel or any(part.endswith(".trace") for part in rel[:-1]):
             continue
-        out.append(classify(csv))
+        if path.is_dir():
+            if path.suffix == ".trace" and (path / "meta.json").is_file():
+                beside = classify(path.with_suffix(".csv")).written_by
+                out.append(Found(path, _read_json(path / "meta.json"), TRACE_DIR,
+                                 by=beside or "a measuring command"))
+        elif path.suffix == ".csv" and not path.name.endswith(".edges.csv"):
+            out.append(classify(path))
+        elif path.suffix == ".json" and not path.with_suffix(".csv").exists():
+            meta = _read_json(path)
+            if _kind(meta) == "predict":
+                out.append(Found(path, meta, "predict"))
+        elif path.suffix == ".toml" and (found := _profile(path)) is not None:
+            out.append(found)
     return out
 
 
@@ -191,32 +254,39 @@ def _layer_section(report: Report, f: Found) -> pd.DataFrame:
     report.add(TableBlock(_meta_table([
         ("board", info.get("board")), ("processor", f"{info.get('processor')} — "
                                                     f"{info.get('processor_name', '')}"),
-        ("cores / threads", f"{info.get('cores')} / {info.get('threads')}"), ("frequency", freq),
+        ("cores / threads", f"{_cores(info)} / {info.get('threads')}"), ("frequency", freq),
         ("frames (warm-up)", f"{info.get('frames')} ({info.get('warmup')})"),
         ("runtime", f"{info.get('runtime')} {info.get('runtime_version')}"),
         ("power source", info.get("power_source")), ("model sha256", info.get("model_sha256")),
     ])))
     df = t.layers
-    cols = {"layer": df["layer"], "operators": [short_ops(o) for o in df["op_types"]],
-            "mean ms": df["time_ms_mean"], "median ms": df["time_ms_median"],
-            "p95 ms": df["time_ms_p95"], "transfer ms": df["transfer_ms_mean"],
-            "KiB in": df["bytes_in"] / 1024, "KiB out": df["bytes_out"] / 1024,
-            "MMAC": df["macs"] / 1e6}
+    fused = "time_ms_fused" in df.columns and "whole_ms" in tot
+    cols: dict[str, Any] = {"layer": df["layer"],
+                            "operators": [short_ops(o) for o in df["op_types"]]}
+    if fused:  # the layer inside one call of the whole model; sliced beside it
+        cols.update({"fused ms": df["time_ms_fused"],
+                     "±95% ms": df.get("time_ms_fused_ci95", np.nan),
+                     "sliced ms": df["time_ms_mean"]})
+    else:
+        cols.update({"mean ms": df["time_ms_mean"], "median ms": df["time_ms_median"],
+                     "p95 ms": df["time_ms_p95"]})
+    cols.update({"transfer ms": df["transfer_ms_mean"], "KiB in": df["bytes_in"] / 1024,
+                 "KiB out": df["bytes_out"] / 1024, "MMAC": df["macs"] / 1e6})
     for c, label in (("power_w", "W"), ("energy_mj", "mJ"), ("fps_per_w", "FPS/W")):
         if c in df.columns:
             cols[label] = df[c]
     table = pd.DataFrame(cols)
-    total = (f"Per frame: compute {tot.get('time_ms_mean', float('nan')):.3f} ms + transfer "
-             f"{tot.get('transfer_ms_mean', float('nan')):.3f} ms = latency "
-             f"{tot.get('latency_ms_mean', float('nan')):.3f} ms ({tot.get('fps', float('nan')):.1f} FPS)")
-    if "energy_mj" in tot:
-        total += f"; energy {tot['energy_mj']:.3f} mJ"
-    if "fps_per_w" in tot:
-        total += f", {tot['fps_per_w']:.2f} FPS/W"
-    if "lost_frames" in tot:
-        total += f"; logger frames lost: {int(tot['lost_frames'])}"
-    report.add(TableBlock(table, total + ".", digits={"KiB in": 1, "KiB out": 1, "MMAC": 2,
-                                                         "FPS/W": 1}))
+    if fused:  # the fixed cost every call pays once, as the CLI's table shows it
+        fixed: dict[str, Any] = {c: None for c in table.columns}
+        fixed.update({"layer": "fixed", "operators": "per call",
+                      "fused ms": tot.get("fixed_ms"), "±95% ms": tot.get("fixed_ms_ci95")})
+        if "mJ" in table.columns:
+            fixed["mJ"] = tot.get("fixed_energy_mj")
+        table = pd.concat([table.astype(object), pd.DataFrame([fixed]).astype(object)],
+                          ignore_index=True)
+    total = _layer_totals(tot, fused)
+    report.add(TableBlock(table, total, digits={"KiB in": 1, "KiB out": 1, "MMAC": 2,
+                                                 "FPS/W": 1}))
     if t.frames is not None:
         from profiler.plots import timeline_figure
         from profiler.plots.timeline import run_trace
@@ -230,6 +300,42 @@ def _layer_section(report: Report, f: Found) -> pd.DataFrame:
                 trace, layers, trace_src=trace_path, layers_src=rel),
                 "one frame's power trace with the layer windows shaded")
     return t.layers.assign(run=f.csv.stem)
+
+
+def _cores(info: dict[str, Any]) -> str:
+    """'0-1', or on the simulated board 'board 4-5, this machine's 0-1'."""
+    from profiler.boards.host import format_cpu_list
+
+    here = format_cpu_list(info.get("cores") or [])
+    board = (info.get("extra") or {}).get("board_cores")
+    return f"board {format_cpu_list(board)}, this machine's {here}" if board else here
+
+
+def _layer_totals(tot: dict[str, float], fused: bool) -> str:
+    """The caption under a layer table: a fused table's whole model in one call first
+    (what the processor does per inference), then the sliced frame's sums."""
+    nan = float("nan")
+    text = ""
+    if fused:
+        whole = tot["whole_ms"]
+        text = (f"Whole model, one call: {whole:.3f} ± {tot.get('whole_ms_ci95', nan):.3f} ms "
+                f"({1000.0 / whole:.1f} FPS) = fixed {tot.get('fixed_ms', nan):.3f} ms + "
+                f"layers {tot.get('fused_layer_sum_ms', nan):.3f} ms"
+                + (f"; energy {tot['whole_energy_mj']:.3f} mJ per call"
+                   if "whole_energy_mj" in tot else "")
+                + (f" over {int(tot['rounds'])} rounds" if "rounds" in tot else "") + ". ")
+    text += (f"{'Sliced, per' if fused else 'Per'} frame: compute "
+             f"{tot.get('time_ms_mean', nan):.3f} ms + transfer "
+             f"{tot.get('transfer_ms_mean', nan):.3f} ms = latency "
+             f"{tot.get('latency_ms_mean', nan):.3f} ms ({tot.get('fps', nan):.1f} FPS)")
+    energy = tot.get("energy_mj_sliced" if fused else "energy_mj")
+    if energy is not None:
+        text += f"; energy {energy:.3f} mJ"
+    if "fps_per_w" in tot and not fused:
+        text += f", {tot['fps_per_w']:.2f} FPS/W"
+    if "lost_frames" in tot:
+        text += f"; logger frames lost: {int(tot['lost_frames'])}"
+    return text + "."
 
 
 def _sweep_section(report: Report, f: Found) -> None:
@@ -321,6 +427,196 @@ def _trace_section(report: Report, f: Found, raw_layers: list[Found]) -> None:
     report.add(Para("*The trace overlaps no frame of the layer runs here (timeline skipped).*"))
 
 
+def _error_col(df: pd.DataFrame, predicted: str, measured: str) -> list[float]:
+    """`profiler.mapping.accuracy.error_pct` of each row, recomputed from the CSV's figures
+    (one definition, whichever version wrote the file)."""
+    from profiler.mapping.accuracy import error_pct
+
+    return [error_pct(_float(p), _float(m))
+            for p, m in zip(df[predicted], df[measured], strict=True)]
+
+
+def _float(v: object) -> float | None:
+    try:
+        f = float(v)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return None
+    return None if np.isnan(f) else f
+
+
+def _err_header() -> str:
+    from profiler.mapping.accuracy import ERROR_HEADER
+
+    return ERROR_HEADER.replace("\n", " ")
+
+
+def _run_section(report: Report, f: Found) -> None:
+    """A mapped run: each stage and the summary, measured beside predicted."""
+    m = f.meta
+    df = pd.read_csv(f.csv)
+    rel = f.csv.relative_to(report.run_dir)
+    report.add(Heading(f"Mapped run: {m.get('compact', m.get('order', '?'))} in "
+                       f"{m.get('mode', '?')} mode ({Path(str(m.get('model_path', ''))).name} "
+                       f"on {m.get('board', '?')})", 3))
+    report.add(Para(f"From `{rel}`" + (" — **simulated board**" if m.get("simulated") else "")
+                    + f": {m.get('frames', '?')} frames after {m.get('warmup', '?')} warm-up, "
+                    f"method {m.get('method', '?')}, {m.get('freq_plan', '')}; command "
+                    f"`{m.get('command', '')}`."))
+    err = _err_header()
+    stages = df[df["kind"] == "stage"]
+    if len(stages):
+        report.add(TableBlock(pd.DataFrame({
+            "stage": stages["stage"].astype(int), "processor": stages["processor"],
+            "layers": [f"{int(a)}-{int(b)}" for a, b in
+                       zip(stages["first_layer"], stages["last_layer"], strict=True)],
+            "measured ms": stages["time_ms_mean"], "p95 ms": stages["time_ms_p95"],
+            "predicted ms": stages["predicted_ms"],
+            err: _error_col(stages, "predicted_ms", "time_ms_mean"),
+        }), "Each stage's busy time per frame.", digits={err: 1}))
+    summ = df[df["kind"] == "summary"]
+    if len(summ):
+        report.add(TableBlock(pd.DataFrame({
+            "metric": summ["metric"], "measured": summ["measured"],
+            "predicted": summ["predicted"], err: _error_col(summ, "predicted", "measured"),
+        }), "; ".join(str(n) for n in m.get("notes") or []), digits={err: 1}))
+
+
+def _predict_section(report: Report, f: Found) -> None:
+    """`coupprof predict --json`: a mapping's prediction, or each single processor's."""
+    m = f.meta
+    rel = f.csv.relative_to(report.run_dir)
+    tables = ", ".join(f"`{s}`" for s in m.get("layers") or [])
+    if "single" in m:
+        report.add(Heading("Prediction: the whole model on one processor", 3))
+        report.add(Para(f"From `{rel}` (layer tables {tables}); fastest: {m.get('best')}."))
+        report.add(TableBlock(pd.DataFrame([{
+            "processor": r.get("processor"), "level": r.get("level"),
+            "latency ms": r.get("latency_ms"), "FPS": r.get("throughput_fps"),
+            "mJ/frame": r.get("energy_mj")} for r in m["single"]]), digits={"FPS": 2}))
+        return
+    order = "".join(f"{k}{len(list(g))}" for k, g in groupby(str(m.get("order", "?"))))
+    report.add(Heading(f"Prediction: {order} in {m.get('mode', '?')} mode", 3))
+    energy = m.get("energy_mj")
+    report.add(Para(
+        f"From `{rel}` (layer tables {tables}"
+        + (f", transfers `{m['transfers']}`" if m.get("transfers") else ", no transfer table")
+        + f"): latency {m.get('latency_ms', float('nan')):.3f} ms, throughput "
+        f"{m.get('throughput_fps', float('nan')):.2f} FPS"
+        + (f", energy {energy:.3f} mJ/frame" if energy is not None else "") + "."))
+    stages = m.get("stages") or []
+    if stages:
+        report.add(TableBlock(pd.DataFrame([{
+            "stage": s.get("stage"), "processor": s.get("processor"),
+            "layers": "-".join(str(v) for v in s.get("layers", [])[:1] + s.get("layers", [])[-1:]),
+            "compute ms": s.get("compute_ms"), "hand-over ms": s.get("transfer_ms"),
+            "stage ms": s.get("time_ms")} for s in stages])))
+
+
+def _explore_section(report: Report, f: Found, top: int = 10) -> None:
+    """`coupprof explore`: what it searched and its best candidates."""
+    m = f.meta
+    df = pd.read_csv(f.csv)
+    rel = f.csv.relative_to(report.run_dir)
+    report.add(Heading(f"Search: {m.get('model', '?')} in {m.get('mode', '?')} mode on "
+                       f"{m.get('board', '?')}", 3))
+    report.add(Para(f"From `{rel}`: {len(df)} candidates, objective "
+                    f"{m.get('objective', '?')}; {m.get('proof', '')}."))
+    shown = df[(df["rank"] <= top) | df["kind"].isin(["single", "given"])]
+    cols = [c for c in ("rank", "kind", "order", "freq", "latency_ms", "throughput_fps",
+                        "energy_mj", "fps_per_w") if c in shown.columns]
+    table = shown[cols].rename(columns={"latency_ms": "latency ms", "throughput_fps": "FPS",
+                                        "energy_mj": "mJ/frame", "fps_per_w": "FPS/W"})
+    pick = df[df["kind"] == "pick"]
+    report.add(TableBlock(table, (f"To run the pick: `{pick['command'].iloc[0]}`."
+                                  if len(pick) and "command" in pick else ""),
+                          digits={"FPS": 1, "FPS/W": 1}))
+
+
+def _explore_measured_section(report: Report, f: Found) -> None:
+    """`coupprof explore --measure`: the top candidates run, beside their predictions."""
+    df = pd.read_csv(f.csv)
+    rel = f.csv.relative_to(report.run_dir)
+    report.add(Heading(f"Search, measured: {len(df)} candidates run", 3))
+    report.add(Para(f"From `{rel}` ({f.meta.get('frames', '?')} frames each, beside the "
+                    f"predictions of `{f.meta.get('explore_csv', '')}`)."))
+    err = _err_header()
+    out: dict[str, Any] = {"rank": df["rank"], "order": df["order"]}
+    for col, label in (("latency_ms", "latency ms"), ("throughput_fps", "FPS"),
+                       ("energy_mj", "mJ/frame")):
+        out[f"{label} measured"] = df[col]
+        out[f"{label} predicted"] = df[f"predicted_{col}"]
+        out[f"{label} {err}"] = _error_col(df, f"predicted_{col}", col)
+    report.add(TableBlock(pd.DataFrame(out), digits={k: 1 for k in out if err in k}))
+
+
+def _dvfs_section(report: Report, f: Found) -> None:
+    """`coupprof dvfs-latency`: the shortest and longest transition each way."""
+    m = f.meta
+    rel = f.csv.relative_to(report.run_dir)
+    report.add(Heading(f"DVFS transition delays: {m.get('board', '?')} processor "
+                       f"{m.get('processor', '?')}", 3))
+    report.add(Para(f"From `{rel}`: {m.get('title', '')}."))
+    rows = [{"direction": r.get("direction"), "transitions": r.get("transitions"),
+             "shortest µs": r.get("min_delay_us"),
+             "shortest at levels": f"{r.get('min_from')} → {r.get('min_to')}",
+             "longest µs": r.get("max_delay_us"),
+             "longest at levels": f"{r.get('max_from')} → {r.get('max_to')}"}
+            for r in m.get("summary") or []]
+    if rows:
+        report.add(TableBlock(pd.DataFrame(rows), "; ".join(m.get("notes") or []),
+                              digits={"shortest µs": 1, "longest µs": 1}))
+
+
+def _import_section(report: Report, found: list[Found]) -> None:
+    """`coupprof import`: the tables it wrote, one row each."""
+    rows = []
+    for f in found:
+        df = pd.read_csv(f.csv)
+        procs = sorted(set(df["processor"].astype(str)), key="LBGN".find) \
+            if "processor" in df.columns else []
+        src = f.meta.get("source")
+        rows.append({"file": f"`{f.csv.relative_to(report.run_dir)}`",
+                     "kind": f.meta.get("kind", ""), "model": f.meta.get("model", ""),
+                     "board": f.meta.get("board", ""), "rows": len(df),
+                     "processors": ", ".join(procs),
+                     "source": Path(str(src.get("path", ""))).name
+                     if isinstance(src, dict) else ""})
+    report.add(TableBlock(pd.DataFrame(rows), "Tables `coupprof import` wrote from another "
+                          "logger's recording or ARM-CO-UP's tables; `coupprof predict "
+                          "--layers` reads its layer tables."))
+
+
+def _profile_section(report: Report, found: list[Found]) -> None:
+    """Board profiles `coupprof calibrate` fitted: from what, and how to use them."""
+    rows = [{"file": f"`{f.csv.relative_to(report.run_dir)}`", "board": f.meta.get("board"),
+             "fitted from": f.meta.get("source"), "rows": f.meta.get("rows"),
+             "processors": ", ".join(f.meta.get("processors") or []),
+             "models": ", ".join(f.meta.get("models") or []),
+             "parameters fitted": len(f.meta.get("fitted") or [])} for f in found]
+    report.add(TableBlock(pd.DataFrame(rows), "Use one with `--board FILE.toml`."))
+
+
+def _trace_dirs_section(report: Report, found: list[Found]) -> None:
+    """The binary power traces runs kept (NAME.trace/ beside NAME.csv)."""
+    rows = []
+    for f in found:
+        m = f.meta
+        logger: dict[str, Any] = m["logger"] if isinstance(m.get("logger"), dict) else {}
+        counters: dict[str, Any] = m["counters"] if isinstance(m.get("counters"), dict) else {}
+        start, stop = m.get("host_start_ns"), m.get("host_stop_ns")
+        beside = f.csv.with_suffix(".csv")
+        rows.append({"folder": f"`{f.csv.relative_to(report.run_dir)}/`",
+                     "beside": f"`{beside.relative_to(report.run_dir)}`" if beside.exists()
+                     else "", "rate S/s": logger.get("rate_hz"),
+                     "seconds": (stop - start) / 1e9 if isinstance(start, int)
+                     and isinstance(stop, int) else None,
+                     "lost frames": counters.get("lost_frames")})
+    report.add(TableBlock(pd.DataFrame(rows), "The power logger's raw samples and marker "
+                          "edges behind a run's energy figures (binary; "
+                          "`profiler.power.trace.DeviceTrace.load` reads one).",
+                          digits={"seconds": 2}))
+
+
 # -- building and writing ----------------------------------------------------------------
 
 
@@ -331,26 +627,29 @@ def build_report(run_dir: str | Path) -> Report:
                             "pass the directory your coupprof commands wrote into (e.g. coupprof-out)")
     found = find_results(d)
     known = [f for f in found if f.kind != "other"]
-    if not known:
+    results = [f for f in known if f.kind != TRACE_DIR]  # a trace folder goes with its run
+    if not results:
         raise BadInputError(
             f"no coupprof results in {d} (looked for CSVs with JSON sidecars from coupprof layers, "
-            "sweep, transfer-matrix or collect)",
+            "run, sweep, transfer-matrix, explore, dvfs-latency, import or collect, predict "
+            "--json files and calibrated board profiles)",
             "run one of those commands with its output in this directory first")
     report = Report(d, f"coupprof report: {d.resolve().name}")
-    report.sources = [f.csv for f in known]
+    report.sources = [f.csv for f in results]
     now = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
     boards = sorted({str(f.meta.get("board") or f.meta.get("settings", {}).get("board"))
-                     for f in known if f.kind != "trace"} - {"None"})
-    report.add(Para(f"Generated {now} from {len(known)} result file(s)"
+                     for f in results if f.kind != "trace"} - {"None", ""})
+    report.add(Para(f"Generated {now} from {len(results)} result file(s)"
                     + (f" on board(s) {', '.join(boards)}" if boards else "") + "."))
     report.add(TableBlock(pd.DataFrame({
         "file": [f"`{f.csv.relative_to(d)}`" for f in known],
         "what": [f.kind for f in known],
-        "written by": [{"layers": "coupprof layers", "sweep": "coupprof sweep",
-                        "transfers": "coupprof transfer-matrix", "trace": "coupprof collect"}[f.kind]
-                       for f in known]})))
+        "written by": [f.written_by for f in known]})))
 
-    layer_runs = [f for f in known if f.kind == "layers"]
+    def of(kind: str) -> list[Found]:
+        return [f for f in known if f.kind == kind]
+
+    layer_runs = of("layers")
     if layer_runs:
         from profiler.plots import layers_figure
 
@@ -361,22 +660,34 @@ def build_report(run_dir: str | Path) -> Report:
             both = both.drop(columns="run")  # one run per processor: colour by processor
         _figure(report, "layers", lambda: layers_figure(both, "the layer runs"),
                 "time (and energy, FPS/W) per layer, the layer runs side by side")
-    sweeps = [f for f in known if f.kind == "sweep"]
-    if sweeps:
-        report.add(Heading("Sweeps"))
-        for f in sweeps:
-            _sweep_section(report, f)
-    transfers = [f for f in known if f.kind == "transfers"]
-    if transfers:
-        report.add(Heading("Transfer matrices"))
-        for f in transfers:
-            _transfer_section(report, f)
-    traces = [f for f in known if f.kind == "trace"]
+    sections: list[tuple[str, str, Callable[[Report, Found], None]]] = [
+        ("run", "Mapped runs", _run_section),
+        ("predict", "Predictions", _predict_section),
+        ("sweep", "Sweeps", _sweep_section),
+        ("transfers", "Transfer matrices", _transfer_section),
+        ("explore", "Searches", _explore_section),
+        ("explore-measured", "Searches, measured", _explore_measured_section),
+        ("dvfs-latency", "DVFS transition delays", _dvfs_section),
+    ]
+    for kind, heading, section in sections:
+        if of(kind):
+            report.add(Heading(heading))
+            for f in of(kind):
+                section(report, f)
+    for kind, heading, listing in (("import", "Imported tables", _import_section),
+                                   ("profile", "Calibrated board profiles", _profile_section)):
+        if of(kind):
+            report.add(Heading(heading))
+            listing(report, of(kind))
+    traces = of("trace")
     if traces:
         report.add(Heading("Power traces"))
         raw = [f for f in layer_runs if f.meta.get("raw_rows")]
         for f in traces:
             _trace_section(report, f, raw)
+    if of(TRACE_DIR):
+        report.add(Heading("Binary power traces kept"))
+        _trace_dirs_section(report, of(TRACE_DIR))
     other = [f for f in found if f.kind == "other"]
     if other:
         report.add(Para("Other CSVs here (no coupprof sidecar): "

@@ -15,6 +15,7 @@ from sim_truth import call_overhead_ms
 
 from profiler.boards.profiles import load_board
 from profiler.measure.tables import read_tables, render_text
+from profiler.sweep.schema import read_sweep
 
 COUPPROF = str(Path(sys.executable).with_name("coupprof"))
 # A few rounds only (5: the 20 % trim drops one at each end): these tests check the
@@ -114,6 +115,23 @@ def test_sweep_mixes_sliced_cpu_and_fused_g(tmp_path: Path) -> None:
     assert g["fused"]["settings"]["window"] == 0  # a GPU keeps whole prefixes (settings_for)
     assert "fused" not in next(v for k, v in meta["pairs"].items() if k.startswith("B"))
     assert "fused" in r.stdout and "sliced" in r.stdout
+    # One frame time: the summary table's ms/frame per pair is what read_sweep (and
+    # notebook 02) give, a fused pair's one call and a sliced pair's latency.
+    frames = read_sweep(tmp_path / "sw").frame_ms().set_index("processor")
+    assert frames.loc["G", "frame_ms"] == pytest.approx(g["totals"]["whole_ms"])
+    b = next(v for k, v in meta["pairs"].items() if k.startswith("B"))
+    assert frames.loc["B", "frame_ms"] == pytest.approx(b["totals"]["latency_ms_mean"])
+    printed = {cells[0]: cells for cells in map(str.split, r.stdout.splitlines())
+               if cells[:1] in (["B"], ["G"]) and {"sliced", "fused"} & set(cells)}
+    mhz = {letter: f"{frames.loc[letter, 'freq_khz'] / 1000:g}" for letter in ("B", "G")}
+    for letter in ("B", "G"):
+        cells = printed[letter]
+        assert f"{frames.loc[letter, 'frame_ms']:.3f}" in cells, cells
+        # the progress line gives the same figure
+        assert f"{letter} level 5 ({mhz[letter]} MHz): 4 layers, " \
+               f"{frames.loc[letter, 'frame_ms']:.3f} ms/frame" in \
+            " ".join((r.stdout + r.stderr).split())
+    assert "a fused pair's one call" in " ".join(r.stdout.split())
 
 
 def test_predict_from_fused_tables_charges_one_fixed_cost_per_stage(g_run: Path) -> None:

@@ -42,3 +42,21 @@ def test_every_quickstart_command_runs(tmp_path: Path) -> None:
     assert (out / "efficiency.png").stat().st_size > 0
     assert (out / "sweep" / "sweep.csv").is_file()
     assert list(out.glob("report*.md")) or list(out.glob("*.md")), sorted(os.listdir(out))
+
+
+def test_the_readme_opens_with_the_two_commands_and_what_they_print() -> None:
+    readme = (QUICKSTART.parents[1] / "README.md").read_text().splitlines()
+    first = "\n".join(readme[:25])  # the first screen
+    main = "./setup.sh && .venv/bin/coupprof layers --processor G --freq 4"
+    suite = "./setup.sh && .venv/bin/python -m pytest"
+    assert main in first and suite in first
+    # CI runs exactly the README's test command
+    ci = (QUICKSTART.parents[1] / ".ci" / "run").read_text()
+    assert suite in ci.splitlines()
+    # what the main job prints follows: a table of the default model's 15 layers
+    text = "\n".join(readme)
+    shown = text[text.index("## What the main job prints"):text.index("## What it means")]
+    rows = [line.split()[0] for line in shown.splitlines()
+            if line[:6].strip().isdigit()]
+    assert rows == [str(i) for i in range(15)], rows
+    assert "[SIMULATED]" in shown and "whole model, one call" in shown

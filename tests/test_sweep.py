@@ -226,7 +226,7 @@ def test_interrupted_sweep_resumes_to_the_same_rows_as_an_uninterrupted_one(tmp_
         if proc.poll() is None:
             proc.kill()
     assert proc.returncode == 130, err
-    assert "interrupted after" in err and "--resume" in err
+    assert "coupprof sweep: interrupted; " in err and "--resume" in err
     kept = _pairs_in(tmp_path / "cut" / "sweep.csv")
     assert 2 <= kept < 7, "the interrupt should land mid-sweep"
     assert snapshot(fake.sys) == before  # governors restored on Ctrl-C

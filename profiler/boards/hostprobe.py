@@ -49,6 +49,13 @@ class HostHardware:
             parts.append(f"cpufreq on {n} CPU polic{'y' if n == 1 else 'ies'}")
         return " and ".join(parts) or "no cpufreq and no GPU"
 
+    def short(self) -> str:
+        """E.g. 'GPU and cpufreq', '2 GPUs': the board notice's few words."""
+        n = len(self.gpus)
+        parts = ([f"{n} GPUs" if n > 1 else "GPU"] if n else []) + \
+            (["cpufreq"] if self.cpufreq_policies else [])
+        return " and ".join(parts)
+
 
 def _read(path: Path) -> str | None:
     try:
@@ -108,8 +115,9 @@ def probe_host(sysfs_root: str | Path, proc_root: str | Path | None = None,
 
 def host_board_hint(sysfs_root: str | Path, proc_root: str | Path | None = None,
                     dev_root: str | Path | None = None) -> str | None:
-    """One clause for the board notice when `--board host` would measure real hardware."""
+    """One short clause for the board notice when `--board host` would measure real
+    hardware (`coupprof doctor` names it in full)."""
     hw = probe_host(sysfs_root, proc_root, dev_root)
     if not hw.measurable:
         return None
-    return f"this machine has {hw.describe()}: `--board host` measures it"
+    return f"--board host measures the {hw.short()} here"

@@ -380,9 +380,9 @@ def select_board(arg: str | None, sysfs_root: str | Path,
         from profiler.boards.hostprobe import host_board_hint
 
         model = read_model_string(sysfs_root)
-        seen = f"device tree model '{model}'" if model else "no device tree model"
+        why = f"no profile for '{model}'" if model else "no known board"
         hint = host_board_hint(sysfs_root)  # real GPU or cpufreq here: host measures them
-        announce(f"no known board detected ({seen}); using the simulated board '{SIM_BOARD}',"
-                 " whose numbers are modelled" + (f"; {hint}" if hint else "")
-                 + " (pass --board NAME to choose; `coupprof boards` lists them)")
+        # short (one line under 100 columns): the tables say [SIMULATED] too
+        announce(f"using the simulated board '{SIM_BOARD}' ({why}; "
+                 f"{hint or '--board NAME to choose'})")
     return load_board(SIM_BOARD, sysfs_root)

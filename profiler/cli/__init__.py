@@ -8,6 +8,8 @@ No command module imports another (tests/test_layering.py checks it). What sever
 share lives beside this package, in modules no command owns: ``profiler.cli.common.options``
 (argument types and option groups), ``profiler.cli.common.plumbing`` (board choice, --freq,
 governors, model loading, opening power) and ``profiler.cli.common.progress`` (progress bars).
+Every command's --help ends with examples from ``profiler.cli.common.examples``, attached
+below as its parser is built.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from collections.abc import Sequence
 from typing import NoReturn
 
 from profiler import __version__
+from profiler.cli.common.examples import START_HERE, KeepLinesFormatter, with_examples
 from profiler.errors import ProfilerError
 
 # Subcommand modules -> (command, one-line summary), in the order `coupprof --help`
@@ -32,7 +35,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "sweep": ("sweep", "time every layer at every (processor, DVFS level) pair"),
     "calibrate": ("calibrate", "fit the simulated board's per-layer timing and power model to measured layers"),
     "explore": ("explore", "search the mapping and DVFS levels to use (switch: exact; pipeline: Pareto front)"),
-    "plot": ("plot", "draw a figure (efficiency, layers, transfers, timeline) from CSVs"),
+    "plot": ("plot", "draw a figure (efficiency, layers, transfers, timeline, pareto) from CSVs"),
     "report": ("report", "summarise a run directory (tables and figures) as Markdown or HTML"),
     "slice": ("slice", "cut a .tflite model into one sub-model per layer"),
     "zoo": ("zoo", "list the model zoo or write one of its .tflite models"),
@@ -50,7 +53,8 @@ def command_help(module: str) -> str:
     return COMMANDS[module.rsplit(".", 1)[-1]][1]
 
 
-EPILOG = """\
+EPILOG = START_HERE + """
+
 exit codes: 0 ok, 1 a check failed, 2 bad input, 3 hardware/permission problem,
 4 power logger failed mid-run (partial results kept), 130 interrupted.
 Run `coupprof COMMAND --help` for the options of each command."""
@@ -77,7 +81,7 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
         description="Per-layer time, energy and transfer profiling of .tflite models "
         "on heterogeneous embedded SoCs (CPU clusters, GPU, NPU) at chosen DVFS levels.",
         epilog=EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        formatter_class=KeepLinesFormatter,
     )
     parser.add_argument("--version", action="version", version=f"coupprof {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=OneLineParser)
@@ -85,6 +89,7 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     for module, (command, text) in COMMANDS.items():
         if argv is None or command == wanted:
             importlib.import_module(f"profiler.cli.{module}").register(sub)
+            with_examples(sub.choices[command], command)
         else:
             sub.add_parser(command, help=text)
     return parser
@@ -98,13 +103,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help()
         return 2
     try:
-        return int(args.func(args) or 0)
+        code = int(args.func(args) or 0)
     except ProfilerError as err:
         print(f"coupprof {args.command}: error: {err}", file=sys.stderr)
         return err.exit_code
     except KeyboardInterrupt:
-        print(f"coupprof {args.command}: interrupted", file=sys.stderr)
+        from profiler.cli.common.interrupt import interrupt_line
+
+        print(interrupt_line(args.command), file=sys.stderr)
         return 130
+    if code == 0 and "profiler.cli.common.plumbing" in sys.modules:
+        # the board notice a command held back (never in front of an error)
+        sys.modules["profiler.cli.common.plumbing"].flush_board_notice()
+    return code
 
 
 if __name__ == "__main__":  # pragma: no cover

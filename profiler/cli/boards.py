@@ -26,7 +26,8 @@ from profiler.boards.profiles import (
     user_profiles,
 )
 from profiler.cli import command_help
-from profiler.cli.common.options import add_board_args, stdout_console
+from profiler.cli.common.options import add_board_args, add_wide_option
+from profiler.cli.common.output import Output
 from profiler.cli.common.plumbing import sysfs_root
 from profiler.errors import BadInputError, ProfilerError
 from profiler.platform import choose_board
@@ -48,23 +49,30 @@ def register(subparsers: Subparsers) -> None:
     p.add_argument("name", nargs="?", default=None, metavar="NAME|PATH",
                    help="board to show (default: the detected board, else sim)")
     add_board_args(p)
+    add_wide_option(p)
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
     root = sysfs_root(args)
-    out = stdout_console()
+    out = Output.of(args)
     if args.action == "list":
         if args.name:
             raise BadInputError(f"`boards list` takes no NAME (got {args.name!r})",
                                 f"use `coupprof boards show {args.name}`")
-        out.print(list_table(root))
+        out.table(list_table(root), drop=("profile",), wrap={"description": 28})
         return 0
     name = args.name or args.board or detect_board(root) or "sim"
     board = choose_board(name, root, letters=())  # the profile as written
     for table in board_tables(board):
-        out.print(table)
+        out.table(table, drop=LESSER_COLUMNS, wrap={"name": 16, "accelerator / delegate": 14})
     return 0
+
+
+#: `boards show`'s columns a narrow terminal may leave out, least wanted first
+#: (`profiler.cli.common.fit`): the profile file holds them all.
+LESSER_COLUMNS = ("delay down us", "delay up us", "host kcyc", "call kcyc", "fc GB/s",
+                  "act GB/s", "C_eff nF", "governor", "accelerator / delegate")
 
 
 def shown_path(path: Path) -> str:

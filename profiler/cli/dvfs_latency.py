@@ -8,11 +8,8 @@ levels where they occur. See governors/latency.py for the method.
 from __future__ import annotations
 
 import argparse
-import csv
-import json
-import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from rich import box
 from rich.progress import Progress
@@ -26,13 +23,16 @@ from governors.latency import (
     summary,
 )
 from profiler.cli import command_help
-from profiler.cli.common.options import add_board_args, stdout_console
-from profiler.cli.common.plumbing import say, sysfs_root
+from profiler.cli.common.options import add_board_args, add_output_options
+from profiler.cli.common.output import Output
+from profiler.cli.common.plumbing import hold_board_notice, sysfs_root
 from profiler.errors import BadInputError
 from profiler.platform import choose_board
 from profiler.platform.latency import METHODS, latency_probe
 
 if TYPE_CHECKING:
+    import pandas as pd
+
     from profiler.cli.common.options import Subparsers
 
 SIDECAR_FORMAT = "coupprof-dvfs-latency/1"
@@ -61,10 +61,7 @@ def register(subparsers: Subparsers) -> None:
                    help="auto: busy loop on CPU clusters, read-back on GPUs (default)")
     p.add_argument("--chunk-us", type=float, default=50.0,
                    help="busy-loop chunk length, the resolution of the result (default 50 us)")
-    p.add_argument("--csv", type=Path, default=None,
-                   help="CSV to write (default: ./coupprof-out/dvfs-latency-BOARD-P.csv)")
-    p.add_argument("--json", type=Path, default=None,
-                   help="JSON sidecar (default: the CSV path with .json)")
+    add_output_options(p, csv="./coupprof-out/dvfs-latency-BOARD-P.csv")
     p.set_defaults(func=run)
 
 
@@ -86,12 +83,14 @@ def parse_levels(text: str | None, n: int, letter: str) -> list[int]:
 
 
 def run(args: argparse.Namespace) -> int:
+    out = Output.of(args)
     if args.repeats < 1:
         raise BadInputError(f"--repeats {args.repeats} must be 1 or more")
     if args.chunk_us <= 0:
         raise BadInputError(f"--chunk-us {args.chunk_us} must be positive")
     root = sysfs_root(args)
-    board = choose_board(args.board, root, letters=[args.processor], announce=say)
+    board = choose_board(args.board, root, letters=[args.processor],
+                        announce=hold_board_notice)
     target = board.dvfs_domain(args.processor)
     if not target.freqs_khz:
         raise BadInputError(f"processor {target.letter} on board '{board.name}' has no DVFS levels",
@@ -100,21 +99,18 @@ def run(args: argparse.Namespace) -> int:
     plan = LatencyPlan(target, levels, args.repeats, args.chunk_us)
 
     with latency_probe(board, target, root, args.method) as probe, \
-            Progress(disable=not sys.stderr.isatty(), transient=True) as bar:
+            Progress(disable=not out.progress, transient=True) as bar:
         task = bar.add_task(f"{board.name} {target.letter} transitions", total=None)
         with RestoreGuard([probe.governor]):
             result = measure(probe.governor, plan, probe.loop, board.name, board.simulated,
                              progress=lambda d, t: bar.update(task, completed=d, total=t))
 
-    csv_path = args.csv or Path("coupprof-out") / f"dvfs-latency-{board.name}-{target.letter}.csv"
-    json_path = args.json or csv_path.with_suffix(".json")
-    write_csv(result, csv_path)
-    write_sidecar(result, json_path, board.description)
-    out = stdout_console()
-    out.print(render(result))
+    default_csv = Path("coupprof-out") / f"dvfs-latency-{board.name}-{target.letter}.csv"
+    out.table(render(result))
     for note in result.notes:
-        out.print(f"note: {note}")
-    out.print(f"wrote {csv_path} and {json_path}")
+        out.line(f"note: {note}")
+    written = out.save(csv_frame(result), sidecar(result, board.description), default_csv)
+    out.wrote(written, f"{len(result.transitions)} transitions")
     return 0
 
 
@@ -142,25 +138,24 @@ def render(run: LatencyRun) -> Table:
     return t
 
 
-def write_csv(run: LatencyRun, path: Path) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("w", newline="") as f:
-        w = csv.writer(f)
-        w.writerow(CSV_COLUMNS)
-        for tr in run.transitions:
-            for i, d in enumerate(tr.delays_us, 1):
-                w.writerow([run.board, run.processor, run.method, run.simulated,
-                            tr.from_level, f"{tr.from_khz / 1000:g}", tr.to_level,
-                            f"{tr.to_khz / 1000:g}", tr.direction, i,
-                            "" if d is None else f"{d:.1f}", d is not None])
+def csv_frame(run: LatencyRun) -> pd.DataFrame:
+    """One row per transition and repeat (CSV_COLUMNS)."""
+    import pandas as pd
+
+    rows = [[run.board, run.processor, run.method, run.simulated, tr.from_level,
+             f"{tr.from_khz / 1000:g}", tr.to_level, f"{tr.to_khz / 1000:g}", tr.direction, i,
+             "" if d is None else f"{d:.1f}", d is not None]
+            for tr in run.transitions for i, d in enumerate(tr.delays_us, 1)]
+    return pd.DataFrame(rows, columns=list(CSV_COLUMNS))
 
 
-def write_sidecar(run: LatencyRun, path: Path, description: str) -> None:
+def sidecar(run: LatencyRun, description: str) -> dict[str, Any]:
+    """The CSV's JSON sidecar: the board, the method and Table 10's summary."""
     from profiler.measure.results import environment
 
-    path.parent.mkdir(parents=True, exist_ok=True)
-    doc = {
+    return {
         "format": SIDECAR_FORMAT,
+        "csv": None,
         "board": run.board,
         "board_description": description,
         "simulated": run.simulated,
@@ -172,4 +167,3 @@ def write_sidecar(run: LatencyRun, path: Path, description: str) -> None:
         "notes": run.notes,
         "environment": environment(),
     }
-    path.write_text(json.dumps(doc, indent=2) + "\n")

@@ -23,7 +23,13 @@ from rich import box
 from rich.table import Table
 
 from profiler.cli import command_help
-from profiler.cli.common.options import add_board_args, positive_float, positive_int, stdout_console
+from profiler.cli.common.options import (
+    add_board_args,
+    add_output_options,
+    positive_float,
+    positive_int,
+)
+from profiler.cli.common.output import Output
 from profiler.cli.common.plumbing import say
 
 if TYPE_CHECKING:
@@ -31,6 +37,7 @@ if TYPE_CHECKING:
     from profiler.explore.space import CostTables, Evaluation
 
 SIDECAR_FORMAT = "coupprof-explore/1"
+MEASURED_FORMAT = "coupprof-explore-measured/1"  # explore --measure's CSV
 
 
 def register(subparsers: Subparsers) -> None:
@@ -88,9 +95,7 @@ def register(subparsers: Subparsers) -> None:
     s.add_argument("--seed", type=int, default=0, help="NSGA-II seed (default 0)")
     o = p.add_argument_group("output")
     o.add_argument("--top", type=positive_int, default=5, help="candidates shown (default 5)")
-    o.add_argument("--csv", type=Path, default=None,
-                   help="Pareto CSV (default: ./coupprof-out/explore-MODEL-MODE.csv)")
-    o.add_argument("--json", type=Path, default=None, help="sidecar (default: CSV with .json)")
+    add_output_options(o, csv="./coupprof-out/explore-MODEL-MODE.csv")
     m = p.add_argument_group("measuring")
     m.add_argument("--measure", type=positive_int, default=None, metavar="K",
                    help="run the top K with `coupprof run`'s machinery, measured beside predicted")
@@ -118,11 +123,15 @@ def _levels(text: str | None) -> list[int] | str | None:
 
 
 def run(args: argparse.Namespace) -> int:
+    import pandas as pd
+
     from profiler.errors import BadInputError
     from profiler.explore.tables import load_tables
+    from profiler.measure.results import environment
     from profiler.platform import choose_board
     from profiler.sweep.schema import read_sweep
 
+    out = Output.of(args)
     if args.cluster and not args.measure:
         raise BadInputError("--cluster spreads --measure over Dask workers, but no --measure "
                             "was given", "add --measure K")
@@ -151,17 +160,18 @@ def run(args: argparse.Namespace) -> int:
         r = _row(tables, ev, len(rows) + 1, board.name, model_path, "single")
         if r["order"] + r["freq"] not in shown:
             rows.append(r)
-    out = stdout_console()
     top = rows[:args.top] + [r for r in rows[args.top:] if r["kind"] in ("single", "given")]
-    out.print(_render(top, tables, args.mode, board.name, proof))
-    csv_path = args.csv or Path("coupprof-out") / f"explore-{tables.model}-{args.mode}.csv"
-    json_path = args.json or csv_path.with_suffix(".json")
-    _write(rows, csv_path, json_path, {"board": board.name, "model": tables.model,
-                                       "model_path": model_path, "mode": args.mode,
-                                       "proof": proof, "inputs": tables.sources, **info})
-    out.print(f"wrote {csv_path} ({len(rows)} candidates) and {json_path}")
+    out.table(_render(top, tables, args.mode, board.name, proof), drop=LESSER_COLUMNS,
+              wrap={"command": 40, "order": 16})
+    default_csv = Path("coupprof-out") / f"explore-{tables.model}-{args.mode}.csv"
+    doc = {"format": SIDECAR_FORMAT, "csv": None, "board": board.name, "model": tables.model,
+           "model_path": model_path, "mode": args.mode, "proof": proof,
+           "inputs": tables.sources, **info, **environment()}
+    written = out.save(pd.DataFrame(rows), doc, default_csv)
+    out.wrote(written, f"{len(rows)} candidates")
     if args.measure:
-        _measure(args, rows[:args.measure], board.name, model_path, meta, csv_path)
+        _measure(args, rows[:args.measure], board.name, model_path, meta,
+                 written.csv or default_csv, out)
     return 0
 
 
@@ -256,8 +266,13 @@ def _render(rows: list[dict[str, Any]], tables: CostTables, mode: str, board: st
     return t
 
 
+#: The candidates table's columns a narrow terminal may leave out, least wanted first
+#: (`profiler.cli.common.fit`); the command column wraps instead.
+LESSER_COLUMNS = ("kind", "--freq")
+
+
 def _write(rows: list[dict[str, Any]], csv_path: Path, json_path: Path,
-           meta: dict[str, Any]) -> None:
+           meta: dict[str, Any], fmt: str = SIDECAR_FORMAT) -> None:
     import pandas as pd
 
     from profiler.errors import BadInputError
@@ -267,7 +282,7 @@ def _write(rows: list[dict[str, Any]], csv_path: Path, json_path: Path,
         csv_path.parent.mkdir(parents=True, exist_ok=True)
         json_path.parent.mkdir(parents=True, exist_ok=True)
         pd.DataFrame(rows).to_csv(csv_path, index=False)
-        doc = {"format": SIDECAR_FORMAT, "csv": csv_path.name, **meta, **environment()}
+        doc = {"format": fmt, "csv": csv_path.name, **meta, **environment()}
         json_path.write_text(json.dumps(doc, indent=2, default=str) + "\n")
     except OSError as err:
         raise BadInputError(f"cannot write {err.filename or csv_path}: {err.strerror}",
@@ -275,9 +290,10 @@ def _write(rows: list[dict[str, Any]], csv_path: Path, json_path: Path,
 
 
 def _measure(args: argparse.Namespace, rows: list[dict[str, Any]], board: str, model: str,
-             meta: dict[str, Any], path: Path) -> None:
+             meta: dict[str, Any], path: Path, out: Output) -> None:
     from profiler.errors import BadInputError
     from profiler.explore.measure import MeasureJob, measure_all
+    from profiler.mapping.accuracy import ERROR_DEFINITION, ERROR_UNIT, error_pct
 
     if not model:
         raise BadInputError("the sweep names no model to measure", "pass --model")
@@ -292,7 +308,8 @@ def _measure(args: argparse.Namespace, rows: list[dict[str, Any]], board: str, m
     from profiler.explore.space import row_latency_ms
 
     by_rank = {r["rank"]: dict(r, latency_ms=row_latency_ms(r, args.frames)) for r in rows}
-    t = Table(title="measured beside predicted", box=box.SIMPLE_HEAD, title_justify="left")
+    t = Table(title=f"measured beside predicted ({ERROR_DEFINITION})", box=box.SIMPLE_HEAD,
+              title_justify="left")
     for col in ("#", "order", "latency ms", "pred", "err %", "FPS", "pred", "err %", "mJ/frame",
                 "pred", "err %", "worker"):
         t.add_column(col, justify="left" if col in ("order", "worker") else "right")
@@ -303,22 +320,31 @@ def _measure(args: argparse.Namespace, rows: list[dict[str, Any]], board: str, m
                   _f(r["throughput_fps"], 1), _err(r["throughput_fps"], m.throughput_fps),
                   _f(m.energy_mj), _f(r["energy_mj"]), _err(r["energy_mj"], m.energy_mj),
                   m.worker)
-    stdout_console().print(t)
+    out.table(t)
     mpath = path.with_name(path.stem + "-measured.csv")
-    import pandas as pd
-
-    pd.DataFrame([{"rank": m.job.rank, "order": m.job.order, "freq": m.job.freq,
-                   "mode": m.job.mode, "latency_ms": m.latency_ms,
-                   "throughput_fps": m.throughput_fps, "energy_mj": m.energy_mj,
-                   "predicted_latency_ms": by_rank[m.job.rank]["latency_ms"],
-                   "predicted_throughput_fps": by_rank[m.job.rank]["throughput_fps"],
-                   "predicted_energy_mj": by_rank[m.job.rank]["energy_mj"],
-                   "worker": m.worker, "seconds": m.seconds}
-                  for m in sorted(done, key=lambda m: m.job.rank)]).to_csv(mpath, index=False)
-    print(f"wrote {mpath}")
+    measured = []
+    for m in sorted(done, key=lambda m: m.job.rank):
+        r = by_rank[m.job.rank]
+        measured.append({
+            "rank": m.job.rank, "order": m.job.order, "freq": m.job.freq, "mode": m.job.mode,
+            "latency_ms": m.latency_ms, "throughput_fps": m.throughput_fps,
+            "energy_mj": m.energy_mj, "predicted_latency_ms": r["latency_ms"],
+            "predicted_throughput_fps": r["throughput_fps"],
+            "predicted_energy_mj": r["energy_mj"],
+            "latency_error_pct": error_pct(r["latency_ms"], m.latency_ms),
+            "throughput_error_pct": error_pct(r["throughput_fps"], m.throughput_fps),
+            "energy_error_pct": error_pct(r["energy_mj"], m.energy_mj),
+            "worker": m.worker, "seconds": m.seconds})
+    # its own sidecar, so `coupprof report` knows it: measured beside the search's predictions
+    _write(measured, mpath, mpath.with_suffix(".json"),
+           {"board": board, "model_path": model, "mode": args.mode, "frames": args.frames,
+            "explore_csv": path.name, "units": {"*_error_pct": ERROR_UNIT}},
+           fmt=MEASURED_FORMAT)
+    out.line(f"wrote {mpath} and {mpath.with_suffix('.json')}")
 
 
 def _err(pred: float | None, meas: float | None) -> str:
-    if pred is None or meas is None or not meas:
-        return "-"
-    return f"{(pred - meas) / meas * 100:.1f}"
+    from profiler.mapping.accuracy import error_pct
+
+    e = error_pct(pred, meas)
+    return "-" if math.isnan(e) else f"{e:.1f}"

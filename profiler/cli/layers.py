@@ -21,11 +21,12 @@ from profiler.cli.common.options import (
     add_host_freq_option,
     add_method_options,
     add_model_options,
+    add_output_options,
     add_power_options,
     nonneg_int,
     positive_int,
-    stdout_console,
 )
+from profiler.cli.common.output import Output
 from profiler.cli.common.plumbing import (
     choose_board,
     fused_settings,
@@ -47,8 +48,11 @@ def register(subparsers: Subparsers) -> None:
     p = subparsers.add_parser(
         "layers",
         help=command_help(__name__),
-        description="Run a .tflite model layer by layer (one sub-model per layer) on one "
-        "processor of a board and report per-layer time, transfer time and bytes. "
+        description="Time every layer of a .tflite model on one processor of a board and "
+        "report per-layer time, energy (with a power source) and bytes. --method fused "
+        "times the layers inside runs of the whole model (differences of prefixes), as an "
+        "application calls it; --method sliced runs each layer as its own sub-model, which "
+        "also gives the hand-over times (the default per processor: see --method). "
         "Writes a tidy CSV and a JSON sidecar. For a G or N whose clock can be read "
         "(NVML's SM clock for LiteRT's GPU, or the board's governor) the sidecar keeps the "
         "clock the table was measured at (extra.freq_trace), which `coupprof run` compares "
@@ -68,16 +72,17 @@ def register(subparsers: Subparsers) -> None:
                    help="unrecorded warm-up frames first (default: 5)")
     p.add_argument("--threads", type=positive_int, default=None,
                    help="interpreter threads per layer (default: the processor's core count)")
-    p.add_argument("--csv", type=Path, default=None,
-                   help="CSV to write (default: ./coupprof-out/layers-MODEL-PROCESSOR.csv)")
-    p.add_argument("--json", type=Path, default=None,
-                   help="JSON sidecar to write (default: the CSV path with .json)")
+    add_output_options(p, csv="./coupprof-out/layers-MODEL-PROCESSOR.csv", trace=True)
     p.add_argument("--raw", action="store_true",
                    help="also write one CSV row per layer and frame with raw timestamps")
     p.add_argument("--seed", type=int, default=0, help="seed of the random input (default: 0)")
     add_power_options(p)
     add_method_options(p)
     p.set_defaults(func=run)
+
+
+#: What the power trace folder beside the CSV holds, for the "wrote" line.
+TRACE_WHAT = "the power logger's raw samples and marker edges, which `coupprof plot timeline` draws"
 
 
 def default_csv_path(model: Path, letter: str) -> Path:
@@ -88,9 +93,10 @@ def run(args: argparse.Namespace) -> int:
     from profiler.executors.logs import quiet_native_exit
     from profiler.measure.hardware import host_level
     from profiler.measure.layers import LayerSettings, ModelUnderTest, measure_layers
-    from profiler.measure.tables import render, write_tables
+    from profiler.measure.tables import LESSER_COLUMNS, layers_sidecar, render, results_frame
 
     quiet_native_exit()
+    out = Output.of(args)
     board = choose_board(args)
     proc = board.processor(args.processor)
     level = resolve_freq(board, proc, args.freq)
@@ -98,11 +104,12 @@ def run(args: argparse.Namespace) -> int:
     settings = LayerSettings(frames=args.frames, warmup=args.warmup, seed=args.seed,
                              threads=args.threads,
                              fused=fused_settings(args) if method is Method.FUSED else None)
-    with task_progress(sys.stderr.isatty()) as bar:
+    with task_progress(out.progress) as bar:
         model, data, sliced = load_model(args, bar)
-        csv_path = args.csv or default_csv_path(model, proc.letter)
+        default_csv = default_csv_path(model, proc.letter)
+        trace_dir = out.trace_dir(default_csv)
         host = host_level(board, proc.letter, args.host_freq)
-        session, _ = open_power(args, board, csv_path.with_suffix(".trace"), layer_runs=True)
+        session, _ = open_power(args, board, trace_dir, layer_runs=True)
         m = measure_layers(board, proc.letter, ModelUnderTest.of(model, data, sliced), settings,
                            level=level, host_level=host, power=session,
                            sysfs_root=sysfs_root(args), note=say, progress=bar)
@@ -112,11 +119,11 @@ def run(args: argparse.Namespace) -> int:
             f"{trace.text() if trace else 'no sample read'}"
             f"{f' (sampling stopped: {error})' if error else ''}")
     tables = m.tables(raw=args.raw)
-    stdout_console().print(render(tables))
-    csv_p, json_p = write_tables(tables, csv_path, args.json)
-    print(f"wrote {csv_p} ({len(tables.layers)} layer rows"
-          f"{f', {len(tables.frames)} frame rows' if tables.frames is not None else ''})"
-          f" and {json_p}")
+    out.table(render(tables), drop=LESSER_COLUMNS)
+    written = out.save(results_frame(tables), layers_sidecar(tables, None), default_csv)
+    out.wrote(written, f"{len(tables.layers)} layer rows"
+              f"{f', {len(tables.frames)} frame rows' if tables.frames is not None else ''}",
+              trace=trace_dir, trace_what=TRACE_WHAT)
     if m.power_error is not None:
         print(f"coupprof layers: error: {m.power_error} (timings kept; power columns "
               f"{'partial' if m.power and m.power.columns else 'absent'})", file=sys.stderr)

@@ -18,7 +18,7 @@ from governors import RestoreGuard, make_governor
 from profiler.boards.model import resolve_level
 from profiler.cli import command_help
 from profiler.cli.common.options import add_board_args
-from profiler.cli.common.plumbing import say, sysfs_root
+from profiler.cli.common.plumbing import hold_board_notice, say, sysfs_root
 from profiler.errors import BadInputError
 from profiler.platform import choose_board
 
@@ -53,7 +53,8 @@ def run(args: argparse.Namespace) -> int:
         raise BadInputError("no COMMAND given",
                             "put the command after --, e.g. `coupprof pin -p B --freq 3 -- sleep 5`")
     root = sysfs_root(args)
-    board = choose_board(args.board, root, letters=[args.processor], announce=say)
+    board = choose_board(args.board, root, letters=[args.processor],
+                        announce=hold_board_notice)
     target = board.dvfs_domain(args.processor)
     level = resolve_level(target, args.freq, board.name)
     assert level is not None

@@ -7,12 +7,15 @@
     coupprof plot pareto coupprof-out/explore-MODEL-pipeline.csv -o pareto.png
 
 A CSV without the columns a kind needs is bad input (exit 2) naming the columns
-and the command that writes them. See profiler/plots/.
+and the command that writes them. An efficiency plot of a processor measured at one
+level still writes its figure (each layer a point) and warns on stderr that a curve
+needs two or more levels. See profiler/plots/.
 """
 
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -28,7 +31,9 @@ if TYPE_CHECKING:
 
 KIND_HELP = {
     "efficiency": "FPS/W per layer vs frequency, one panel per processor (ARM-CO-UP Fig. 16); "
-                  "input: a sweep CSV with power columns",
+                  "input: a sweep CSV with power columns and two or more levels per processor "
+                  "(one level cannot show a curve: its layers are drawn as points, the PNG "
+                  "is written, and a warning on stderr says so)",
     "layers": "time, energy and FPS/W per layer per processor (Fig. 17); input: layers CSVs "
               "or a sweep CSV (one level per processor, --level)",
     "transfers": "src->dst hand-over time per layer boundary (Fig. 18); input: the "
@@ -45,8 +50,8 @@ def register(subparsers: Subparsers) -> None:
     p = subparsers.add_parser(
         "plot",
         help=command_help(__name__),
-        description="Draw one of the papers' figures as a PNG from coupprof's CSVs. Kinds: "
-        + "; ".join(f"{k}: {v}" for k, v in KIND_HELP.items()) + ".",
+        description="Draw one of the papers' figures as a PNG from coupprof's CSVs. Kinds:\n"
+        + "\n".join(f"{k}: {v}." for k, v in KIND_HELP.items()),
     )
     p.add_argument("kind", choices=tuple(KIND_HELP), metavar="KIND",
                    help="efficiency | layers | transfers | timeline | pareto")
@@ -71,7 +76,8 @@ def _concat(paths: list[Path]) -> pd.DataFrame:
     return frames[0] if len(frames) == 1 else pd.concat(frames, ignore_index=True)
 
 
-def figure(args: argparse.Namespace) -> Figure:
+def figure(args: argparse.Namespace) -> tuple[Figure, list[str]]:
+    """The figure, and the warnings to print beside it."""
     from profiler import plots
 
     # A sweep's output directory stands for its sweep.csv.
@@ -79,12 +85,14 @@ def figure(args: argparse.Namespace) -> Figure:
                          for p in args.csv]
     source = ", ".join(str(p) for p in paths)
     if args.kind == "timeline":
-        return timeline(paths, args.frame)
+        return timeline(paths, args.frame), []
     df = _concat(paths)
     if args.kind == "pareto":
-        return plots.pareto_figure(df, paths[0])
+        return plots.pareto_figure(df, paths[0]), []
     if args.kind == "efficiency":
-        return plots.efficiency_figure(df, source)
+        fig = plots.efficiency_figure(df, source)
+        note = plots.efficiency.one_level_note(df, source)
+        return fig, [note] if note else []
     if args.kind == "layers":
         level: str | int = args.level
         if level not in ("min", "max"):
@@ -93,8 +101,8 @@ def figure(args: argparse.Namespace) -> Figure:
             except ValueError:
                 raise BadInputError(f"--level '{args.level}' is not a level number, min or max",
                                     "e.g. --level 4") from None
-        return plots.layers_figure(df, source, level=level)
-    return plots.transfers_figure(df, source, include_same=not args.cross_only)
+        return plots.layers_figure(df, source, level=level), []
+    return plots.transfers_figure(df, source, include_same=not args.cross_only), []
 
 
 def timeline(paths: list[Path], frame: int | None) -> Figure:
@@ -135,7 +143,9 @@ def timeline(paths: list[Path], frame: int | None) -> Figure:
 def run(args: argparse.Namespace) -> int:
     from profiler.plots import save
 
-    fig = figure(args)
+    fig, warnings = figure(args)
+    for text in warnings:
+        print(f"coupprof plot: warning: {text}", file=sys.stderr)
     first: Path = args.csv[0]
     out = args.output or (first / f"{args.kind}.png" if first.is_dir()
                           else first.with_name(f"{first.stem}-{args.kind}.png"))

@@ -15,7 +15,6 @@ stage is one call). The maths is in profiler/mapping/predict.py.
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -25,11 +24,15 @@ from rich.table import Table
 from profiler.cli import command_help
 from profiler.cli.common.options import (
     add_board_args,
+    add_output_options,
     add_queue_depth_option,
     positive_int,
-    stdout_console,
 )
+from profiler.cli.common.output import Output
 from profiler.measure.method import METHODS, Method
+
+#: The --json file's format (`coupprof report` finds it by this).
+PREDICT_FORMAT = "coupprof-predict/1"
 
 if TYPE_CHECKING:
     from profiler.cli.common.options import Subparsers
@@ -60,7 +63,12 @@ def register(subparsers: Subparsers) -> None:
                    "stage, so --single needs none)")
     p.add_argument("--layers", required=True, metavar="CSV|DIR[,...]",
                    help="layer tables (with their .json sidecars), one per processor (and "
-                   "level, with --freq), or a `coupprof sweep` directory holding them all")
+                   "level, with --freq); the folder `coupprof layers` wrote them into "
+                   "(coupprof-out: the tables of the processors --order names); or a "
+                   "`coupprof sweep` directory holding them all")
+    p.add_argument("--model", "-m", default=None, metavar="NAME",
+                   help="with a folder of layer tables: which model's, by its file name "
+                   "(e.g. mobilenet_v1_0.25_128); needed when the folder holds several")
     p.add_argument("--transfers", type=Path, default=None, metavar="CSV",
                    help="transfer table; without it, hand-overs at processor changes count 0")
     p.add_argument("--freq", default=None, metavar="SPEC",
@@ -75,7 +83,7 @@ def register(subparsers: Subparsers) -> None:
                    help="pipeline: the mean latency over a run of N frames that starts "
                    "empty, as `coupprof run --frames N` measures it (default: the steady "
                    "state, every queue before the slowest stage full)")
-    p.add_argument("--json", type=Path, default=None, help="also write the prediction as JSON")
+    add_output_options(p, csv=None, json="also write the prediction as JSON")
     p.set_defaults(func=run)
 
 
@@ -84,15 +92,20 @@ def _f(v: float | None, digits: int = 3) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
+    from profiler.cli.common.plumbing import say
     from profiler.errors import BadInputError
     from profiler.mapping.predict import predict, read_layer_tables
     from profiler.mapping.spec import parse_freq, parse_order
     from profiler.mapping.transfer import read_transfer_csv
 
-    costs = read_layer_tables([s for s in args.layers.split(",") if s.strip()])
+    out = Output.of(args)
+    wanted = None if args.single else [c for c in args.order.upper() if c.isalpha()]
+    costs = read_layer_tables([s for s in args.layers.split(",") if s.strip()],
+                              processors=wanted, model=args.model,
+                              note=lambda line: say(f"predict: {line}"))
     n_layers = int(costs.table["layer"].max()) + 1
     if args.single:
-        return _single(args, costs, n_layers)
+        return _single(args, costs, n_layers, out)
     if args.mode is None:
         raise BadInputError("--order needs --mode", "add --mode switch or --mode pipeline")
     board = None
@@ -128,8 +141,7 @@ def run(args: argparse.Namespace) -> int:
                   str(st.calls), *((_f(st.fixed_ms),) if fused else ()),
                   *((_f(st.readout_ms),) if readout else ()),
                   _f(st.compute_ms), _f(st.transfer_ms), _f(st.time_ms) + mark)
-    console = stdout_console()
-    console.print(t)
+    out.table(t, drop=("calls", "read-back ms", "fixed ms"))
     over = f"over {args.frames} frames from empty" if args.frames else "steady state"
     lines = [f"latency {pred.latency_ms:.3f} ms"
              + (f" ({pred.queue_wait_ms:.3f} ms of it waiting in queues of "
@@ -146,21 +158,19 @@ def run(args: argparse.Namespace) -> int:
         lines.append(f"no transfer for boundaries {', '.join(pred.missing)} (counted as 0)")
     lines += pred.notes
     for line in lines:
-        print(line)
+        out.line(line)
     if args.json:
-        try:
-            args.json.parent.mkdir(parents=True, exist_ok=True)
-            args.json.write_text(json.dumps({**pred.to_dict(), "layers": costs.sources,
-                                             "transfers": str(args.transfers or "")},
-                                            indent=2) + "\n")
-        except OSError as err:
-            raise BadInputError(f"cannot write {args.json}: {err.strerror}",
-                                "choose a writable --json path") from None
-        print(f"wrote {args.json}")
+        out.save_json({"format": PREDICT_FORMAT, **pred.to_dict(), "layers": costs.sources,
+                       "transfers": str(args.transfers or "")}, args.json)
+        out.line(_wrote_json(out, args.json))
     return 0
 
 
-def _single(args: argparse.Namespace, costs: LayerCosts, n_layers: int) -> int:
+def _wrote_json(out: Output, path: Path) -> str:
+    return "wrote the prediction to standard output" if out.json_stdout else f"wrote {path}"
+
+
+def _single(args: argparse.Namespace, costs: LayerCosts, n_layers: int, out: Output) -> int:
     """Every processor the tables cover, all layers on it; the fastest named."""
     from profiler.errors import BadInputError
     from profiler.mapping.predict import predict
@@ -195,20 +205,15 @@ def _single(args: argparse.Namespace, costs: LayerCosts, n_layers: int) -> int:
         t.add_row(letter, "-" if level is None else str(level), _f(pred.latency_ms),
                   _f(pred.throughput_fps, 2), _f(e),
                   _f(1000 / e if e else None, 2), "fastest" if letter == best[0] else "")
-    stdout_console().print(t)
+    out.table(t, drop=("FPS",))
     for letter, level, pred in rows:
         at = "" if level is None else f" at level {level}"
-        print(f"{letter}{at}: latency {pred.latency_ms:.3f} ms")
-    print(f"best single processor: {best[0]} ({best[2].latency_ms:.3f} ms)")
+        out.line(f"{letter}{at}: latency {pred.latency_ms:.3f} ms")
+    out.line(f"best single processor: {best[0]} ({best[2].latency_ms:.3f} ms)")
     if args.json:
-        out = [{"processor": letter, "level": level, **pred.to_dict()}
-               for letter, level, pred in rows]
-        try:
-            args.json.parent.mkdir(parents=True, exist_ok=True)
-            args.json.write_text(json.dumps({"single": out, "best": best[0],
-                                             "layers": costs.sources}, indent=2) + "\n")
-        except OSError as err:
-            raise BadInputError(f"cannot write {args.json}: {err.strerror}",
-                                "choose a writable --json path") from None
-        print(f"wrote {args.json}")
+        single = [{"processor": letter, "level": level, **pred.to_dict()}
+                  for letter, level, pred in rows]
+        out.save_json({"format": PREDICT_FORMAT, "single": single, "best": best[0],
+                       "layers": costs.sources}, args.json)
+        out.line(_wrote_json(out, args.json))
     return 0

@@ -1,8 +1,10 @@
 """`coupprof report RUN_DIR`: one Markdown (or HTML) summary of a run directory.
 
-Reads the CSVs and JSON sidecars that `coupprof layers`, `sweep`, `transfer-matrix`
-and `collect` wrote into RUN_DIR (and its subdirectories), renders the figures into
-RUN_DIR/figures/ and writes RUN_DIR/report.md (or .html). See profiler/report.py.
+Reads what coupprof wrote into RUN_DIR (and its subdirectories): every command's CSV with
+its JSON sidecar (layers, run, sweep, transfer-matrix, explore, dvfs-latency, import,
+collect), `predict --json` files, the board profiles `calibrate` fitted and the binary
+traces runs kept; renders the figures into RUN_DIR/figures/ and writes RUN_DIR/report.md
+(or .html). See profiler/report.py.
 """
 
 from __future__ import annotations
@@ -21,9 +23,11 @@ def register(subparsers: Subparsers) -> None:
     p = subparsers.add_parser(
         "report",
         help=command_help(__name__),
-        description="Find the results coupprof wrote into RUN_DIR (layer runs, sweeps, transfer "
-        "matrices, power traces: CSVs with their JSON sidecars), render their figures into "
-        "RUN_DIR/figures/ and write one report with the tables and figures.",
+        description="Find the results coupprof wrote into RUN_DIR (every command's CSV with "
+        "its JSON sidecar: layer runs, mapped runs, sweeps, transfer matrices, searches, DVFS "
+        "delays, imports, power traces; `predict --json` files; calibrated board profiles), "
+        "render their figures into RUN_DIR/figures/ and write one report with the tables and "
+        "figures. A CSV with no coupprof sidecar is listed as such.",
     )
     p.add_argument("run_dir", type=Path, metavar="RUN_DIR", help="directory holding the CSVs")
     p.add_argument("--format", choices=("md", "html"), default="md",

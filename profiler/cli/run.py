@@ -18,7 +18,6 @@ sliced frames do. The output says which ran, and the prediction prices the same 
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import os
 import sys
@@ -35,11 +34,12 @@ from profiler.cli import command_help
 from profiler.cli.common.options import (
     add_method_options,
     add_multi_processor_options,
+    add_output_options,
     add_queue_depth_option,
     nonneg_int,
     positive_int,
-    stdout_console,
 )
+from profiler.cli.common.output import Output
 from profiler.cli.common.plumbing import (
     choose_board,
     fused_settings,
@@ -118,10 +118,7 @@ def register(subparsers: Subparsers) -> None:
         "tables for the prediction",
         method_help="fused (default): each stage's layers as one sub-model and one call, as "
         "an application runs them; sliced: one sub-model and call per layer")
-    p.add_argument("--csv", type=Path, default=None,
-                   help="CSV to write (default: ./coupprof-out/run-MODEL-ORDER-MODE.csv)")
-    p.add_argument("--json", type=Path, default=None,
-                   help="JSON sidecar (default: the CSV path with .json)")
+    add_output_options(p, csv="./coupprof-out/run-MODEL-ORDER-MODE.csv", trace=True)
     p.set_defaults(func=run)
 
 
@@ -140,9 +137,9 @@ def _stats(ns: np.ndarray) -> tuple[float, float]:
 
 
 def _err(pred: float | None, meas: float | None) -> float:
-    if pred is None or meas is None or not meas or math.isnan(pred) or math.isnan(meas):
-        return math.nan
-    return (pred - meas) / meas * 100.0
+    from profiler.mapping.accuracy import error_pct
+
+    return error_pct(pred, meas)
 
 
 def _f(v: float | None, digits: int = 3) -> str:
@@ -240,12 +237,19 @@ def frame_rows(run: MappedRun, pred: Prediction | None) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+#: The stage table's columns a narrow terminal may leave out, least wanted first
+#: (`profiler.cli.common.fit`); the summary table is narrow enough for any.
+LESSER_COLUMNS = ("ms p95", "read-out")
+
+
 def render(run: MappedRun, pred: Prediction | None, stages: pd.DataFrame, summ: pd.DataFrame, title: str,
            notes: list[str]) -> list[Table]:
+    from profiler.mapping.accuracy import ERROR_HEADER
+
     t1 = Table(title=title, box=box.SIMPLE_HEAD, title_justify="left")
     has_e = "energy_mj" in stages.columns
-    for col in ("stage", "proc", "layers", "ms mean", "ms p95", "read-out", "predicted", "err %",
-                *(["mJ"] if has_e else [])):
+    for col in ("stage", "proc", "layers", "ms mean", "ms p95", "read-out", "predicted",
+                ERROR_HEADER, *(["mJ"] if has_e else [])):
         t1.add_column(col, justify="left" if col in ("proc", "layers") else "right")
     slowest = int(stages["time_ms_mean"].idxmax()) if len(stages) else -1
     for k, r in stages.iterrows():
@@ -259,7 +263,7 @@ def render(run: MappedRun, pred: Prediction | None, stages: pd.DataFrame, summ: 
            else f"sliced: one call per layer, {calls}")
     t2 = Table(title=f"{run.mode} mode, {run.frames} frames; {how}", box=box.SIMPLE_HEAD,
                title_justify="left", caption="\n".join(notes) or None, caption_justify="left")
-    for col in ("metric", "measured", "predicted", "err %"):
+    for col in ("metric", "measured", "predicted", ERROR_HEADER):
         t2.add_column(col, justify="left" if col == "metric" else "right")
     for _, r in summ.iterrows():
         t2.add_row(r["metric"], _f(r["measured"]), _f(r["predicted"]), _f(r["error_pct"], 1))
@@ -268,6 +272,7 @@ def render(run: MappedRun, pred: Prediction | None, stages: pd.DataFrame, summ: 
 
 def run(args: argparse.Namespace) -> int:
     from profiler.executors.logs import quiet_native_exit
+    from profiler.mapping.accuracy import ERROR_UNIT
     from profiler.mapping.pipeline import MappingRunConfig, run_mapping
     from profiler.mapping.predict import (
         handover_points,
@@ -285,21 +290,24 @@ def run(args: argparse.Namespace) -> int:
     from profiler.tflite.model_io import sha256_bytes
 
     quiet_native_exit()
+    out = Output.of(args)
     method = Method(args.method or Method.FUSED)
     letters = [c for c in args.order.upper() if c.isalpha()]
     board = choose_board(args, letters)
     notes: list[str] = []
-    with ExitStack() as stack, task_progress(sys.stderr.isatty()) as bar:
+    with ExitStack() as stack, task_progress(out.progress) as bar:
         model, data, sliced = load_model(args, bar)
         mapping = parse_order(args.order, len(sliced.layers), board)
         plan = parse_freq(args.freq, mapping, board)
-        layer_costs = read_layer_tables(args.layers.split(",")) if args.layers else None
+        layer_costs = read_layer_tables(
+            args.layers.split(","), processors=letters,
+            note=lambda line: say(f"run: {line}")) if args.layers else None
         transfers = read_transfer_csv(args.transfers) if args.transfers else None
         govs = governors_for(board, mapping.processors, sysfs_root(args)) \
             if plan.mode != "none" else {}
-        csv_path = args.csv or Path("coupprof-out") / f"run-{model.stem}-{mapping.compact}-" \
-                                                        f"{args.mode}.csv"
-        meter, sim_model = open_power(args, board, Path(csv_path).with_suffix(".trace"))
+        default_csv = Path("coupprof-out") / f"run-{model.stem}-{mapping.compact}-{args.mode}.csv"
+        trace_dir = out.trace_dir(default_csv)
+        meter, sim_model = open_power(args, board, trace_dir)
         if meter is not None:
             stack.enter_context(meter)
         held = stack.enter_context(Levels(govs.values(), note=say))
@@ -411,15 +419,13 @@ def run(args: argparse.Namespace) -> int:
     layer_df, stage_df, summ_df = tables(result, pred, sliced)
     sim = " (simulated board)" if board.simulated else ""
     title = f"{model.name} on {board.name}{sim}: {mapping.compact}, {plan.describe()}"
-    console = stdout_console()
     for t in render(result, pred, stage_df, summ_df, title, notes):
-        console.print(t)
+        out.table(t, drop=LESSER_COLUMNS)
 
-    json_path = args.json or Path(csv_path).with_suffix(".json")
     df = pd.concat([summ_df, stage_df, layer_df,
                     *([frame_rows(result, pred)] if args.raw else [])], ignore_index=True)
     sidecar = {
-        "format": SIDECAR_FORMAT, "csv": Path(csv_path).name, "board": board.name,
+        "format": SIDECAR_FORMAT, "csv": None, "board": board.name,
         "simulated": board.simulated, "model_path": str(model.resolve()),
         "model_sha256": sha256_bytes(data), "order": mapping.order, "compact": mapping.compact,
         "mode": args.mode, "method": method,
@@ -439,19 +445,9 @@ def run(args: argparse.Namespace) -> int:
         "prediction_inputs": {"layers": layer_costs.sources if layer_costs else None,
                               "transfers": str(args.transfers) if args.transfers else
                               ("measured" if pred else None)},
-        "notes": notes, **environment(),
+        "notes": notes, "units": {"error_pct": ERROR_UNIT}, **environment(),
     }
-    try:
-        Path(csv_path).parent.mkdir(parents=True, exist_ok=True)
-        Path(json_path).parent.mkdir(parents=True, exist_ok=True)
-        df.to_csv(csv_path, index=False)
-        Path(json_path).write_text(json.dumps(sidecar, indent=2, default=str) + "\n")
-    except OSError as err:
-        from profiler.errors import BadInputError
-
-        raise BadInputError(f"cannot write results to {err.filename or csv_path}: "
-                            f"{err.strerror}", "choose a writable path with --csv") from None
-    print(f"wrote {csv_path} and {json_path}")
+    out.wrote(out.save(df, sidecar, default_csv), f"{len(df)} rows", trace=trace_dir)
     if result.power_error is not None:
         print(f"coupprof run: error: {result.power_error} (timings kept; no energy)",
               file=sys.stderr)

@@ -20,16 +20,19 @@ from rich import box
 from rich.table import Table
 
 from profiler.cli import command_help
+from profiler.cli.common.interrupt import account
 from profiler.cli.common.options import (
     add_board_args,
     add_host_freq_option,
     add_method_options,
     add_model_options,
     add_power_options,
+    add_quiet_option,
+    add_wide_option,
     nonneg_int,
     positive_int,
-    stdout_console,
 )
+from profiler.cli.common.output import Output
 from profiler.cli.common.plumbing import (
     choose_board,
     fused_settings,
@@ -41,6 +44,7 @@ from profiler.cli.common.progress import Throttle, new_bar
 from profiler.measure.method import Method
 from profiler.sweep.plan import Pair
 from profiler.sweep.run import PairResult, SweepProgress, SweepResult
+from profiler.sweep.schema import FRAME_MS_MEANING, frame_ms
 
 if TYPE_CHECKING:
     from profiler.cli.common.options import Subparsers
@@ -75,6 +79,8 @@ def register(subparsers: Subparsers) -> None:
     p.add_argument("--resume", action="store_true",
                    help="add only the pairs missing from DIR/sweep.csv")
     p.add_argument("--seed", type=int, default=0, help="seed of the random input (default: 0)")
+    add_quiet_option(p)
+    add_wide_option(p)
     add_power_options(p, baseline_s=0.25, baseline_what="before each pair")
     add_method_options(p)  # --budget-s applies to each fused pair
     add_host_freq_option(p)
@@ -87,11 +93,12 @@ def _mhz(khz: int | None) -> str:
 
 def _pair_line(i: int, n: int, r: PairResult) -> str:
     t = r.totals
+    ms = frame_ms(t)
     text = (f"[{i}/{n}] {r.pair.label()}: {r.rows} layers, "
-            f"{t['latency_ms_mean']:.3f} ms/frame, {t['fps']:.1f} FPS")
+            f"{ms:.3f} ms/frame, {1000.0 / ms if ms > 0 else float('inf'):.1f} FPS")
     if "fixed_ms" in t:
-        text += (f"; fused: {t['whole_ms']:.3f} ms/call = fixed {t['fixed_ms']:.3f} + layers "
-                 f"{t['fused_layer_sum_ms']:.3f}, {int(t['rounds'])} rounds")
+        text += (f" (fused: one call = fixed {t['fixed_ms']:.3f} + layers "
+                 f"{t['fused_layer_sum_ms']:.3f} ms, {int(t['rounds'])} rounds)")
     if "energy_mj" in t:
         text += f", {t['energy_mj']:.3f} mJ/frame"
     if "fps_per_w" in t:
@@ -102,15 +109,18 @@ def _pair_line(i: int, n: int, r: PairResult) -> str:
 
 
 class PlainProgress(SweepProgress):
-    """One line per finished pair on stdout (pipes, logs, CI)."""
+    """One line per finished pair on stdout (pipes, logs, CI); none with --quiet."""
 
-    def __init__(self) -> None:
+    def __init__(self, quiet: bool = False) -> None:
         self.n = 0
         self.finished = 0
+        self.skipped = 0  # pairs already in sweep.csv (--resume)
+        self.quiet = quiet
 
     def start(self, todo: Sequence[Pair], skipped: Sequence[Pair], frames_per_pair: int) -> None:
         self.n = len(todo)
-        if skipped:
+        self.skipped = len(skipped)
+        if skipped and not self.quiet:
             print(f"resuming: {len(skipped)} pairs already done, {len(todo)} to measure", flush=True)
 
     def note(self, text: str) -> None:
@@ -118,7 +128,8 @@ class PlainProgress(SweepProgress):
 
     def pair_done(self, index: int, result: PairResult) -> None:
         self.finished += 1
-        print(_pair_line(index + 1, self.n, result), flush=True)
+        if not self.quiet:
+            print(_pair_line(index + 1, self.n, result), flush=True)
 
 
 class BarProgress(PlainProgress):
@@ -169,19 +180,30 @@ class BarProgress(PlainProgress):
         self.bar.stop()
 
 
+def _stopped(progress: PlainProgress, csv_path: Path) -> str:
+    """How many pairs a stopped sweep kept, and the command that measures the rest."""
+    import shlex
+
+    kept = progress.finished + progress.skipped
+    rows = (f"{kept} pair{'s' if kept != 1 else ''} kept in {csv_path}" if kept
+            else "no pair had finished, nothing kept")
+    argv = sys.argv[1:] + ([] if "--resume" in sys.argv else ["--resume"])
+    return (f"{progress.finished} of {progress.n} pairs measured; {rows}; to measure the "
+            f"rest: coupprof {shlex.join(argv)}")
+
+
 def summary_table(result: SweepResult) -> Table:
     power = any("fps_per_w" in r.totals for r in result.done)
     t = Table(title=f"sweep: {len(result.done)} pairs measured"
               + (f", {len(result.skipped)} already done" if result.skipped else ""),
-              box=box.SIMPLE_HEAD, padding=(0, 1), pad_edge=False)
+              caption=FRAME_MS_MEANING, box=box.SIMPLE_HEAD, padding=(0, 1), pad_edge=False)
     for head in ("proc", "level", "MHz", "reads MHz", "method", "ms/frame", "FPS"):
         t.add_column(head, justify="right")
     if power:
         t.add_column("mJ/frame", justify="right")
         t.add_column("FPS/W", justify="right")
     for r in result.done:
-        # A fused pair's frame is one call of the whole model (fixed row + fused layers).
-        ms = r.totals.get("whole_ms", r.totals["latency_ms_mean"])
+        ms = frame_ms(r.totals)
         cells = [r.pair.processor, "" if r.pair.level is None else str(r.pair.level),
                  _mhz(r.pair.freq_khz), _mhz(r.effective_khz),
                  str(Method.FUSED if "whole_ms" in r.totals else Method.SLICED), f"{ms:.3f}",
@@ -197,6 +219,7 @@ def run(args: argparse.Namespace) -> int:
     from profiler.sweep.plan import parse_freqs, parse_processors, plan_pairs
     from profiler.sweep.run import Sweep, SweepSettings
 
+    output = Output.of(args)
     if args.model is None:
         from profiler.zoo import default_model_path
 
@@ -216,27 +239,28 @@ def run(args: argparse.Namespace) -> int:
     power, _ = open_power(args, board, layer_runs=True)
     sweep = Sweep(board, Path(args.model), pairs, out, settings, resume=args.resume,
                   sysfs_root=root, power=power)
-    tty = sys.stderr.isatty()
-    progress = BarProgress() if tty else PlainProgress()
+    progress = BarProgress() if output.progress else PlainProgress(output.quiet)
     from governors import Terminated
 
     try:
         result = sweep.run(progress)
-    except (KeyboardInterrupt, Terminated):  # Ctrl-C, SIGTERM, SIGHUP: rows kept, say how to go on
+    except (KeyboardInterrupt, Terminated) as stop:  # Ctrl-C, SIGTERM, SIGHUP: rows kept
         if isinstance(progress, BarProgress):
             progress.stop()
-        kept = (f"their rows are in {sweep.csv_path}" if progress.finished
-                else "no pair had finished")
-        say(f"interrupted after {progress.finished} of {progress.n} pairs; {kept}; "
-            "run the same command with --resume to finish")
+        text = _stopped(progress, sweep.csv_path)
+        if isinstance(stop, KeyboardInterrupt):
+            account(text)  # `profiler.cli.main` says it, with the frequencies restored
+        else:
+            say(f"stopped by a signal: {text}")
         raise
     finally:
         if isinstance(progress, BarProgress):
             progress.stop()
     if not result.done:
-        print(f"nothing to do: all {len(result.skipped)} pairs are already in {result.csv_path}")
+        output.line(f"nothing to do: all {len(result.skipped)} pairs are already in "
+                    f"{result.csv_path}")
         return 0
-    stdout_console().print(summary_table(result))
-    print(f"wrote {result.csv_path} ({len(pairs)} pairs, "
-          f"{sum(r.rows for r in result.done)} rows added) and {result.json_path}")
+    output.table(summary_table(result), drop=("reads MHz", "method", "MHz"))
+    output.line(f"wrote {result.csv_path} ({len(pairs)} pairs, "
+                f"{sum(r.rows for r in result.done)} rows added) and {result.json_path}")
     return 0

@@ -19,7 +19,6 @@ CPU). `coupprof predict` charges it to the producing stage.
 from __future__ import annotations
 
 import argparse
-import sys
 from contextlib import ExitStack
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -31,10 +30,11 @@ from profiler.cli import command_help
 from profiler.cli.common.options import (
     add_method_options,
     add_multi_processor_options,
+    add_output_options,
     nonneg_int,
     positive_int,
-    stdout_console,
 )
+from profiler.cli.common.output import Output
 from profiler.cli.common.plumbing import (
     choose_board,
     fused_settings,
@@ -91,10 +91,7 @@ def register(subparsers: Subparsers) -> None:
         method_help="sliced (default): the hand-over between two per-layer sub-models; "
         "fused: the same, plus readout_ms, the producer's extra read-back of the boundary's "
         "tensors in full, which fused layer tables leave out")
-    p.add_argument("--csv", type=Path, default=None,
-                   help="CSV to write (default: ./coupprof-out/transfers-MODEL.csv)")
-    p.add_argument("--json", type=Path, default=None,
-                   help="JSON sidecar (default: the CSV path with .json)")
+    add_output_options(p, csv="./coupprof-out/transfers-MODEL.csv", trace=True)
     p.set_defaults(func=run)
 
 
@@ -176,11 +173,12 @@ def render_matrix(df: pd.DataFrame, title: str) -> list[Table]:
 def run(args: argparse.Namespace) -> int:
     from profiler.executors.logs import quiet_native_exit
     from profiler.mapping.spec import Mapping, parse_freq
-    from profiler.mapping.transfer import measure_transfer_matrix, write_transfer_csv
+    from profiler.mapping.transfer import measure_transfer_matrix, transfer_sidecar
     from profiler.measure.results import environment
     from profiler.tflite.model_io import sha256_bytes
 
     quiet_native_exit()
+    out = Output.of(args)
     wanted = [t.strip().upper() for t in (args.processors or "").split(",") if t.strip()]
     board = choose_board(args, wanted)
     letters = parse_letters(args.processors, board)
@@ -194,13 +192,14 @@ def run(args: argparse.Namespace) -> int:
     from profiler.measure.layers import Levels
 
     govs = governors_for(board, letters, sysfs_root(args)) if plan is not None else {}
-    with ExitStack() as stack, task_progress(sys.stderr.isatty()) as bar:
+    with ExitStack() as stack, task_progress(out.progress) as bar:
         model, data, sliced = load_model(args, bar)
         if len(sliced.layers) < 2:
             raise BadInputError(f"{model} has {len(sliced.layers)} layer: no boundary to hand "
                                 "over", "use a model with more layers, or --granularity op")
-        csv_path = args.csv or Path("coupprof-out") / f"transfers-{model.stem}.csv"
-        meter, sim_model = open_power(args, board, Path(csv_path).with_suffix(".trace"))
+        default_csv = Path("coupprof-out") / f"transfers-{model.stem}.csv"
+        trace_dir = out.trace_dir(default_csv)
+        meter, sim_model = open_power(args, board, trace_dir)
         if meter is not None:
             stack.enter_context(meter)
         if meter is not None:
@@ -218,15 +217,14 @@ def run(args: argparse.Namespace) -> int:
     sim = " (simulated board)" if board.simulated else ""
     title = (f"{model.name} on {board.name}{sim}: transfer matrix ({matrix.info['method']}), "
              f"{len(matrix.info['boundaries'])} boundaries")
-    console = stdout_console()
     for t in render_matrix(df, title):
-        console.print(t)
+        out.table(t, drop=("KiB",))
     info = {"board": board.name, "simulated": board.simulated,
             "model_path": str(model.resolve()), "model_sha256": sha256_bytes(data),
             "granularity": sliced.granularity, "cuts": list(sliced.cuts),
             "layers": len(sliced.layers), "freq": plan.describe() if plan else "left alone",
             "freq_khz": {d: khz for d, (_, khz) in plan.setup.items()} if plan else {},
             **environment()}
-    csv_p, json_p = write_transfer_csv(matrix, csv_path, args.json, info)
-    print(f"wrote {csv_p} ({len(df)} rows) and {json_p}")
+    written = out.save(df, transfer_sidecar(matrix, None, info), default_csv)
+    out.wrote(written, f"{len(df)} rows", trace=trace_dir)
     return 0

@@ -11,7 +11,8 @@ from rich.table import Table
 
 from profiler import zoo
 from profiler.cli import command_help
-from profiler.cli.common.options import stdout_console
+from profiler.cli.common.options import add_wide_option, stdout_console
+from profiler.cli.common.output import Output
 from profiler.errors import BadInputError
 from profiler.tflite.model_io import sha256_bytes
 from profiler.zoo import armcoup
@@ -48,6 +49,7 @@ def register(subparsers: Subparsers) -> None:
     p.add_argument("--alpha", type=float, help="shorthand for --param alpha=A")
     p.add_argument("--size", type=int, help="shorthand for --param size=S")
     p.add_argument("--seed", type=int, help="shorthand for --param seed=N")
+    add_wide_option(p)
     p.set_defaults(func=run)
 
 
@@ -70,8 +72,9 @@ def run(args: argparse.Namespace) -> int:
         if args.name:
             raise BadInputError("give either --list or a model name, not both",
                                 "run `coupprof zoo --list`")
-        console.print(list_table())
-        console.print(armcoup_table())
+        out = Output.of(args)
+        out.table(list_table(), wrap={"description": 36})
+        out.table(armcoup_table(), wrap={"--cuts": 30, "zoo model": 24})
         return 0
     if not args.name:
         raise BadInputError("no model name given", "run `coupprof zoo --list` to see the models")

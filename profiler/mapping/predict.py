@@ -27,6 +27,7 @@ from profiler.errors import BadInputError, ProfilerError
 from profiler.executors.base import Executor, SubModel
 from profiler.executors.factory import make_executor
 from profiler.executors.worker import ProcessorWorker
+from profiler.mapping.accuracy import error_pct
 from profiler.mapping.queueing import QUEUE_DEPTH, pipeline_latency_ms
 from profiler.mapping.spec import Call, FreqPlan, Mapping, calls
 from profiler.mapping.transfer import Activity, NoActivity, measure_transfer_matrix
@@ -53,7 +54,7 @@ T = TypeVar("T")
 RESOLUTION_REL = 0.05
 
 LAYER_FIX = ("pass the CSVs written by `coupprof layers` (one per processor), with their "
-             ".json, or a `coupprof sweep` directory")
+             ".json, the folder they are in (coupprof-out), or a `coupprof sweep` directory")
 
 
 @dataclass
@@ -311,7 +312,9 @@ def predict(mapping: Mapping, mode: str, layers: LayerCosts,
         sliced_only = [p for p in mapping.processors if not layers.fused(p)]
         if sliced_only and len(mapping.order) > len(run_calls):
             notes.append(f"{', '.join(sliced_only)}: sliced tables, so each fused call is "
-                         "priced at a per-call cost per layer (measure --method fused)")
+                         "priced at a per-call cost per layer; to price it as `run` calls "
+                         "it, measure again with " + "; ".join(
+                             f"`coupprof layers -p {p} --method fused`" for p in sliced_only))
     call_ms = [x + sum(t_ms[i] for i in c.layers)
                for c, x in zip(run_calls, extra_ms, strict=True)]
     pipeline = mode == "pipeline"
@@ -366,10 +369,17 @@ def _energy(mode: str, order: str, e: list[float | None], dyn: list[float | None
 # Inputs: saved tables, or measuring them
 # --------------------------------------------------------------------------------
 
-def read_layer_tables(paths: Sequence[str | Path]) -> LayerCosts:
+def read_layer_tables(paths: Sequence[str | Path], *, processors: Sequence[str] | None = None,
+                      model: str | None = None,
+                      note: Callable[[str], None] | None = None) -> LayerCosts:
     """Layer tables written by `coupprof layers` (CSV + JSON sidecar), `coupprof sweep`
     directories (every processor and level they hold), or CSVs with a `processor` column
-    (one row per processor and layer)."""
+    (one row per processor and layer).
+
+    A folder that is not a sweep's (`coupprof layers`' coupprof-out/) gives its tables
+    of ``processors`` (None: all) for ``model`` (`profiler.mapping.table_folder`), and
+    ``note`` is told in one line which files were taken."""
+    from profiler.mapping.table_folder import choose_tables
     from profiler.measure.tables import read_tables
 
     frames: list[pd.DataFrame] = []
@@ -380,8 +390,17 @@ def read_layer_tables(paths: Sequence[str | Path]) -> LayerCosts:
     traces: dict[tuple[str, int | None], FreqTrace] = {}
     whole: dict[tuple[str, int | None], tuple[float, float]] = {}
     factors: dict[tuple[str, int | None], float] = {}
+    used: list[Path] = []
     for raw in paths:
         p = Path(raw)
+        if p.is_dir() and not _is_sweep(p):
+            choice = choose_tables(p, processors, model)
+            if note is not None:
+                note(choice.describe())
+            used += choice.paths
+        else:
+            used.append(p)
+    for p in used:
         if _is_sweep(p):
             sw = _sweep_part(p)
             fixed.update(sw.fixed_ms)
@@ -454,7 +473,7 @@ def read_layer_tables(paths: Sequence[str | Path]) -> LayerCosts:
                             "measure every processor on the same model")
     table = pd.concat(frames, ignore_index=True)
     table["level"] = table["level"].astype("Int64")
-    return LayerCosts(table, base, [str(p) for p in paths], fixed, fixed_e, traces, whole,
+    return LayerCosts(table, base, [str(p) for p in used], fixed, fixed_e, traces, whole,
                       factors)
 
 
@@ -736,7 +755,8 @@ def mapping_transfers(sliced: SlicedModel, board: Board, mapping: Mapping, *,
 # --------------------------------------------------------------------------------
 
 def compare(pred: Prediction, run: MappedRun) -> pd.DataFrame:
-    """Rows of metric, predicted, measured, error_pct (measured vs predicted)."""
+    """Rows of metric, predicted, measured, error_pct (`profiler.mapping.accuracy`:
+    (predicted - measured) / measured, positive when the prediction is too high)."""
     rows: list[tuple[str, float, float | None]] = [
         ("latency_ms", pred.latency_ms, float(run.latency_ns.mean()) / 1e6),
         ("throughput_fps", pred.throughput_fps, float(run.throughput_fps)),
@@ -749,5 +769,6 @@ def compare(pred: Prediction, run: MappedRun) -> pd.DataFrame:
                      run.energy_mj))
     df = pd.DataFrame(rows, columns=["metric", "predicted", "measured"])
     df["measured"] = df["measured"].astype(float)
-    df["error_pct"] = (df["predicted"] - df["measured"]) / df["measured"] * 100.0
+    df["error_pct"] = [error_pct(p, m) for p, m in zip(df["predicted"], df["measured"],
+                                                       strict=True)]
     return df

@@ -46,7 +46,7 @@ if TYPE_CHECKING:
 
 __all__ = ["CSV_COLUMNS", "Activity", "NoActivity", "TransferMatrix", "TransferSample",
            "measure_transfer_matrix", "model_inputs", "read_transfer_csv", "summary",
-           "write_transfer_csv"]
+           "transfer_sidecar", "write_transfer_csv"]
 
 SIDECAR_FORMAT = "coupprof-transfers/1"
 CSV_COLUMNS = ("boundary", "src", "dst", "bytes", "tensors", "time_ms_mean", "time_ms_median",
@@ -403,6 +403,17 @@ class _Pair:
 # Files
 # --------------------------------------------------------------------------------
 
+def transfer_sidecar(matrix: TransferMatrix, csv_name: str | None,
+                     info: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The JSON sidecar of a transfer table's CSV named ``csv_name`` (None: it went to
+    standard output), with the caller's ``info`` (board, model, levels)."""
+    return {"format": SIDECAR_FORMAT, "csv": csv_name, **(info or {}), **matrix.info,
+            "units": {"time_ms": "ms from the producer finishing on src to the "
+                                 "consumer's inputs written on dst",
+                      "bytes": "bytes of the tensors crossing the boundary",
+                      "energy_mj": "mJ per hand-over (with minus without it)"}}
+
+
 def write_transfer_csv(matrix: TransferMatrix, csv_path: str | Path,
                        json_path: str | Path | None = None,
                        info: dict[str, Any] | None = None) -> tuple[Path, Path]:
@@ -413,11 +424,7 @@ def write_transfer_csv(matrix: TransferMatrix, csv_path: str | Path,
         csv_p.parent.mkdir(parents=True, exist_ok=True)
         json_p.parent.mkdir(parents=True, exist_ok=True)
         df.to_csv(csv_p, index=False)
-        sidecar = {"format": SIDECAR_FORMAT, "csv": csv_p.name, **(info or {}), **matrix.info,
-                   "units": {"time_ms": "ms from the producer finishing on src to the "
-                                        "consumer's inputs written on dst",
-                             "bytes": "bytes of the tensors crossing the boundary",
-                             "energy_mj": "mJ per hand-over (with minus without it)"}}
+        sidecar = transfer_sidecar(matrix, csv_p.name, info)
         json_p.write_text(json.dumps(sidecar, indent=2, default=str) + "\n")
     except OSError as err:
         raise BadInputError(f"cannot write results to {err.filename or csv_p}: {err.strerror}",

@@ -391,6 +391,9 @@ class ProcessorLayers:
         extra: dict[str, Any] = {"board_description": self.board.description, "seed": s.seed,
                                  "cores_text": format_cpu_list(cores),
                                  "executor": ex.describe()}
+        if self.board.simulated and proc.cores and tuple(proc.cores) != cores:
+            # the profile's cores, which this machine's stand in for (the title says both)
+            extra["board_cores"] = list(proc.cores)
         if set_result is not None and self.governor is not None and level is not None:
             extra["governor"] = {"kind": self.governor.kind, "requested_khz": level[1],
                                  "effective_khz": set_result.effective_khz,

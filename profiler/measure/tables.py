@@ -2,7 +2,8 @@
 
 Measuring and rendering are separate: `run_tables(run)` turns a `LayerRun` into a
 `RunTables` (DataFrames + metadata + totals); `write_tables` saves it as CSV and a
-JSON sidecar; `read_tables` loads those files back into the same `RunTables`;
+JSON sidecar (`results_frame`, `layers_sidecar`: the same for another writer, e.g. to
+standard output); `read_tables` loads those files back into the same `RunTables`;
 `render` draws a rich table from a `RunTables`, fresh or loaded. The CSV is tidy, units in
 column names, every row led by the run's identifying columns (`ID_COLUMNS`); power columns
 are present only when the run has them, never 0.
@@ -287,11 +288,8 @@ def default_json_path(csv_path: str | Path) -> Path:
     return Path(csv_path).with_suffix(".json")
 
 
-def write_tables(tables: RunTables, csv_path: str | Path,
-                 json_path: str | Path | None = None) -> tuple[Path, Path]:
-    """Write the tidy CSV (layer rows, then frame rows if any) and its JSON sidecar."""
-    csv_p = Path(csv_path)
-    json_p = Path(json_path) if json_path is not None else default_json_path(csv_p)
+def results_frame(tables: RunTables) -> pd.DataFrame:
+    """The tidy CSV's rows: layer rows, the fixed row of a fused run, then frame rows."""
     parts = [tables.layers]
     fixed = fixed_row(tables)
     if fixed is not None:
@@ -301,20 +299,32 @@ def write_tables(tables: RunTables, csv_path: str | Path,
         for col in ("start_ns", "end_ns", "transfer_start_ns", "transfer_end_ns"):
             frames[col] = frames[col].astype("Int64")  # exact ns, blank on layer rows
         parts.append(frames)
-    df = pd.concat(parts, ignore_index=True) if len(parts) > 1 else parts[0]
+    return pd.concat(parts, ignore_index=True) if len(parts) > 1 else parts[0]
+
+
+def layers_sidecar(tables: RunTables, csv_name: str | None) -> dict[str, Any]:
+    """The JSON sidecar of the CSV named ``csv_name`` (None: it went to standard output)."""
+    return {
+        "format": SIDE_CAR_FORMAT,
+        "csv": csv_name,
+        **tables.info,
+        "totals": tables.totals,
+        "raw_rows": tables.frames is not None,
+        "units": UNITS,
+    }
+
+
+def write_tables(tables: RunTables, csv_path: str | Path,
+                 json_path: str | Path | None = None) -> tuple[Path, Path]:
+    """Write the tidy CSV (`results_frame`) and its JSON sidecar."""
+    csv_p = Path(csv_path)
+    json_p = Path(json_path) if json_path is not None else default_json_path(csv_p)
+    df = results_frame(tables)
     try:
         csv_p.parent.mkdir(parents=True, exist_ok=True)
         json_p.parent.mkdir(parents=True, exist_ok=True)
         df.to_csv(csv_p, index=False)
-        sidecar = {
-            "format": SIDE_CAR_FORMAT,
-            "csv": csv_p.name,
-            **tables.info,
-            "totals": tables.totals,
-            "raw_rows": tables.frames is not None,
-            "units": UNITS,
-        }
-        json_p.write_text(json.dumps(sidecar, indent=2, sort_keys=False) + "\n")
+        json_p.write_text(json.dumps(layers_sidecar(tables, csv_p.name), indent=2) + "\n")
     except OSError as err:
         raise BadInputError(f"cannot write results to {err.filename or csv_p}: {err.strerror}",
                             "choose a writable path with --csv / --json") from None
@@ -387,8 +397,12 @@ def _count(n: int | None, noun: str) -> str:
 def title(info: dict[str, Any]) -> str:
     model = Path(str(info.get("model_path", "model"))).name
     cores = info.get("cores") or []
+    board_cores = (info.get("extra") or {}).get("board_cores")
+    # simulated: the board's cores, and this machine's that ran the layers in their place
+    where = (f"board cores {format_cpu_list(board_cores)}, run on this machine's cores "
+             f"{format_cpu_list(cores)}" if board_cores else f"cores {format_cpu_list(cores)}")
     text = (f"{model} on board {info.get('board', '?')}, processor {info.get('processor', '?')}"
-            f" (cores {format_cpu_list(cores)}, {_count(info.get('threads'), 'thread')})")
+            f" ({where}, {_count(info.get('threads'), 'thread')})")
     if info.get("freq_khz"):
         text += f" at level {info.get('freq_level')} = {info['freq_khz'] / 1000:g} MHz"
     if info.get("simulated"):
@@ -423,10 +437,18 @@ def _kib(v: float | None) -> str:
     return "" if v is None or pd.isna(v) else f"{int(v) / 1024:,.1f}"
 
 
+#: The layer tables' columns a narrow terminal may leave out, least wanted first (see
+#: `profiler.cli.common.fit`). Never left out: the layer, its time (mean ms, or fused ms
+#: and its ±95%), its energy (mJ) and the flags.
+LESSER_COLUMNS = ("samples", "KiB in", "KiB out", "dyn mJ", "p95", "MMAC", "median", "FPS/W",
+                  "W", "xfer ms", "sliced ms", "operators")
+
+
 def render(tables: RunTables) -> Table:
     """The layer table: one row per layer and a totals row; power columns only when present.
 
     Times are per frame in ms; bytes in KiB; the CSV has every column at full precision.
+    A terminal too narrow for it leaves out LESSER_COLUMNS first.
     """
     df, tot = tables.layers, tables.totals
     if "time_ms_fused" in df.columns:

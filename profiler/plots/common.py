@@ -20,11 +20,14 @@ import numpy as np
 import pandas as pd
 from matplotlib.colors import ListedColormap
 from matplotlib.figure import Figure
+from matplotlib.textpath import TextToPath
 
 from profiler.errors import BadInputError
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
+    from matplotlib.font_manager import FontProperties
+    from matplotlib.text import Text
     from matplotlib.typing import RcKeyType
 
 PROCESSOR_NAMES = {"L": "little CPU", "B": "big CPU", "G": "GPU", "N": "NPU"}
@@ -54,6 +57,43 @@ def new_figure(nrows: int = 1, ncols: int = 1, *, width: float = 8.0, height: fl
         fig = Figure(figsize=(width, height), layout="constrained")
         axes = fig.subplots(nrows, ncols, squeeze=False, **kw)
     return fig, axes
+
+
+# The share of the figure's width a title may take: constrained layout keeps a small pad
+# at either edge, and a line that fills the width exactly loses its ends there.
+TITLE_WIDTH_SHARE = 0.94
+
+
+def _text_width_pt(text: str, prop: FontProperties) -> float:
+    width, _, _ = TextToPath().get_text_width_height_descent(text, prop, ismath=False)
+    return float(width)
+
+
+def wrap_to_width(text: str, prop: FontProperties, width_pt: float) -> str:
+    """`text` with each line broken at spaces so that no line is wider than `width_pt`
+    in font `prop` (a single word wider than that stays whole)."""
+    out: list[str] = []
+    for line in text.split("\n"):
+        current = ""
+        for word in line.split(" "):
+            trial = f"{current} {word}" if current else word
+            if current and _text_width_pt(trial, prop) > width_pt:
+                out.append(current)
+                current = word
+            else:
+                current = trial
+        out.append(current)
+    return "\n".join(out)
+
+
+def set_suptitle(fig: Figure, text: str, **kw: Any) -> Text:
+    """The figure's title, wrapped to the figure's width: matplotlib centres a suptitle
+    and never wraps it, so a long model or board name cut both ends off."""
+    with matplotlib.rc_context(STYLE):
+        title = fig.suptitle(text, **kw)
+    width_pt = fig.get_figwidth() * 72.0 * TITLE_WIDTH_SHARE
+    title.set_text(wrap_to_width(text, title.get_fontproperties(), width_pt))
+    return title
 
 
 def save(fig: Figure, path: str | Path) -> Path:

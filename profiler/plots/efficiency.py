@@ -4,6 +4,9 @@ with a power source), one row per (processor, level, layer) with fps_per_w.
 
 FPS/W of a layer = 1 / (its energy per frame in J). The NPU has no DVFS of its own;
 its x axis is its host cluster's frequency, as in the paper's Fig. 16d.
+
+A processor measured at one level has no curve to show: its panel shows each layer
+as a point and says so, and `one_level_note` gives the sentence for a command to print.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from profiler.plots.common import (
     processors_in,
     require,
     run_title,
+    set_suptitle,
     with_fps_per_w,
 )
 
@@ -34,10 +38,37 @@ PRODUCER = ("`coupprof sweep` on a board with a power source (e.g. `coupprof swe
 MAX_LEGEND_LAYERS = 12
 
 
-def efficiency_figure(df: pd.DataFrame, source: str | Path = "the CSV") -> Figure:
+def _rows(df: pd.DataFrame, source: str | Path) -> pd.DataFrame:
     rows = with_fps_per_w(layer_rows(df))
     require(rows, NEEDED, source, "efficiency", PRODUCER)
-    rows = rows.dropna(subset=list(NEEDED))
+    return rows.dropna(subset=list(NEEDED))
+
+
+def one_level(df: pd.DataFrame, source: str | Path = "the CSV") -> dict[str, float]:
+    """Processor -> the frequency (MHz) of its only level, for those measured at one level."""
+    rows = _rows(df, source)
+    out = {}
+    for letter in processors_in(rows):
+        khz = set(rows.loc[rows["processor"].astype(str) == letter, "freq_khz"].astype(float))
+        if len(khz) == 1:
+            out[letter] = khz.pop() / 1000
+    return out
+
+
+def one_level_note(df: pd.DataFrame, source: str | Path = "the CSV") -> str | None:
+    """One sentence when some processor has a single level (no curve to draw), else None."""
+    single = one_level(df, source)
+    if not single:
+        return None
+    which = ", ".join(f"{p} ({mhz:g} MHz)" for p, mhz in single.items())
+    return (f"one level only for {which}: each layer is a point, not a curve; a curve needs "
+            "two or more levels (`coupprof sweep` measures every level unless --freqs says "
+            "otherwise, e.g. --freqs 1,3,5)")
+
+
+def efficiency_figure(df: pd.DataFrame, source: str | Path = "the CSV") -> Figure:
+    rows = _rows(df, source)
+    single = one_level(rows, source)
     procs = processors_in(rows)
     ncols = min(len(procs), 2)
     nrows = (len(procs) + ncols - 1) // ncols
@@ -60,6 +91,8 @@ def efficiency_figure(df: pd.DataFrame, source: str | Path = "the CSV") -> Figur
         title = processor_label(letter)
         if letter == "N":
             title += ": x is its host cluster's frequency"
+        if letter in single:
+            title += "\none level only: points, not curves"
         ax.set_title(title)
         ax.set_xlabel("frequency (MHz)")
         ax.set_ylabel("FPS/W (1 / energy per frame, J⁻¹)")
@@ -72,5 +105,5 @@ def efficiency_figure(df: pd.DataFrame, source: str | Path = "the CSV") -> Figur
         sm = ScalarMappable(norm=Normalize(min(layers), max(layers)), cmap=LAYER_CMAP)
         fig.colorbar(sm, ax=[a for a in axes.flat if a.get_visible()], label="layer index",
                      shrink=0.9)
-    fig.suptitle(f"Per-layer energy efficiency vs DVFS level — {run_title(rows)}")
+    set_suptitle(fig, f"Per-layer energy efficiency vs DVFS level — {run_title(rows)}")
     return fig

@@ -26,6 +26,7 @@ from profiler.plots.common import (
     processors_in,
     require,
     run_title,
+    set_suptitle,
     with_fps_per_w,
 )
 
@@ -129,11 +130,12 @@ def layers_figure(df: pd.DataFrame, source: str | Path = "the CSV",
     bottom.set_xticks(x, [f"{k} {ops.get(k, '')}".strip() if n <= 30 else str(k) for k in layers],
                       rotation=60 if n <= 30 else 0, ha="right" if n <= 30 else "center", fontsize=8)
     bottom.set_xlabel("layer (index and operators)" if n <= 30 else "layer index")
-    handles, labels = axes[0, 0].get_legend_handles_labels()
-    fig.legend(handles, labels, loc="outside right upper",
-               title="processor" if "run" not in rows.columns else "run")
+    # Beside the top panel, below the title (a figure legend at the top right corner
+    # shares the title's line); constrained layout makes room for it.
+    axes[0, 0].legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0,
+                      title="processor" if "run" not in rows.columns else "run")
     title = f"Per-layer time{', energy and FPS/W' if len(panels) > 1 else ''} — {run_title(rows)}"
     if len(panels) == 1:
         title += "\n(no energy_mj / fps_per_w columns: the run had no power source)"
-    fig.suptitle(title)
+    set_suptitle(fig, title)
     return fig

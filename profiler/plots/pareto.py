@@ -10,14 +10,13 @@ with its order string.
 
 from __future__ import annotations
 
-import textwrap
 from pathlib import Path
 
 import pandas as pd
 from matplotlib.figure import Figure
 
 from profiler.errors import BadInputError
-from profiler.plots.common import new_figure, require, sidecar
+from profiler.plots.common import new_figure, require, set_suptitle, sidecar
 
 NEEDED = ("kind", "mode", "order", "latency_ms", "throughput_fps", "energy_mj", "fps_per_w")
 PRODUCER = "`coupprof explore --sweep DIR ... --csv FILE`"
@@ -58,5 +57,5 @@ def pareto_figure(df: pd.DataFrame, source: str | Path = "the CSV") -> Figure:
     ax.legend(loc="best", fontsize=8)
     what = meta.get("proof", "")
     title = f"explore, {mode} mode — {meta.get('model', '')} on {meta.get('board', '')}"
-    fig.suptitle(title + (f"\n{textwrap.fill(what, 110)}" if what else ""), fontsize=9)
+    set_suptitle(fig, title + (f"\n{what}" if what else ""), fontsize=9)
     return fig

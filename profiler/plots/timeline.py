@@ -25,7 +25,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from profiler.errors import BadInputError
-from profiler.plots.common import new_figure, require, run_title
+from profiler.plots.common import new_figure, require, run_title, set_suptitle
 
 TRACE_NEEDED = ("host_ns", "power_w")
 FRAME_NEEDED = ("layer", "frame", "start_ns", "end_ns", "transfer_start_ns", "transfer_end_ns")
@@ -189,5 +189,5 @@ def timeline_figure(trace: pd.DataFrame, layers: pd.DataFrame, frame: int | None
     n_in = int(inside.sum())
     sub = (f"{n_in} samples in the frame, energy {energy_mj:.3f} mJ" if n_in > 1
            else f"only {n_in} sample in the frame: the logger's rate is too low for frames this short")
-    fig.suptitle(f"One frame's power with layer windows — {info}{proc}\n{sub}")
+    set_suptitle(fig, f"One frame's power with layer windows — {info}{proc}\n{sub}")
     return fig

@@ -18,6 +18,7 @@ from profiler.plots.common import (
     processor_sort_key,
     require,
     run_title,
+    set_suptitle,
 )
 
 NEEDED = ("boundary", "src", "dst", "time_ms_mean")
@@ -55,8 +56,10 @@ def transfers_figure(df: pd.DataFrame, source: str | Path = "the CSV",
                             color=PROCESSOR_COLORS.get(src, "grey"), alpha=0.12, lw=0)
     ax.set_ylabel("hand-over time (ms)")
     ax.set_title("mean per boundary; shaded up to the 95th percentile", fontsize=9)
-    handles, labels = ax.get_legend_handles_labels()
-    fig.legend(handles, labels, loc="outside right upper", title="src → dst\ncolour = src\nline = dst")
+    # Beside the top panel, not at the figure's top right corner: there it sat on the
+    # title's line and covered a long title's end. Constrained layout makes room for it.
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0,
+              title="src → dst\ncolour = src\nline = dst")
     bottom = ax
     if has_bytes:
         bax = axes[1, 0]
@@ -67,5 +70,5 @@ def transfers_figure(df: pd.DataFrame, source: str | Path = "the CSV",
     bottom.set_xlabel("layer boundary (b: between layer b and b+1)")
     step = max(1, int(np.ceil(len(boundaries) / 30)))
     bottom.set_xticks(boundaries[::step])
-    fig.suptitle(f"Transfer cost per layer boundary — {run_title(rows) or Path(str(source)).name}")
+    set_suptitle(fig, f"Transfer cost per layer boundary — {run_title(rows) or Path(str(source)).name}")
     return fig

@@ -156,6 +156,16 @@ def read_sidecar(path: Path) -> dict[str, Any] | None:
 # -- reading a sweep back ----------------------------------------------------------------
 
 
+#: What a sweep calls a pair's frame time, wherever it is shown (the terminal, notebooks).
+FRAME_MS_MEANING = ("ms/frame: a fused pair's one call of the whole model (its layers and "
+                    "the fixed row); a sliced pair's layers plus the hand-overs between them")
+
+
+def frame_ms(totals: dict[str, Any]) -> float:
+    """A pair's time per frame from its totals (`FRAME_MS_MEANING`)."""
+    return float(totals.get("whole_ms", totals["latency_ms_mean"]))
+
+
 @dataclass
 class SweepData:
     """A sweep directory loaded: layer rows and the sidecar."""
@@ -188,6 +198,21 @@ class SweepData:
             if v is not None and not math.isnan(float(v)):
                 out[_pair_key(p)] = float(v)
         return out
+
+    def frame_ms(self) -> pd.DataFrame:
+        """Per pair: processor, freq_level, freq_khz, method and frame_ms, the same
+        figure the sweep printed (`FRAME_MS_MEANING`)."""
+        rows = []
+        for p in self.meta.get("pairs", {}).values():
+            totals = p.get("totals", {})
+            if "latency_ms_mean" not in totals and "whole_ms" not in totals:
+                continue
+            rows.append({"processor": p["processor"], "freq_level": p.get("level"),
+                         "freq_khz": p.get("effective_khz") or p.get("freq_khz"),
+                         "method": "fused" if "whole_ms" in totals else "sliced",
+                         "frame_ms": frame_ms(totals)})
+        return pd.DataFrame(rows, columns=["processor", "freq_level", "freq_khz", "method",
+                                           "frame_ms"])
 
     def fixed_ms(self) -> dict[tuple[str, int | None], float]:
         """{(processor, level): fixed per-call ms} of the sweep's fused pairs."""

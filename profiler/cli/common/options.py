@@ -23,13 +23,52 @@ if TYPE_CHECKING:
 PIPE_WIDTH = 160
 
 
-def stdout_console() -> Console:
-    """A rich console for results on stdout: the terminal's width on a terminal; in a
-    pipe or file, $COLUMNS if set, else PIPE_WIDTH."""
+def stdout_console(stderr: bool = False) -> Console:
+    """A rich console for results on stdout (``stderr``: on stderr, when stdout carries
+    data such as `--csv -`): the terminal's width on a terminal; in a pipe or file,
+    $COLUMNS if set, else PIPE_WIDTH."""
     from rich.console import Console
 
-    wide = sys.stdout.isatty() or os.environ.get("COLUMNS", "").isdigit()
-    return Console(width=None if wide else PIPE_WIDTH)
+    stream = sys.stderr if stderr else sys.stdout
+    wide = stream.isatty() or os.environ.get("COLUMNS", "").isdigit()
+    return Console(width=None if wide else PIPE_WIDTH, stderr=stderr)
+
+
+WIDE_HELP = ("show every column of the tables, however wide (default: leave out the lesser "
+             "columns whole to fit the terminal, and name them under the table)")
+
+
+def add_wide_option(p: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
+    """--wide, for a command that prints tables (`profiler.cli.common.output`)."""
+    p.add_argument("--wide", action="store_true", help=WIDE_HELP)
+
+
+def add_output_options(p: argparse.ArgumentParser | argparse._ArgumentGroup, *,
+                       csv: str | None, trace: bool = False,
+                       json: str = "JSON sidecar to write") -> None:
+    """--csv (unless ``csv``, its default for the help, is None), --json, --quiet and
+    --wide: where a command's results go (`profiler.cli.common.output`). ``trace``: the
+    command keeps a streaming power source's trace beside its CSV."""
+    if csv is not None:
+        kept = ("; a streaming power source (sim, arduino) also keeps its raw samples and "
+                "marker edges in a folder named as the CSV with .trace, which `coupprof plot "
+                "timeline` reads (none with -)") if trace else ""
+        p.add_argument("--csv", type=Path, default=None, metavar="FILE|-",
+                       help=f"CSV to write, - for standard output (the tables and messages "
+                       f"then go to standard error; default: {csv}){kept}")
+        default = ("the CSV path with .json; with --csv -, none unless given")
+    else:
+        default = "none"
+    p.add_argument("--json", type=Path, default=None, metavar="FILE|-",
+                   help=f"{json}, - for standard output (default: {default})")
+    add_quiet_option(p)
+    add_wide_option(p)
+
+
+def add_quiet_option(p: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
+    """--quiet (`profiler.cli.common.output`)."""
+    p.add_argument("--quiet", "-q", action="store_true",
+                   help="print no table, no 'wrote' line and no note, only errors")
 
 
 def _whole(text: str, least: int) -> int:

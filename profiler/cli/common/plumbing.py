@@ -27,9 +27,45 @@ if TYPE_CHECKING:
     from profiler.slicing.specs import SlicedModel
 
 
+class _Notes:
+    """--quiet turns the notes off; errors are not notes (`profiler.cli.main` prints them)."""
+
+    on = True
+
+
+def set_quiet(quiet: bool) -> None:
+    """Leave out (or print again) the notes `say` prints: `--quiet`."""
+    _Notes.on = not quiet
+
+
 def say(text: str) -> None:
-    """A note for the user on stderr (results go to stdout)."""
-    print(f"coupprof: {text}", file=sys.stderr, flush=True)
+    """A note for the user on stderr (results go to stdout); none with --quiet."""
+    flush_board_notice()  # the held board notice comes first
+    if _Notes.on:
+        print(f"coupprof: {text}", file=sys.stderr, flush=True)
+
+
+class _BoardNotice:
+    """The "using the simulated board" notice, held back so that an error is never behind
+    it: said once, before the command's next note or when it ends well
+    (`flush_board_notice`, called by `profiler.cli.main`); dropped if it fails first."""
+
+    held: str | None = None
+    said = False
+
+
+def hold_board_notice(text: str) -> None:
+    """Keep the board notice until the command's next note or its end (once a process)."""
+    if not _BoardNotice.said:
+        _BoardNotice.held = text
+
+
+def flush_board_notice() -> None:
+    """Say the held board notice, if any (once)."""
+    text, _BoardNotice.held = _BoardNotice.held, None
+    if text is not None and not _BoardNotice.said:
+        _BoardNotice.said = True
+        say(text)
 
 
 def sysfs_root(args: argparse.Namespace) -> Path:
@@ -49,7 +85,7 @@ def choose_board(args: argparse.Namespace, letters: Sequence[str] | None = None)
     when ``letters`` is None (every processor) or names G."""
     from profiler.platform import choose_board as choose
 
-    return choose(args.board, sysfs_root(args), letters=letters, announce=say)
+    return choose(args.board, sysfs_root(args), letters=letters, announce=hold_board_notice)
 
 
 def board_summary(board: Board) -> str:
@@ -121,8 +157,11 @@ def open_power(args: argparse.Namespace, board: Board, trace_dir: Path | None = 
     """(PowerSession or None, the source's `activity` or None) for --power/--marker/--baseline-s,
     --rate and --counter-updates, not opened yet (`profiler.measure.hardware.open_power`:
     ``trace_dir``, ``layer_runs``). --sysfs-root moves /sys/class/gpio too."""
+    from profiler.cli.common.interrupt import keep_on_interrupt
     from profiler.measure.hardware import open_power as open_from_specs
 
+    if trace_dir is not None:  # named if Ctrl-C stops the command while it is there
+        keep_on_interrupt(trace_dir, "the power trace so far")
     return open_from_specs(
         board, args.power, args.marker, trace_dir=trace_dir, layer_runs=layer_runs,
         rate_hz=getattr(args, "rate", None), baseline_s=args.baseline_s,
