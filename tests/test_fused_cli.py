@@ -142,6 +142,9 @@ def test_predict_from_fused_tables_charges_one_fixed_cost_per_stage(g_run: Path)
             "--json", "pred.json", cwd=g_run)
     assert r.returncode == 0, r.stderr
     assert "fixed ms" in r.stdout
+    # B's two layers are one call in `run` but its table is sliced: one line says which
+    # command would measure the table that prices that call
+    assert "`coupprof layers -p B --method fused`" in " ".join((r.stdout + r.stderr).split())
     pred = json.loads((g_run / "pred.json").read_text())
     g = pd.read_csv(g_run / "g.csv")
     b = pd.read_csv(g_run / "b.csv")
