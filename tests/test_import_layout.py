@@ -386,3 +386,33 @@ def test_levels_max_on_the_command_line(tmp_path: Path) -> None:
     assert r.returncode == 2 and "Traceback" not in r.stderr
     err = [ln for ln in r.stderr.splitlines() if not ln.startswith("coupprof: ")]
     assert len(err) == 1 and "--levels max needs a board profile's levels" in err[0], r.stderr
+
+
+def test_a_pause_inside_a_setting_does_not_overrule_the_layout_given(tmp_path: Path) -> None:
+    """coupprof's own recording of one setting (no long wait after it) in which the host
+    stalled for 3 s in an idle segment half-way through, as a loaded host can: the trace reads
+    as two settings, the last cut short, but the layout given (1 x 13 frames, every flag)
+    holds exactly its frames, so it is kept, with a note, where it used to exit 1."""
+    from profiler.errors import LayoutMismatchError
+    from profiler.recordings.importer import LayoutFlags, choose_layout
+
+    _, path = simulated(1, 13, 6, 3, tmp_path)
+    rec = read_armcoup_log(path)
+    segs = segments(rec)
+    rec = cut(rec, int(segs.start[-1]))  # the long wait never came
+    segs = segments(rec)
+    idle = np.flatnonzero(~np.asarray(segs.active, bool))
+    gap = int(idle[np.searchsorted(idle, len(segs) // 2)])  # an idle segment mid-run
+    stalled = copy.copy(rec)
+    stalled.t_ms = rec.t_ms.copy()
+    stalled.t_ms[segs.start[gap] + 1:] += 3000.0
+    inf = infer_layout(stalled)
+    assert inf.settings == 2 and inf.cut_short, inf.describe()  # what the stall looks like
+    given = LayoutFlags(order="B" * 6, frames=10, warmup=3, levels=(("1", "1"),), trailing=1)
+    layout, notes = choose_layout(inf, given, "B" * 6, None)
+    assert (len(layout.settings), layout.runs, layout.layers) == (1, 13, 6)
+    assert any("pause" in n for n in notes), notes
+    # a layout whose frames the trace does not hold is still refused
+    with pytest.raises(LayoutMismatchError, match="the trace shows"):
+        choose_layout(inf, LayoutFlags(order="B" * 6, frames=20, warmup=3,
+                                       levels=(("1", "1"),), trailing=1), "B" * 6, None)

@@ -186,12 +186,34 @@ def choose_layout(inferred: InferredLayout, given: LayoutFlags, name_order: str,
             inferred.trailing if inferred.closed or len(levels) == 1 else 0
     layout = make_layout(order, frames, warmup, levels, trailing)
     wrong = inferred.misfits(layout)
+    if wrong and _holds_every_segment(inferred, given, layout):
+        # A host that stalled inside a setting leaves a wait as long as a setting's
+        # close; a layout given in full that accounts for every segment is the run's.
+        notes.append(f"the trace reads as {inferred.shape()}, but the layout given holds "
+                     f"its {inferred.segments} segments: a pause inside a setting (a host "
+                     "that stalled), taken for a close; the layout given is kept")
+        return layout, notes
     if wrong and inferred.sure:
         raise LayoutMismatchError(f"the trace shows {inferred.shape()}, not {_shape(layout)} "
                                   f"({'; '.join(wrong)})",
                                   f"pass {suggest_flags(inferred, given, layout, board)}")
     notes += [f"the layout may not fit the trace: it seems to show {w}" for w in wrong]
     return layout, notes
+
+
+#: Segments a layout given in full may differ from the trace by and still hold it (two
+#: faults: a spurious pulse or a missed edge each add or take two).
+SEGMENT_SLACK = 4
+
+
+def _holds_every_segment(inferred: InferredLayout, given: LayoutFlags,
+                         layout: RunLayout) -> bool:
+    """Every layout flag given, the trace's frames of that many layers, and its segments
+    (the wait before the run aside) as many as the layout's windows, give or take
+    `SEGMENT_SLACK`."""
+    full = None not in (given.frames, given.warmup, given.levels, given.trailing)
+    return full and inferred.layers == layout.layers and \
+        abs(inferred.segments - 1 - layout.total) <= SEGMENT_SLACK
 
 
 def _stepped_name(board: Board | None, order: str) -> str:
