@@ -1,5 +1,6 @@
-"""Shared by the plot and report tests: `coupprof layers --raw` while `coupprof collect`
-records the virtual logger, both as real subprocesses."""
+"""Shared by the CLI tests that run coupprof as a subprocess: `run_coupprof` (exit 0
+checked, a cache of their own), and `coupprof layers --raw` while `coupprof collect`
+records the virtual logger."""
 
 from __future__ import annotations
 
@@ -12,6 +13,18 @@ from pathlib import Path
 from typing import Any
 
 COUPPROF = str(Path(sys.executable).with_name("coupprof"))
+
+
+def run_coupprof(args: tuple[str, ...], cwd: Path, cache: Path, check: bool = True,
+                 timeout: float = 300, **env: str) -> subprocess.CompletedProcess[str]:
+    """`coupprof ARGS` in ``cwd`` with its slice cache in ``cache`` (and ``env`` added);
+    ``check``: exit 0, else its stderr is the failure."""
+    r = subprocess.run([COUPPROF, *args], cwd=cwd, capture_output=True, text=True,
+                       timeout=timeout,
+                       env={**os.environ, "COUPPROF_CACHE": str(cache), **env})
+    if check:
+        assert r.returncode == 0, r.stderr
+    return r
 
 
 def layers_while_collecting(cli: Callable[..., Any], cwd: Path, cache: Path, board: list[str],

@@ -9,15 +9,14 @@ as points, and both the figure and `coupprof plot` say that it cannot be a curve
 
 from __future__ import annotations
 
-import os
 import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
+from cli_runs import run_coupprof
 from matplotlib.artist import Artist
 from matplotlib.axis import Axis
 from matplotlib.backends.backend_agg import FigureCanvasAgg
@@ -35,9 +34,6 @@ from profiler.plots import (
 )
 from profiler.plots.common import STYLE
 from profiler.plots.timeline import run_trace
-
-COUPPROF = str(Path(sys.executable).with_name("coupprof"))
-
 
 # -- the check ------------------------------------------------------------------------
 
@@ -164,12 +160,7 @@ def test_the_check_sees_text_outside_and_text_over_text() -> None:
 
 
 def cli(*args: str, cwd: Path, check: bool = True) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "COUPPROF_CACHE": str(cwd / "cache")}
-    r = subprocess.run([COUPPROF, *args], cwd=cwd, env=env, capture_output=True, text=True,
-                       timeout=300)
-    if check:
-        assert r.returncode == 0, r.stderr
-    return r
+    return run_coupprof(args, cwd, cwd / "cache", check)
 
 
 @pytest.fixture(scope="module")

@@ -26,7 +26,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from cli_runs import COUPPROF
+from cli_runs import run_coupprof
 
 from profiler.mapping.accuracy import error_pct
 
@@ -37,12 +37,7 @@ FAST_FUSED = ("--min-rounds", "3", "--max-rounds", "3", "--budget-s", "0.5")
 
 
 def cli(cwd: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "COUPPROF_CACHE": str(cwd.parent / "cache"), "COLUMNS": "200"}
-    r = subprocess.run([COUPPROF, *args], cwd=cwd, env=env, capture_output=True, text=True,
-                       timeout=600)
-    if check:
-        assert r.returncode == 0, r.stderr
-    return r
+    return run_coupprof(args, cwd, cwd.parent / "cache", check, timeout=600, COLUMNS="200")
 
 
 @pytest.fixture(scope="module")

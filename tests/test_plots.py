@@ -14,7 +14,7 @@ import matplotlib.image as mpimg
 import numpy as np
 import pandas as pd
 import pytest
-from cli_runs import layers_while_collecting
+from cli_runs import layers_while_collecting, run_coupprof
 from matplotlib.container import BarContainer
 from sim_truth import layer_truth
 from test_sweep_fakehost import B_FREQS_KHZ, L_FREQS_KHZ, build_fake_host
@@ -33,16 +33,9 @@ from profiler.power.trace import DeviceTrace
 from profiler.slicing.slicer import slice_model
 from profiler.zoo import default_model_path
 
-COUPPROF = str(Path(sys.executable).with_name("coupprof"))
-
 
 def cli(*args: str, cwd: Path, check: bool = True) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "COUPPROF_CACHE": str(cwd / "cache")}
-    r = subprocess.run([COUPPROF, *args], cwd=cwd, env=env, capture_output=True, text=True,
-                       timeout=300)
-    if check:
-        assert r.returncode == 0, r.stderr
-    return r
+    return run_coupprof(args, cwd, cwd / "cache", check)
 
 
 @pytest.fixture(scope="module")

@@ -5,33 +5,24 @@ PNG, figures that cannot be drawn say why, and bad directories exit 2."""
 
 from __future__ import annotations
 
-import os
 import re
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import matplotlib.image as mpimg
 import pandas as pd
 import pytest
-from cli_runs import layers_while_collecting
+from cli_runs import layers_while_collecting, run_coupprof
 from matplotlib.container import BarContainer
 from test_sweep_fakehost import B_FREQS_KHZ, L_FREQS_KHZ, build_fake_host
 
 from profiler.plots import layers_figure, read_csv
 from profiler.report import build_report, to_markdown
 
-COUPPROF = str(Path(sys.executable).with_name("coupprof"))
-
 
 def cli(*args: str, cwd: Path, check: bool = True) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "COUPPROF_CACHE": str(cwd.parent / "cache")}
-    r = subprocess.run([COUPPROF, *args], cwd=cwd, env=env, capture_output=True, text=True,
-                       timeout=300)
-    if check:
-        assert r.returncode == 0, r.stderr
-    return r
+    return run_coupprof(args, cwd, cwd.parent / "cache", check)
 
 
 @pytest.fixture(scope="module")
