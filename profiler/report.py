@@ -118,6 +118,7 @@ KINDS: dict[str, tuple[str, str]] = {
     "coupprof-dvfs-latency": ("dvfs-latency", "coupprof dvfs-latency"),
     "coupprof-import": ("import", "coupprof import"),
     "coupprof-trace": ("trace", "coupprof collect"),
+    "coupprof-lomo": ("lomo", "coupprof calibrate --lomo-csv"),
 }
 PROFILE = ("profile", "coupprof calibrate")  # a board profile (TOML) it fitted
 TRACE_DIR = "trace-dir"  # NAME.trace/, kept by the command that wrote NAME.csv
@@ -567,6 +568,20 @@ def _dvfs_section(report: Report, f: Found) -> None:
                               digits={"shortest µs": 1, "longest µs": 1}))
 
 
+def _lomo_section(report: Report, f: Found) -> None:
+    """`coupprof calibrate --lomo-csv`: the leave-one-model-out errors, and the targets."""
+    m = f.meta
+    rel = f.csv.relative_to(report.run_dir)
+    missed = m.get("targets_missed") or []
+    report.add(Heading(f"Leave-one-model-out validation: board {m.get('board', '?')}", 3))
+    report.add(Para(f"From `{rel}`, fitted on `{m.get('source', '?')}`: each model's layers "
+                    "predicted by a fit on the other models, errors in %. "
+                    + ("Targets met." if not missed else
+                       "Targets missed: " + "; ".join(missed) + ".")))
+    df = pd.read_csv(f.csv)
+    report.add(TableBlock(df, digits={c: 1 for c in df.columns if c.endswith("_pct")}))
+
+
 def _import_section(report: Report, found: list[Found]) -> None:
     """`coupprof import`: the tables it wrote, one row each."""
     rows = []
@@ -668,6 +683,7 @@ def build_report(run_dir: str | Path) -> Report:
         ("explore", "Searches", _explore_section),
         ("explore-measured", "Searches, measured", _explore_measured_section),
         ("dvfs-latency", "DVFS transition delays", _dvfs_section),
+        ("lomo", "Calibration, validated", _lomo_section),
     ]
     for kind, heading, section in sections:
         if of(kind):

@@ -7,6 +7,7 @@ checkout, or $COUPPROF_ARMCOUP_DIR, and these tests skip when neither exists.
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import subprocess
@@ -50,6 +51,14 @@ def test_calibrate_validates_and_writes_a_board(tmp_path: Path) -> None:
     assert pooled["layer_time_err_median_pct"] <= 15
     assert pooled["whole_time_err_median_pct"] <= 10
     assert pooled["power_err_median_pct"] <= 4 and pooled["power_err_p90_pct"] <= 10.5
+    # The table's sidecar makes it a section of the report, not an unknown CSV.
+    side = json.loads((tmp_path / "lomo.json").read_text())
+    assert side["format"] == "coupprof-lomo/1" and side["targets_missed"] == []
+    cli("report", ".", "-o", "report.md", cwd=tmp_path)
+    md = (tmp_path / "report.md").read_text()
+    assert "Leave-one-model-out validation: board sim" in md and "Targets met." in md
+    assert "no coupprof sidecar" not in md
+    assert f"{pooled['layer_time_err_median_pct']:.1f}" in md
     board = load_board(str(tmp_path / "b.toml"))
     assert board.simulated and board.name == "sim"
     cal = board.extra["sim"]["calibration"]

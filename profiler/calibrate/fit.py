@@ -19,12 +19,14 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 import pandas as pd
 
 from profiler.errors import BadInputError
+from profiler.jsonfile import write_json_atomic
 from profiler.sim import perf
 from profiler.sim.work import COMPUTE_KINDS, OpWork
 
@@ -650,3 +652,21 @@ def target_misses(table: pd.DataFrame) -> list[str]:
         out += [f"{proc}: {what} {v:.1f} % > {limit:g} %" for v, limit, what in checks
                 if np.isfinite(v) and v > limit]
     return out
+
+
+#: The sidecar format of a leave-one-model-out table (`coupprof report` reads it).
+LOMO_FORMAT = "coupprof-lomo/1"
+
+
+def write_lomo(table: pd.DataFrame, csv: Path, board: str, source: str,
+               misses: Sequence[str]) -> Path:
+    """``table`` (`lomo_table`) as ``csv``, with a JSON sidecar beside it saying which
+    board and measurements it validates and which targets it missed; returns the
+    sidecar's path."""
+    csv.parent.mkdir(parents=True, exist_ok=True)
+    table.to_csv(csv, index=False)
+    side = csv.with_suffix(".json")
+    write_json_atomic(side, {"format": LOMO_FORMAT, "csv": csv.name, "board": board,
+                             "source": source, "targets_pct": dict(TARGETS_PCT),
+                             "targets_missed": list(misses)})
+    return side

@@ -85,7 +85,9 @@ def register(subparsers: Subparsers) -> None:
                    "twin: coupprof-out/boards/sim-BOARD.toml, or $COUPPROF_BOARDS_DIR, where "
                    "--board finds it by name)")
     p.add_argument("--lomo-csv", type=Path, default=None, metavar="CSV",
-                   help="also write the validation table as CSV")
+                   help="also write the validation table as CSV, with a JSON sidecar "
+                   "(the board, the measurements, the targets missed) that `coupprof "
+                   "report` shows")
     p.add_argument("--duplicates", choices=("first", "last", "mean"), default="last",
                    help="a Layers.csv row listed more than once (two runs in one table): "
                    "keep the first or the last copy, or the mean of their Time and Power "
@@ -218,7 +220,7 @@ def run(args: argparse.Namespace) -> int:
         misses = fit.target_misses(table)
         console.print("targets met" if not misses else "targets missed:\n  " + "\n  ".join(misses))
         if args.lomo_csv:
-            table.to_csv(args.lomo_csv, index=False)
+            fit.write_lomo(table, Path(args.lomo_csv), board.name, str(args.source), misses)
     single = [p for p, m in ms.items() if len(m.models) < 2]
     if single:
         console.print(f"not validated (one model only): {', '.join(single)}")
