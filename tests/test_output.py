@@ -243,3 +243,31 @@ def test_both_to_stdout_is_refused_on_one_line(tmp_path: Path, cache: Path) -> N
     assert r.returncode == 2 and r.stdout == ""
     assert len(r.stderr.strip().splitlines()) == 1 and "standard output" in r.stderr
     assert os.listdir(tmp_path) == []
+
+
+@pytest.mark.parametrize("width", [80, 100])
+def test_calibrate_validation_table_fits_with_model_names_whole(width: int) -> None:
+    """`coupprof calibrate`'s leave-one-model-out table cut 'MobileV1' to 'Mobile…' and its
+    headers to 'whole-…' at 80 columns."""
+    import pandas as pd
+
+    from profiler.cli.calibrate import LOMO_LESSER, render_lomo
+    from profiler.cli.common.output import Output
+
+    models = ["Alex", "Google", "MobileV1", "ResV1_50", "SqueezeV1", "pooled"]
+    rng = np.random.default_rng(3)
+    df = pd.DataFrame({"processor": "B", "held_out": models, "layers": [64, 88, 112, 144, 80, 488],
+                       **{c: rng.uniform(1, 40, len(models)).round(1) for c in (
+                           "layer_time_err_median_pct", "layer_time_err_p90_pct",
+                           "whole_time_err_median_pct", "whole_time_err_max_pct",
+                           "power_err_median_pct", "power_err_p90_pct")}})
+    buf = io.StringIO()
+    console = Console(width=width, file=buf, color_system=None, force_terminal=False)
+    Output(command="calibrate", writes_csv=False).table(render_lomo(df), drop=LOMO_LESSER,
+                                                         console=console)
+    text = buf.getvalue()
+    assert "…" not in text and max(map(len, text.splitlines())) <= width
+    for model, time_med, whole_med in zip(models, df["layer_time_err_median_pct"],
+                                          df["whole_time_err_median_pct"], strict=True):
+        row = next(line.split() for line in text.splitlines() if model in line.split())
+        assert f"{time_med:.1f}" in row and f"{whole_med:.1f}" in row, row

@@ -23,7 +23,8 @@ from rich import box
 from rich.table import Table
 
 from profiler.cli import command_help
-from profiler.cli.common.options import stdout_console
+from profiler.cli.common.options import add_wide_option, stdout_console
+from profiler.cli.common.output import Output
 from profiler.cli.common.progress import step, task_progress
 
 if TYPE_CHECKING:
@@ -84,6 +85,7 @@ def register(subparsers: Subparsers) -> None:
                    help="profile to write (default: coupprof-out/calibrated-BOARD.toml; a "
                    "twin: coupprof-out/boards/sim-BOARD.toml, or $COUPPROF_BOARDS_DIR, where "
                    "--board finds it by name)")
+    add_wide_option(p)
     p.add_argument("--lomo-csv", type=Path, default=None, metavar="CSV",
                    help="also write the validation table as CSV, with a JSON sidecar "
                    "(the board, the measurements, the targets missed) that `coupprof "
@@ -139,14 +141,20 @@ def _pct(v: float) -> str:
     return "-" if not math.isfinite(v) else f"{v:.1f}"
 
 
+#: The validation table's columns; each header is unique, so the least wanted can be
+#: left out by name to fit the terminal (`LOMO_LESSER`).
+LOMO_COLUMNS = ("proc", "held out", "layers", "time median", "time p90", "whole median",
+                "whole worst", "power median", "power p90")
+LOMO_LESSER = ("layers", "time p90", "power p90", "whole worst")
+
+
 def render_lomo(table: pd.DataFrame) -> Table:
     from profiler.calibrate.fit import TARGETS_PCT as T
 
     t = Table(title="leave-one-model-out: fitted on the other models, errors on the held-out "
               "one (absolute, %)", box=box.SIMPLE_HEAD)
-    for col in ("proc", "held out", "layer rows", "layer time median", "p90",
-                "whole-model median", "worst", "layer power median", "p90"):
-        t.add_column(col, justify="right")
+    for col in LOMO_COLUMNS:
+        t.add_column(col, justify="right", no_wrap=True)
     for proc, g in table.groupby("processor", sort=False):
         for _, r in g.iterrows():
             pooled = r["held_out"] == "pooled"
@@ -216,7 +224,7 @@ def run(args: argparse.Namespace) -> int:
                               prior_idle_mw=idle_power_w(board) * 1000)
     table = fit.lomo_table(held) if held else None
     if table is not None:
-        console.print(render_lomo(table))
+        Output.of(args).table(render_lomo(table), drop=LOMO_LESSER, console=console)
         misses = fit.target_misses(table)
         console.print("targets met" if not misses else "targets missed:\n  " + "\n  ".join(misses))
         if args.lomo_csv:
