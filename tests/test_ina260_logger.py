@@ -290,7 +290,10 @@ def test_a_fault_in_a_live_recording_flags_its_frame() -> None:
     other layers keep their figures up to the clock fit, which loses the fault's edges
     (two or four of ~60). That moves every window by the fits' difference at its edges,
     which changes its power by at most that shift times the step over the window's
-    length at each of its two edges: the bound the other layers are held to."""
+    length at each of its two edges: the bound the other layers are held to. The
+    sensor's lag and update period, which the fault also moves a little, are held at the
+    clean recording's (a missed edge pair merges a layer with its gap, whose readings then
+    count as one level's: 0.01-0.02 ms on the period, in six recordings)."""
     layer_ms = [12.0, 12.0, 12.0]
     with VirtualIna260(pin_power, seed=6) as v, \
             Ina260Source("ina260:x", v.port, timeout_s=3) as src:
@@ -309,7 +312,7 @@ def test_a_fault_in_a_live_recording_flags_its_frame() -> None:
     assert clean.alignment.faults == 0
     assert bad.alignment.faults == 1 and bad.alignment.flagged == [(0, 4)]
     assert bad.set_aside.tolist() == [0, 1, 0] and clean.set_aside.tolist() == [0, 0, 0]
-    lag = clean.lag_ms
+    lag, upd = clean.lag_ms, clean.update_ms
 
     def bound(other: LiveAttribution) -> float:
         """Largest relative change the fits' difference explains (see the docstring)."""
@@ -317,7 +320,7 @@ def test_a_fault_in_a_live_recording_flags_its_frame() -> None:
         shift = np.abs(other.clock.to_logger_ms(edges) - clean.clock.to_logger_ms(edges)).max()
         return 2 * shift * (BUSY_W - IDLE_W) / BUSY_W / min(layer_ms)
 
-    again = attribute_live(rec, marks, levels, start, end, lag_ms=lag)
+    again = attribute_live(rec, marks, levels, start, end, lag_ms=lag, update_ms=upd)
     assert again.clock is not None and again.clock.edges < clean.clock.edges
     np.testing.assert_allclose(again.power_mw[[0, 2]], clean.power_mw[[0, 2]], rtol=bound(again))
     # a missed edge pair: the gap before layer 2 of frame 7 reads active
@@ -326,11 +329,15 @@ def test_a_fault_in_a_live_recording_flags_its_frame() -> None:
     missed = copy.deepcopy(clean_rec)
     missed.level[cs.start[j]:cs.stop[j]] = 1
     missed.active[cs.start[j]:cs.stop[j]] = True
-    m = attribute_live(missed, marks, levels, start, end, lag_ms=lag)
+    m = attribute_live(missed, marks, levels, start, end, lag_ms=lag, update_ms=upd)
     assert m.alignment.flagged == [(0, 7)] and m.set_aside.tolist() == [0, 1, 1]
     np.testing.assert_allclose(m.power_mw[0], clean.power_mw[0], rtol=bound(m))
     # with the clean recording's clock the figures are exactly unchanged
-    fixed = attribute_live(missed, marks, levels, start, end, lag_ms=lag, clock=clean.clock)
+    fixed = attribute_live(missed, marks, levels, start, end, lag_ms=lag, clock=clean.clock,
+                           update_ms=upd)
     assert fixed.power_mw[0] == clean.power_mw[0]
     for att in (clean, again, m):
         assert np.abs(att.power_mw / (1000 * BUSY_W) - 1).max() < 0.02
+    # the period estimated with the fault in is near the clean one (the sensor's 2.7 ms)
+    assert abs(attribute_live(missed, marks, levels, start, end).update_ms - upd) < 0.1
+    assert abs(upd - 2.7) < 0.4

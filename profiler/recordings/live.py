@@ -22,7 +22,6 @@ from profiler.recordings.attribute import (
     StepIntegral,
     armcoup_method,
     coupprof_method,
-    update_period_ms,
 )
 from profiler.recordings.layout import RunLayout, Setting
 from profiler.recordings.traces import Recording
@@ -123,12 +122,13 @@ def attribute_live(rec: Recording, marker_ns: np.ndarray, marker_levels: np.ndar
                    start_ns: np.ndarray, end_ns: np.ndarray,
                    baseline_ns: tuple[int, int] | None = None,
                    lag_ms: float | None = None,
-                   clock: MillisClock | None = None) -> LiveAttribution:
+                   clock: MillisClock | None = None,
+                   update_ms: float | None = None) -> LiveAttribution:
     """``marker_ns``/``marker_levels``: the host's marker changes (sorted; 1 at each
     layer's start, 0 at its end); ``start_ns``/``end_ns`` (frames, layers): each layer's
     invoke on the host clock; ``baseline_ns``: the idle window before the run; ``lag_ms``:
     the sensor's lag, instead of estimating it; ``clock``: the logger's clock on the
-    host's, instead of fitting it."""
+    host's, instead of fitting it; ``update_ms``: the sensor's update period, likewise."""
     start = np.asarray(start_ns, dtype=np.int64)
     end = np.asarray(end_ns, dtype=np.int64)
     frames, layers = start.shape
@@ -178,7 +178,8 @@ def attribute_live(rec: Recording, marker_ns: np.ndarray, marker_levels: np.ndar
     else:
         notes.append("too few clean edges to fit the logger's clock: integrated over the "
                      "pin's segments")
-    ours = coupprof_method(rec, used, lag_ms=lag_ms, previous_frequency=False)
+    ours = coupprof_method(rec, used, lag_ms=lag_ms, previous_frequency=False,
+                           update_ms=update_ms)
     theirs = armcoup_method(rec, al)
     mine = {f.layer: f for f in ours.figures if f.metric == "task"}
     other = {f.layer: f for f in theirs.figures if f.metric == "task"}
@@ -214,5 +215,5 @@ def attribute_live(rec: Recording, marker_ns: np.ndarray, marker_levels: np.ndar
     notes += [x for x in ours.notes if "previous frequency" not in x]
     return LiveAttribution(power_mw=power, armcoup_power_mw=arm, samples=samples, windows=count,
                            set_aside=aside, window_ms=window, lag_ms=ours.lag_ms,
-                           lag_readings=ours.lag_readings, update_ms=update_period_ms(rec),
+                           lag_readings=ours.lag_readings, update_ms=ours.update_ms or 0.0,
                            baseline_mw=baseline, alignment=used, clock=clock, notes=notes)
