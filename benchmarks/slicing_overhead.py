@@ -128,8 +128,10 @@ def fused_vs(data: bytes, executor: CpuExecutor, budget_s: float, window: int,
     so the whole invoke it is compared with shares the rounds' drift and load, and runs
     one sliced frame, whose per-layer medians the fused layers are compared with."""
     sliced = slice_model(data, cache_dir=False)
+    # every prefix loaded at once (loaded_mb 0): its rounds are interleaved with whole
+    # and sliced frames here, visit by visit (ResNet50's windows hold about 2.3 GB)
     settings = FusedSettings(budget_s=budget_s, target_ms=0.001, target_rel=0.01,
-                             window=window, lead=lead, cache=cache)
+                             window=window, lead=lead, cache=cache, loaded_mb=0)
     prof = fused_profiler(executor, data, sliced, settings)
     runner = LayerRunner(sliced, executor, seed=0)
     whole = executor.load(data, name="whole model")

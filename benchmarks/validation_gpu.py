@@ -233,7 +233,7 @@ def profile_fused(sliced: Any, board: Any, letter: str, model_path: Path, data: 
         if source is not None and fe is not None:
             # The whole model's energy per call repeated alone, against the layers' and
             # the fixed row's (prefix energies, as `coupprof layers --power nvml`).
-            whole_r = measure_repeated(prof.call(len(sliced.layers)), source,
+            whole_r = measure_repeated(prof.call(len(prof.columns) - 1), source,
                                        min_updates=min_updates)
             layer_mj = np.array(fe.layer_energy_mj)
             energy = {"prefix_power_w": fe.prefix_power_w, "layer_energy_mj": layer_mj.tolist(),

@@ -72,6 +72,9 @@ class Governor(ABC):
     """One DVFS domain. Subclasses implement the file layout; this class the protocol."""
 
     kind: str = ""
+    #: whether coupprof may set this domain's level (False: its driver picks the clock,
+    #: and it is only read, as a simulated ``sim-driver`` processor's)
+    settable: bool = True
 
     def __init__(self, proc: ProcessorSpec, io: SysfsIO, path: str,
                  clock_ns: Callable[[], int] = time.perf_counter_ns) -> None:

@@ -25,7 +25,7 @@ KINDS: dict[str, type[Governor]] = {
     "kgsl": KgslGovernor,
     "mpgpu": MpgpuGovernor,
 }
-GOVERNOR_KINDS = (*KINDS, "sim", "none")
+GOVERNOR_KINDS = (*KINDS, "sim", "sim-driver", "none")
 
 #: builder(board, processor, sysfs root, tree) -> the governor; ``tree`` is the caller's
 #: own simulated kernel tree (`make_governor`'s ``sim_tree``), None for the board's shared one.
@@ -80,6 +80,10 @@ def writable_governor(board: Board, letter: str, sysfs_root: Path | None = None,
     if gov.kind == "none":
         raise BoardError(f"cannot set frequencies: processor {domain.letter} on board "
                          f"'{board.name}' has governor 'none'", none_fix)
+    if not gov.settable:
+        raise BoardError(f"cannot set frequencies: processor {domain.letter} on board "
+                         f"'{board.name}' has governor '{gov.kind}', whose driver picks the "
+                         "clock (it is read, never set)", none_fix)
     bad = [c for c in gov.checks() if not c.ok]
     if bad:
         raise PermissionDeniedError(

@@ -241,7 +241,7 @@ def _figure(report: Report, name: str, make: Callable[[], Figure], alt: str) -> 
 
 
 def _layer_section(report: Report, f: Found) -> pd.DataFrame:
-    from profiler.measure.tables import read_tables, short_ops
+    from profiler.measure.tables import fixed_row, read_tables, short_ops
 
     t = read_tables(f.csv)
     info, tot = t.info, t.totals
@@ -261,13 +261,12 @@ def _layer_section(report: Report, f: Found) -> pd.DataFrame:
         ("power source", info.get("power_source")), ("model sha256", info.get("model_sha256")),
     ])))
     df = t.layers
-    fused = "time_ms_fused" in df.columns and "whole_ms" in tot
+    fused = "time_ms_ci95" in df.columns and "fixed_ms" in tot
     cols: dict[str, Any] = {"layer": df["layer"],
                             "operators": [short_ops(o) for o in df["op_types"]]}
     if fused:  # the layer inside one call of the whole model; sliced beside it
-        cols.update({"fused ms": df["time_ms_fused"],
-                     "±95% ms": df.get("time_ms_fused_ci95", np.nan),
-                     "sliced ms": df["time_ms_mean"]})
+        cols.update({"fused ms": df["time_ms_mean"], "±95% ms": df["time_ms_ci95"],
+                     "sliced ms": df["time_ms_sliced_mean"]})
     else:
         cols.update({"mean ms": df["time_ms_mean"], "median ms": df["time_ms_median"],
                      "p95 ms": df["time_ms_p95"]})
@@ -281,8 +280,10 @@ def _layer_section(report: Report, f: Found) -> pd.DataFrame:
         fixed: dict[str, Any] = {c: None for c in table.columns}
         fixed.update({"layer": "fixed", "operators": "per call",
                       "fused ms": tot.get("fixed_ms"), "±95% ms": tot.get("fixed_ms_ci95")})
-        if "mJ" in table.columns:
-            fixed["mJ"] = tot.get("fixed_energy_mj")
+        if "mJ" in table.columns and "fixed_energy_mj" in tot:
+            fixed["mJ"] = tot["fixed_energy_mj"]
+            fixed["W"] = tot["fixed_energy_mj"] / tot["fixed_ms"] if tot["fixed_ms"] > 0 \
+                else None
         table = pd.concat([table.astype(object), pd.DataFrame([fixed]).astype(object)],
                           ignore_index=True)
     total = _layer_totals(tot, fused)
@@ -300,7 +301,11 @@ def _layer_section(report: Report, f: Found) -> pd.DataFrame:
             _figure(report, f"{f.csv.stem}-timeline", lambda: timeline_figure(
                 trace, layers, trace_src=trace_path, layers_src=rel),
                 "one frame's power trace with the layer windows shaded")
-    return t.layers.assign(run=f.csv.stem)
+    rows = t.layers.assign(kind="layer")
+    fixed_cost = fixed_row(t)  # a fused run's frame holds it (`plot layers` gives the frame)
+    if fixed_cost is not None:
+        rows = pd.concat([rows, fixed_cost], ignore_index=True)
+    return rows.assign(run=f.csv.stem)
 
 
 def _cores(info: dict[str, Any]) -> str:
@@ -313,27 +318,31 @@ def _cores(info: dict[str, Any]) -> str:
 
 
 def _layer_totals(tot: dict[str, float], fused: bool) -> str:
-    """The caption under a layer table: a fused table's whole model in one call first
-    (what the processor does per inference), then the sliced frame's sums."""
+    """The caption under a layer table: per frame, the sidecar's totals (a fused table's
+    one call of the whole model, as the CLI's footer gives it), then a fused table's
+    sliced frames' sums."""
     nan = float("nan")
-    text = ""
     if fused:
-        whole = tot["whole_ms"]
-        text = (f"Whole model, one call: {whole:.3f} ± {tot.get('whole_ms_ci95', nan):.3f} ms "
-                f"({1000.0 / whole:.1f} FPS) = fixed {tot.get('fixed_ms', nan):.3f} ms + "
-                f"layers {tot.get('fused_layer_sum_ms', nan):.3f} ms"
-                + (f"; energy {tot['whole_energy_mj']:.3f} mJ per call"
-                   if "whole_energy_mj" in tot else "")
-                + (f" over {int(tot['rounds'])} rounds" if "rounds" in tot else "") + ". ")
-    text += (f"{'Sliced, per' if fused else 'Per'} frame: compute "
-             f"{tot.get('time_ms_mean', nan):.3f} ms + transfer "
-             f"{tot.get('transfer_ms_mean', nan):.3f} ms = latency "
-             f"{tot.get('latency_ms_mean', nan):.3f} ms ({tot.get('fps', nan):.1f} FPS)")
-    energy = tot.get("energy_mj_sliced" if fused else "energy_mj")
-    if energy is not None:
-        text += f"; energy {energy:.3f} mJ"
-    if "fps_per_w" in tot and not fused:
-        text += f", {tot['fps_per_w']:.2f} FPS/W"
+        text = (f"Per frame, one call of the whole model: {tot['time_ms_mean']:.3f} ± "
+                f"{tot.get('time_ms_ci95', nan):.3f} ms ({tot['fps']:.1f} FPS) = fixed "
+                f"{tot.get('fixed_ms', nan):.3f} ms + layers "
+                f"{tot.get('fused_layer_sum_ms', nan):.3f} ms")
+    else:
+        text = (f"Per frame: compute {tot.get('time_ms_mean', nan):.3f} ms + transfer "
+                f"{tot.get('transfer_ms_mean', nan):.3f} ms = latency "
+                f"{tot.get('latency_ms_mean', nan):.3f} ms ({tot.get('fps', nan):.1f} FPS)")
+    if "energy_mj" in tot:
+        text += (f"; energy {tot['energy_mj']:.3f} mJ = {tot.get('power_w', nan):.3f} W, "
+                 f"{tot.get('fps_per_w', nan):.2f} FPS/W")
+    if fused and "rounds" in tot:
+        text += f"; {int(tot['rounds'])} rounds"
+    if fused and "time_ms_sliced_mean" in tot:
+        text += (f". Sliced (each layer called on its own, with its per-call cost): compute "
+                 f"{tot['time_ms_sliced_mean']:.3f} ms + transfer "
+                 f"{tot.get('transfer_ms_sliced_mean', nan):.3f} ms = "
+                 f"{tot.get('latency_ms_sliced_mean', nan):.3f} ms")
+        if "energy_mj_sliced" in tot:
+            text += f"; energy {tot['energy_mj_sliced']:.3f} mJ"
     if "lost_frames" in tot:
         text += f"; logger frames lost: {int(tot['lost_frames'])}"
     return text + "."
@@ -341,7 +350,7 @@ def _layer_totals(tot: dict[str, float], fused: bool) -> str:
 
 def _sweep_section(report: Report, f: Found) -> None:
     from profiler.plots import efficiency_figure, layers_figure
-    from profiler.sweep.schema import read_sweep
+    from profiler.sweep.schema import FRAME_MS_MEANING, frame_ms, read_sweep
 
     data = read_sweep(f.csv)
     s = data.meta.get("settings", {})
@@ -362,17 +371,17 @@ def _sweep_section(report: Report, f: Found) -> None:
         row = {"processor": proc, "level": "" if level is None else level,
                "MHz": _mhz(sub["freq_khz"].iloc[0]) if len(sub) else "",
                "read back MHz": _mhz(p.get("effective_khz")),
-               "compute ms": sub["time_ms_mean"].sum(),
-               "latency ms": tot.get("latency_ms_mean", np.nan)}
-        if "energy_mj" in sub.columns:
-            energy = sub["energy_mj"].sum()
-            row["energy mJ"] = energy
-            row["FPS/W"] = 1000.0 / energy if energy > 0 else np.nan
+               "method": "fused" if "fixed_ms" in tot else "sliced",
+               "ms/frame": frame_ms(tot) if "latency_ms_mean" in tot else np.nan}
+        if "energy_mj" in tot:  # the pair's totals: W x ms = mJ, FPS/W = 1 / J
+            row["energy mJ"] = tot["energy_mj"]
+            row["W"] = tot.get("power_w", np.nan)
+            row["FPS/W"] = tot.get("fps_per_w", np.nan)
         if p.get("warning"):
             row["warning"] = p["warning"]
         rows.append(row)
-    report.add(TableBlock(pd.DataFrame(rows), "compute ms and energy mJ: sums of the layers' "
-                          "means per frame; latency adds the hand-overs.", digits={"FPS/W": 1}))
+    report.add(TableBlock(pd.DataFrame(rows), f"{FRAME_MS_MEANING}; energy, W and FPS/W of "
+                          "the same frame.", digits={"FPS/W": 2}))
     stem = f.csv.parent.name if f.csv.name == "sweep.csv" else f.csv.stem
     _figure(report, f"{stem}-efficiency", lambda: efficiency_figure(df, rel),
             "FPS/W per layer against frequency, one panel per processor")

@@ -8,6 +8,8 @@ should reproduce.
 
 from __future__ import annotations
 
+import numpy as np
+
 from profiler.boards.model import Board
 from profiler.sim import model as sim_model
 from profiler.sim import perf
@@ -28,22 +30,36 @@ def layer_truth(board: Board, letter: str, model_bytes: bytes, freq_khz: int | N
 
 
 def ops_truth_ms(board: Board, letter: str, model_bytes: bytes, ops: list[int],
-                 freq_khz: int | None, host_khz: int | None = None) -> float:
-    """Modelled ms of operators `ops` of `model_bytes` inside one call (no per-call cost):
-    what the fused method should recover for a layer made of them."""
+                 freq_khz: int | None, host_khz: int | None = None, threads: int = 1) -> float:
+    """Modelled ms of operators `ops` of `model_bytes` inside one call of the whole model
+    (each operator as the whole model runs it: linked into its producer's kernel where
+    the runtime links it; no per-call cost, no read-back or join at the call's end): what
+    the fused method should recover for a layer made of them."""
+    return float(op_times_ms(board, letter, model_bytes, freq_khz, host_khz, threads)[ops].sum())
+
+
+def op_times_ms(board: Board, letter: str, model_bytes: bytes, freq_khz: int | None,
+                host_khz: int | None = None, threads: int = 1) -> np.ndarray:
+    """Per operator, its modelled ms inside one call of the whole model on `letter`,
+    without the call's fixed cost and end (`perf.op_split` less its ``end_ms``)."""
     proc = board.processor(letter)
     view = ModelView.of(parse_model(model_bytes, "truth"))
-    pricer = Pricer(board, proc, model_works(view, ops))
-    ns, _, split = pricer.price((freq_khz, host_khz))
-    return ns / 1e6 - call_overhead_ms(board, letter, freq_khz, host_khz)
+    f_khz, _ = sim_model.operating_point(proc, freq_khz)
+    host = board.processors.get(proc.host) if proc.host else None
+    fh_khz = sim_model.operating_point(host, host_khz)[0] if host is not None else f_khz
+    s = perf.op_split(sim_model.constants(proc).timing, perf.Works.of(model_works(view)),
+                      f_khz / 1e6, fh_khz / 1e6, sim_model.max_khz(proc) / 1e6, threads)
+    return np.asarray(s.total_ms - s.end_ms, dtype=np.float64)
 
 
 def call_overhead_ms(board: Board, letter: str, freq_khz: int | None,
                      host_khz: int | None = None) -> float:
-    """The fixed part of every call on `letter` (dispatch, synchronisation)."""
+    """The fixed part of every call on `letter` (dispatch, synchronisation, and reading
+    back one output, which every call does, without its bytes)."""
     proc = board.processor(letter)
     f_khz, _ = sim_model.operating_point(proc, freq_khz)
     host = board.processors.get(proc.host) if proc.host else None
     fh_khz = sim_model.operating_point(host, host_khz)[0] if host is not None else f_khz
-    return float(perf.call_overhead_ms(sim_model.constants(proc).timing, f_khz / 1e6,
-                                       fh_khz / 1e6))
+    timing = sim_model.constants(proc).timing
+    return float(perf.call_overhead_ms(timing, f_khz / 1e6, fh_khz / 1e6)) \
+        + timing.readback_us / 1e3

@@ -179,5 +179,12 @@ def test_with_fused_puts_prefix_energies_on_layers_and_the_fixed_row() -> None:
         np.array(energy.layer_energy_mj) - IDLE_W * t)
     tot = tables.totals
     assert tot["fixed_energy_mj"] == pytest.approx(energy.fixed_energy_mj)
-    assert tot["energy_mj"] + tot["fixed_energy_mj"] == pytest.approx(tot["whole_energy_mj"])
-    assert float(fixed_row(tables)["energy_mj"].iloc[0]) == pytest.approx(energy.fixed_energy_mj)
+    # The frame: the layers and the fixed row, the whole call's energy (W x ms = mJ).
+    assert tot["energy_mj"] == pytest.approx(tot["whole_energy_mj"])
+    assert tot["energy_mj"] == pytest.approx(sum(energy.layer_energy_mj) + energy.fixed_energy_mj)
+    assert tot["power_w"] * tot["time_ms_mean"] == pytest.approx(tot["energy_mj"])
+    assert tot["time_ms_mean"] == pytest.approx(res.fixed.time_ms + t.sum())
+    fixed = fixed_row(tables)
+    assert float(fixed["energy_mj"].iloc[0]) == pytest.approx(energy.fixed_energy_mj)
+    assert float(fixed["power_w"].iloc[0]) * res.fixed.time_ms == pytest.approx(
+        energy.fixed_energy_mj)

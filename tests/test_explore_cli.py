@@ -235,7 +235,7 @@ def test_predict_and_run_take_the_sweep_directory(tables_dir: Path) -> None:
     fixed = {(p["processor"], p["level"]): p["fused"]["fixed_ms"] for p in pairs.values()
              if p.get("fused")}
 
-    def fused(letter: str, level: int, layer: int, col: str = "time_ms_fused") -> float:
+    def fused(letter: str, level: int, layer: int, col: str = "time_ms_mean") -> float:
         sel = rows[(rows["processor"] == letter) & (rows["freq_level"] == level)
                    & (rows["layer"] == layer)]
         return float(sel[col].iloc[0])

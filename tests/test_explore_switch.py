@@ -47,7 +47,7 @@ def small(seed: int, n: int = 4, procs: str = "BGN", delays: bool = True,
     # G and N swept fused: their times are fused ones, and a call of theirs that ends at
     # a cut pays a read-back (per boundary and src, as the fused transfer matrix gives it)
     fused = df["processor"].isin(["G", "N"])
-    df["time_ms_fused"] = df["time_ms_mean"].where(fused)
+    df["time_ms_ci95"] = pd.Series(0.01, index=df.index).where(fused)
     rng = np.random.default_rng(seed + 100)
     ro = {(b, a): float(rng.uniform(0.05, 0.5)) if readout and t.units[a].letter in "GN"
           else 0.0 for b in range(n - 1) for a in range(len(t.units))}
@@ -164,8 +164,8 @@ def test_a_fused_layer_below_zero_counts_as_nothing() -> None:
     tables say so (before, the latency bins broke on it)."""
     rows = []
     for i, fused in enumerate((5.0, -0.4, 6.0)):
-        rows.append({"processor": "B", "freq_level": 1, "layer": i, "time_ms_mean": 7.0,
-                     "time_ms_fused": fused, "transfer_ms_mean": 0.0, "energy_mj": 1.0})
+        rows.append({"processor": "B", "freq_level": 1, "layer": i, "time_ms_mean": fused,
+                     "time_ms_ci95": 0.5, "transfer_ms_mean": 0.0, "energy_mj": 1.0})
     t = from_frames(pd.DataFrame(rows), BOARD, None, None, 0.0)
     assert list(t.time_ms[0, 0]) == [5.0, 0.0, 6.0]
     assert any("1 fused layer time(s) below 0" in n for n in t.sources)

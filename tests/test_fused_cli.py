@@ -46,26 +46,43 @@ def test_g_defaults_to_fused_with_fixed_row_and_intervals(g_run: Path) -> None:
     df = pd.read_csv(g_run / "g.csv")
     layers, fixed_rows = df[df.kind == "layer"], df[df.kind == "fixed"]
     assert len(layers) == 4 and len(fixed_rows) == 1
-    assert {"time_ms_fused", "time_ms_fused_ci95", "below_resolution",
+    # One time per layer: time_ms_mean is the fused figure the table leads with, the
+    # sliced statistics are named for what they are.
+    assert {"time_ms_mean", "time_ms_ci95", "below_resolution", "time_ms_sliced_mean",
+            "time_ms_sliced_median", "time_ms_sliced_p95", "time_ms_sliced_std",
             "energy_mj_sliced"} <= set(df.columns)
-    assert (layers.time_ms_fused_ci95 >= 0).all()
+    assert not {"time_ms_fused", "time_ms_fused_ci95", "time_ms_median"} & set(df.columns)
+    assert (layers.time_ms_ci95 >= 0).all()
     # The sim G pays its modelled fixed cost per call (at G's level 5 and its host's
     # level, both in the rows): the fixed row carries it, plus the host's per-call input
     # and read-back (~0.1 ms); the fused layers do not, the sliced ones each pay it.
     want = call_overhead_ms(load_board("sim"), "G", int(layers.freq_khz.iloc[0]),
                             int(layers.host_freq_khz.iloc[0]))
     assert want > 1.0
-    assert want - 0.01 < float(fixed_rows.time_ms_fused.iloc[0]) < want + 0.3
-    assert (layers.time_ms_median - layers.time_ms_fused).min() > 0.8 * want
-    # Energy: the layer's power times its fused time.
+    fixed_ms = float(fixed_rows.time_ms_mean.iloc[0])
+    assert want - 0.01 < fixed_ms < want + 0.3
+    assert (layers.time_ms_sliced_median - layers.time_ms_mean).min() > 0.8 * want
+    # Energy: the layer's power times its fused time, the fixed row's too (W x ms = mJ).
     assert layers.energy_mj.to_numpy() == pytest.approx(
-        (layers.power_w * layers.time_ms_fused).to_numpy())
+        (layers.power_w * layers.time_ms_mean).to_numpy())
+    assert float(fixed_rows.energy_mj.iloc[0]) == pytest.approx(
+        float(fixed_rows.power_w.iloc[0]) * fixed_ms)
     meta = json.loads((g_run / "g.json").read_text())
     assert meta["method"] == "fused"
     f = meta["fused"]
     assert f["rounds"] == 5 and f["settings"]["budget_s"] == 30
     assert f["fixed_ms"] + f["layer_sum_ms"] == pytest.approx(f["whole_ms"])
-    assert meta["units"]["time_ms_fused_ci95"].startswith("ms")
+    assert meta["units"]["time_ms_ci95"].startswith("ms")
+    # The sidecar's frame is the CSV's rows: one call of the whole model.
+    tot = meta["totals"]
+    assert tot["time_ms_mean"] == pytest.approx(fixed_ms + layers.time_ms_mean.sum())
+    assert tot["time_ms_mean"] == pytest.approx(f["whole_ms"])  # prefixes: by construction
+    assert tot["latency_ms_mean"] == tot["time_ms_mean"]
+    assert tot["fps"] == pytest.approx(1000 / tot["time_ms_mean"])
+    assert tot["energy_mj"] == pytest.approx(df.energy_mj.sum())  # layers + fixed row
+    assert tot["power_w"] * tot["time_ms_mean"] == pytest.approx(tot["energy_mj"])
+    assert tot["fps_per_w"] == pytest.approx(1000 / tot["energy_mj"])
+    assert tot["time_ms_sliced_mean"] > 4 * want  # each sliced call pays the fixed cost
 
 
 def test_saved_fused_run_renders_again(g_run: Path) -> None:
@@ -107,8 +124,11 @@ def test_sweep_mixes_sliced_cpu_and_fused_g(tmp_path: Path) -> None:
             cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     df = pd.read_csv(tmp_path / "sw" / "sweep.csv")
-    assert df[df.processor == "B"].time_ms_fused.isna().all()
-    assert df[df.processor == "G"].time_ms_fused.notna().all()
+    b_rows, g_rows = df[df.processor == "B"], df[df.processor == "G"]
+    assert b_rows.time_ms_ci95.isna().all() and g_rows.time_ms_ci95.notna().all()
+    # a sliced pair's time is its sliced figure, under both names
+    assert (b_rows.time_ms_mean == b_rows.time_ms_sliced_mean).all()
+    assert (g_rows.time_ms_sliced_mean - g_rows.time_ms_mean).min() > 0.9
     meta = json.loads((tmp_path / "sw" / "sweep.json").read_text())
     g = next(v for k, v in meta["pairs"].items() if k.startswith("G"))
     assert g["fused"]["rounds"] == 5 and g["fused"]["fixed_ms"] > 0.9
@@ -119,6 +139,8 @@ def test_sweep_mixes_sliced_cpu_and_fused_g(tmp_path: Path) -> None:
     # notebook 02) give, a fused pair's one call and a sliced pair's latency.
     frames = read_sweep(tmp_path / "sw").frame_ms().set_index("processor")
     assert frames.loc["G", "frame_ms"] == pytest.approx(g["totals"]["whole_ms"])
+    assert frames.loc["G", "frame_ms"] == pytest.approx(
+        g["fused"]["fixed_ms"] + g_rows.time_ms_mean.sum())
     b = next(v for k, v in meta["pairs"].items() if k.startswith("B"))
     assert frames.loc["B", "frame_ms"] == pytest.approx(b["totals"]["latency_ms_mean"])
     printed = {cells[0]: cells for cells in map(str.split, r.stdout.splitlines())
@@ -148,11 +170,11 @@ def test_predict_from_fused_tables_charges_one_fixed_cost_per_stage(g_run: Path)
     pred = json.loads((g_run / "pred.json").read_text())
     g = pd.read_csv(g_run / "g.csv")
     b = pd.read_csv(g_run / "b.csv")
-    fixed = float(g[g.kind == "fixed"].time_ms_fused.iloc[0])
+    fixed = float(g[g.kind == "fixed"].time_ms_mean.iloc[0])
     g_layers = g[g.kind == "layer"]
     st_g, st_b = pred["stages"]
     assert st_g["fixed_ms"] == pytest.approx(fixed)
-    assert st_g["compute_ms"] == pytest.approx(fixed + g_layers.time_ms_fused.iloc[:2].sum())
+    assert st_g["compute_ms"] == pytest.approx(fixed + g_layers.time_ms_mean.iloc[:2].sum())
     # The B table is sliced: no fixed cost, its layers' own sub-model times.
     assert st_b["fixed_ms"] == 0.0
     assert st_b["compute_ms"] == pytest.approx(b.time_ms_mean.iloc[2:].sum())
@@ -189,8 +211,8 @@ def test_predict_prices_a_fused_cpu_tables_calls_at_its_call_factor(tmp_path: Pa
             "--json", "pred.json", cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     b = pd.read_csv(tmp_path / "b.csv")
-    fixed = float(b[b.kind == "fixed"].time_ms_fused.iloc[0])
-    layers = b[b.kind == "layer"].time_ms_fused.sum()
+    fixed = float(b[b.kind == "fixed"].time_ms_mean.iloc[0])
+    layers = b[b.kind == "layer"].time_ms_mean.sum()
     (st,) = json.loads((tmp_path / "pred.json").read_text())["stages"]
     assert st["fixed_ms"] == pytest.approx(kappa * fixed)
     assert st["compute_ms"] == pytest.approx(kappa * (fixed + layers))
@@ -206,7 +228,7 @@ def test_sweep_measures_a_cpu_in_windows(tmp_path: Path) -> None:
     (b,) = meta["pairs"].values()
     assert b["fused"]["settings"]["window"] == 4 and "segments of 4" in b["fused"]["scheme"]
     df = pd.read_csv(tmp_path / "sw" / "sweep.csv")
-    assert len(df) == 15 and df.time_ms_fused.notna().all()
+    assert len(df) == 15 and df.time_ms_ci95.notna().all()
 
 
 def test_run_raw_writes_each_frames_calls_and_latency_beside_its_prediction(g_run: Path) -> None:

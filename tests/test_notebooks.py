@@ -117,6 +117,15 @@ def test_01_layer_profiles(runs: dict[str, Path], kernel_path: Path,
     assert images >= 3  # Fig. 17 (with energy), GMAC/s, latency histogram
     assert "on board sim, processor L" in text and "processor G" in text and "[SIMULAT" in text
     assert "layers-G" in text and "50%" in text  # the --raw run's latency percentiles
+    # One frame: G's (fused) as its sidecar gives it, and the same again from its rows.
+    tot = json.loads(runs["G"].with_suffix(".json").read_text())["totals"]
+    # (a column per run, L's then G's)
+    g = {" ".join(line.split()[:-2]): line.split()[-1] for line in text.splitlines()
+         if line.startswith(("method ", "ms/frame", "mJ/frame"))}
+    assert g["method"] == "fused"
+    ms, mj = f"{tot['latency_ms_mean']:.3f}", f"{tot['energy_mj']:.3f}"
+    assert [g["ms/frame"], g["ms/frame from rows"]] == [ms, ms], g
+    assert [g["mJ/frame"], g["mJ/frame from rows"]] == [mj, mj], g
 
 
 def test_02_dvfs_sweep_with_energy(runs: dict[str, Path], kernel_path: Path,

@@ -93,8 +93,8 @@ def wanted(tables: RunTables) -> list[list[str]]:
     energy, from the table's own numbers."""
     out = []
     for r in tables.layers.itertuples(index=False):
-        if "time_ms_fused" in tables.layers.columns:
-            t, h = float(r.time_ms_fused), float(r.time_ms_fused_ci95)
+        if "time_ms_ci95" in tables.layers.columns:
+            t, h = float(r.time_ms_mean), float(r.time_ms_ci95)
             low = bool(r.below_resolution)
             cells = [str(r.layer), f"<{t + h:.3f}" if low else f"{t:.3f}", f"{h:.3f}"]
             cells += [] if low else [f"{r.energy_mj:.3f}"]
@@ -216,7 +216,7 @@ def test_quiet_with_csv_to_stdout_prints_the_csv_alone(
     assert list(df["kind"]).count("fixed") == 1  # fused: the fixed row too
     assert sorted(os.listdir(cwd)) == ["side.json"]  # the power trace stayed in memory
     meta = json.loads((cwd / "side.json").read_text())
-    assert meta["format"] == "coupprof-layers/1" and meta["csv"] is None
+    assert meta["format"] == "coupprof-layers/2" and meta["csv"] is None
 
 
 def test_json_to_stdout_names_the_trace_folder_and_quiet_prints_nothing(
@@ -224,7 +224,7 @@ def test_json_to_stdout_names_the_trace_folder_and_quiet_prints_nothing(
     r = coupprof(tmp_path, cache, "--method", "sliced", "--csv", "out.csv", "--json", "-")
     assert r.returncode == 0, r.stderr
     meta = json.loads(r.stdout)  # the sidecar alone
-    assert meta["format"] == "coupprof-layers/1" and meta["csv"] == "out.csv"
+    assert meta["format"] == "coupprof-layers/2" and meta["csv"] == "out.csv"
     assert layer_ids((tmp_path / "out.csv").read_text()) == list(range(N_LAYERS))
     assert sorted(os.listdir(tmp_path)) == ["out.csv", "out.trace"]
     # The "wrote" line (on stderr here) names the trace folder and what it holds.

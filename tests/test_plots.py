@@ -122,10 +122,15 @@ def test_layers_bars_match_the_csv_at_the_chosen_level(runs: dict[str, Path]) ->
     (ax,) = visible_axes(fig)  # no power columns: the time panel only, and the title says why
     assert "no energy_mj" in fig.get_suptitle()
     containers = bars(ax)
-    assert [c.get_label() for c in containers] == ["L (little CPU) @ 1200 MHz", "B (big CPU) @ 1800 MHz"]
+    labels = [c.get_label().splitlines() for c in containers]
+    assert [lines[0] for lines in labels] == ["L (little CPU) @ 1200 MHz", "B (big CPU) @ 1800 MHz"]
+    pairs = json.loads(runs["sweep"].with_suffix(".json").read_text())["pairs"]
     for c, letter, top in zip(containers, "LB", (len(L_FREQS_KHZ), len(B_FREQS_KHZ)), strict=True):
         want = df[(df.processor == letter) & (df.freq_level == top)].sort_values("layer")
         np.testing.assert_allclose([p.get_height() for p in c.patches], want["time_ms_mean"])
+        # the legend's frame is the pair's, as the sweep printed it (sliced: + hand-overs)
+        ms = pairs[f"{letter}@{top}"]["totals"]["latency_ms_mean"]
+        assert f"per frame: {ms:.3f} ms ({1000 / ms:.1f} FPS)" in c.get_label()
     low = layers_figure(df, runs["sweep"], level=1)
     heights = [p.get_height() for p in bars(visible_axes(low)[0])[1].patches]
     want = df[(df.processor == "B") & (df.freq_level == 1)].sort_values("layer")["time_ms_mean"]

@@ -204,8 +204,8 @@ def test_cli_bad_input_is_one_line_exit_2(tables, tmp_path: Path, args: list[str
 
 def write_fused_table(path: Path, letter: str, costs: dict, fused_ms: list[float],
                       fixed_ms: float) -> Path:
-    """A layer table as `coupprof layers --method fused` writes it (time_ms_fused, the
-    fixed row in the totals)."""
+    """A layer table as `coupprof layers --method fused` writes it (time_ms_mean the fused
+    figure with its time_ms_ci95, the fixed row in the totals)."""
     from profiler.measure.fused import Estimate, FusedLayer, FusedResult, FusedSettings
     from profiler.measure.tables import with_fused
 

@@ -59,4 +59,4 @@ def test_the_readme_opens_with_the_two_commands_and_what_they_print() -> None:
     rows = [line.split()[0] for line in shown.splitlines()
             if line[:6].strip().isdigit()]
     assert rows == [str(i) for i in range(15)], rows
-    assert "[SIMULATED]" in shown and "whole model, one call" in shown
+    assert "[SIMULATED]" in shown and "per frame, one call of the whole model" in shown

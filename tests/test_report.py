@@ -5,6 +5,7 @@ PNG, figures that cannot be drawn say why, and bad directories exit 2."""
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 import subprocess
@@ -99,13 +100,18 @@ def test_markdown_report_has_the_runs_tables_and_figures(run_dir: Path) -> None:
     assert {Path(x).name for x in links} == {
         "layers.png", "sweep-layers.png", "transfers-transfers.png", "trace-timeline.png",
         "sim-G-timeline.png", "simsweep-efficiency.png", "simsweep-layers.png"}
-    # The simulated sweep has energy: its pairs table carries the CSV's sums per pair.
-    sim = pd.read_csv(run_dir / "simsweep" / "sweep.csv")
+    # The simulated sweep has energy: its pairs table gives each pair's frame as the sweep
+    # printed it (its sidecar's totals: a fused pair's one call), W x ms = mJ.
+    pairs = json.loads((run_dir / "simsweep" / "sweep.json").read_text())["pairs"]
     table = md_table_after(text, "From `simsweep/sweep.csv`")
-    assert table[0][-2:] == ["energy mJ", "FPS/W"]
+    assert table[0][-5:] == ["method", "ms/frame", "energy mJ", "W", "FPS/W"]
     for row in table[1:]:
-        want = sim[sim.freq_level == int(row[1])]["energy_mj"].sum()
-        assert row[-2] == f"{want:.3f}" and row[-1] == f"{1000 / want:.1f}"
+        tot = pairs[f"{row[0]}@{row[1]}"]["totals"]
+        assert row[-5] == ("fused" if "fixed_ms" in tot else "sliced")
+        assert row[-4:] == [f"{tot['latency_ms_mean']:.3f}", f"{tot['energy_mj']:.3f}",
+                            f"{tot['power_w']:.3f}", f"{tot['fps_per_w']:.2f}"]
+        assert tot["power_w"] * tot["latency_ms_mean"] == pytest.approx(tot["energy_mj"])
+        assert tot["fps_per_w"] == pytest.approx(1000 / tot["energy_mj"])
     for link in links:
         img = mpimg.imread(run_dir / link)
         assert img.shape[0] > 300 and img[..., :3].std() > 0.05
@@ -137,7 +143,8 @@ def test_runs_of_one_processor_are_compared_as_runs(tmp_path: Path, run_dir: Pat
                       read_csv(d / "second.csv").assign(run="second")])
     ax = layers_figure(both).axes[0]
     labels = [c.get_label() for c in ax.containers if isinstance(c, BarContainer)]
-    assert labels == ["first: B (big CPU)", "second: B (big CPU)"]
+    assert [label.splitlines()[0] for label in labels] == ["first: B (big CPU)",
+                                                            "second: B (big CPU)"]
 
 
 def test_bad_run_directories_exit_2(tmp_path: Path) -> None:

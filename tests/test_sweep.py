@@ -149,7 +149,7 @@ def test_sweep_slices_once_builds_once_per_processor_and_sets_each_level(
     assert set(df["board"]) == {"host"} and set(df["model"]) == {MODEL.stem}
 
     meta = json.loads(result.json_path.read_text())
-    assert meta["format"] == "coupprof-sweep/1" and meta["settings"]["layers"] == N_LAYERS
+    assert meta["format"] == "coupprof-sweep/2" and meta["settings"]["layers"] == N_LAYERS
     assert meta["pairs"]["B@4"]["effective_khz"] == B_FREQS_KHZ[3]
     assert meta["pairs"]["L@1"]["totals"]["latency_ms_mean"] > 0
     # Sum of recorded frames' times is what the benchmark compares wall time against.

@@ -63,7 +63,8 @@ class ProcessorKind(str, Enum):
 class GovernorSpec:
     """How to set a processor's frequency.
 
-    kind: "cpufreq" | "devfreq" | "kgsl" | "mpgpu" | "sim" | "none"
+    kind: "cpufreq" | "devfreq" | "kgsl" | "mpgpu" | "sim" | "sim-driver" | "none"
+          ("sim-driver": a simulated clock its driver picks from the load; read only)
     path: sysfs directory relative to the sysfs root, e.g.
           "devices/system/cpu/cpufreq/policy4" or "class/devfreq/ff9a0000.gpu".
     """

@@ -39,7 +39,9 @@ GENERATED = ("host",)  # boards built at run time, no file
 USER_BOARDS_ENV = "COUPPROF_BOARDS_DIR"
 USER_BOARDS_DIR = Path("coupprof-out") / "boards"
 SIM_BOARD = "sim"
-GOVERNOR_KINDS = ("cpufreq", "devfreq", "kgsl", "mpgpu", "sim", "none")
+GOVERNOR_KINDS = ("cpufreq", "devfreq", "kgsl", "mpgpu", "sim", "sim-driver", "none")
+#: kinds without files: nothing to write, so no path
+PATHLESS_GOVERNORS = ("sim-driver", "none")
 PROC_KINDS = tuple(k.value for k in ProcessorKind)
 ACCELERATORS = ("gpu", "npu")
 
@@ -217,12 +219,13 @@ def _processor(c: ProfileChecker, letter: str, t: dict[str, Any], tables: dict[s
         if gkind not in GOVERNOR_KINDS:
             raise c.fail(f"{key}.governor.kind",
                          f"must be one of {', '.join(GOVERNOR_KINDS)}, not {gkind!r}")
-        gpath = c.string(g, f"{key}.governor", "path", required=gkind != "none") or ""
+        gpath = c.string(g, f"{key}.governor", "path",
+                         required=gkind not in PATHLESS_GOVERNORS) or ""
         if gpath.startswith("/"):
             raise c.fail(f"{key}.governor.path",
                          "must be relative to the sysfs root (e.g. devices/system/cpu/cpufreq/policy0)")
-        if gkind == "sim" and not simulated:
-            raise c.fail(f"{key}.governor.kind", "'sim' is only for simulated boards")
+        if gkind in ("sim", "sim-driver") and not simulated:
+            raise c.fail(f"{key}.governor.kind", f"'{gkind}' is only for simulated boards")
         if gkind not in ("none",) and not freqs:
             raise c.fail(f"{key}.freqs_khz", f"missing: governor '{gkind}' needs a frequency table")
         gov = GovernorSpec(gkind or "none", gpath)

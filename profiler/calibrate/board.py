@@ -29,7 +29,7 @@ from profiler.boards.model import Board, ProcessorSpec
 from profiler.calibrate import fit
 from profiler.errors import BadInputError
 from profiler.sim import model as sim_model
-from profiler.sim.perf import PowerParams, TimingParams
+from profiler.sim.perf import CUT_EFFECTS, PowerParams, TimingParams
 from profiler.sim.work import OpWork, model_works
 
 
@@ -125,7 +125,11 @@ def _runtime_rules(proc: ProcessorSpec) -> dict[str, float]:
     if "sim" not in proc.extra:
         return {}
     t = sim_model.constants(proc).timing
-    return {"winograd_min_in_channels": t.winograd_min_in_channels}
+    # what a call's end and the runtime's kernels cost by where a call is cut: the
+    # runtime's, not a fit (sliced layers each hand out one output, so they cannot tell
+    # a read-back from the fixed cost)
+    return {"winograd_min_in_channels": t.winograd_min_in_channels,
+            **{name: getattr(t, name) for name in CUT_EFFECTS}}
 
 
 def _collect(board: Board, per_model: Mapping[str, tuple[pd.DataFrame, list[list[OpWork]]]],
@@ -181,8 +185,10 @@ def armcoup_measurements(layers_csv: str | Path, board: Board,
 
 
 def sweep_measurements(sweep_dir: str | Path, board: Board) -> dict[str, fit.Measurements]:
-    """A ``coupprof sweep`` output folder: each layer's sliced median time and power, with
-    the operators of that layer as the sweep sliced the model."""
+    """A ``coupprof sweep`` output folder: each layer's sliced median time (a fused pair's
+    time_ms_sliced_median) and power, with the operators of that layer as the sweep
+    sliced the model."""
+    from profiler.measure.tables import sliced_name, sliced_stat
     from profiler.slicing.graph import ModelView
     from profiler.slicing.slicer import slice_model
     from profiler.sweep.schema import read_sweep
@@ -200,8 +206,11 @@ def sweep_measurements(sweep_dir: str | Path, board: Board) -> dict[str, fit.Mea
     view = ModelView.of(parse_model(data, str(path)))
     model = str(df["model"].iloc[0]) if len(df) else path.stem
     layer_works = [model_works(view, sorted(set(layer.op_indices))) for layer in sliced.layers]
-    return _collect(board, {model: (df[df["kind"] == "layer"] if "kind" in df else df,
-                                    layer_works)}, "time_ms_median")
+    rows = df[df["kind"] == "layer"] if "kind" in df else df
+    # the fit is of a layer called on its own: a fused pair keeps that as time_ms_sliced_*
+    col = sliced_name("time_ms_median")
+    return _collect(board, {model: (rows.assign(**{col: sliced_stat(rows, "median")}),
+                                    layer_works)}, col)
 
 
 # ---- TOML --------------------------------------------------------------------------------

@@ -106,10 +106,7 @@ class _Design:
             parts.append(w)
             row_of.append(np.full(len(w), r, dtype=np.int64))
         self.row = np.concatenate(row_of) if row_of else np.zeros(0, dtype=np.int64)
-        self.works = perf.Works(*(np.concatenate([getattr(p, a) for p in parts])
-                                  if parts else np.zeros(0)
-                                  for a in ("kind", "macs", "act_bytes", "weight_bytes",
-                                            "out_pixels", "in_channels")))
+        self.works = perf.Works.concat(parts)
         self.f = rows["f_ghz"].to_numpy(np.float64)
         self.fh = rows["fh_ghz"].to_numpy(np.float64)
         self.f_op = self.f[self.row]
@@ -124,7 +121,7 @@ class _Design:
 
         return perf.TimeSplit(per_row(s.compute_ms), per_row(s.memory_ms),
                               per_row(s.overhead_ms) + perf.call_overhead_ms(p, self.f, self.fh),
-                              per_row(np.asarray(s.weights_ms)))
+                              per_row(np.asarray(s.weights_ms)), per_row(np.asarray(s.end_ms)))
 
 
 # ---- timing ---------------------------------------------------------------------------

@@ -118,6 +118,13 @@ def run(args: argparse.Namespace) -> int:
         say(f"{proc.letter}'s clock while measured: "
             f"{trace.text() if trace else 'no sample read'}"
             f"{f' (sampling stopped: {error})' if error else ''}")
+    fit = m.clock_fit  # the rows against the clock read at each visit
+    if fit is not None and (fit.identified or m.level is None):  # a level set holds
+        say(f"{proc.letter}'s rows against its clock: " + (
+            f"fitted as t = a + b * {fit.freq_ref_khz / 1000:.0f} MHz / f over "
+            f"{fit.range_text()} (CSV: time_ms_clock_fixed = a, time_ms_clock_scaled = b); "
+            "predictions price a run at the clock it measured" if fit.identified
+            else f"not fitted: {fit.why}"))
     tables = m.tables(raw=args.raw)
     out.table(render(tables), drop=LESSER_COLUMNS)
     written = out.save(results_frame(tables), layers_sidecar(tables, None), default_csv)

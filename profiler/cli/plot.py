@@ -76,8 +76,9 @@ def _concat(paths: list[Path]) -> pd.DataFrame:
     return frames[0] if len(frames) == 1 else pd.concat(frames, ignore_index=True)
 
 
-def figure(args: argparse.Namespace) -> tuple[Figure, list[str]]:
-    """The figure, and the warnings to print beside it."""
+def figure(args: argparse.Namespace) -> tuple[Figure, list[str], list[str]]:
+    """The figure, the warnings to print beside it, and what it shows in words (layers:
+    each series' frame, as its run's terminal footer gives it)."""
     from profiler import plots
 
     # A sweep's output directory stands for its sweep.csv.
@@ -85,14 +86,14 @@ def figure(args: argparse.Namespace) -> tuple[Figure, list[str]]:
                          for p in args.csv]
     source = ", ".join(str(p) for p in paths)
     if args.kind == "timeline":
-        return timeline(paths, args.frame), []
+        return timeline(paths, args.frame), [], []
     df = _concat(paths)
     if args.kind == "pareto":
-        return plots.pareto_figure(df, paths[0]), []
+        return plots.pareto_figure(df, paths[0]), [], []
     if args.kind == "efficiency":
         fig = plots.efficiency_figure(df, source)
         note = plots.efficiency.one_level_note(df, source)
-        return fig, [note] if note else []
+        return fig, [note] if note else [], []
     if args.kind == "layers":
         level: str | int = args.level
         if level not in ("min", "max"):
@@ -101,8 +102,10 @@ def figure(args: argparse.Namespace) -> tuple[Figure, list[str]]:
             except ValueError:
                 raise BadInputError(f"--level '{args.level}' is not a level number, min or max",
                                     "e.g. --level 4") from None
-        return plots.layers_figure(df, source, level=level), []
-    return plots.transfers_figure(df, source, include_same=not args.cross_only), []
+        frames = plots.layers.series_frames(df, level)
+        return (plots.layers_figure(df, source, level=level), [],
+                [f"per frame, {label}: {frame.text()}" for label, frame in frames.items()])
+    return plots.transfers_figure(df, source, include_same=not args.cross_only), [], []
 
 
 def timeline(paths: list[Path], frame: int | None) -> Figure:
@@ -143,7 +146,7 @@ def timeline(paths: list[Path], frame: int | None) -> Figure:
 def run(args: argparse.Namespace) -> int:
     from profiler.plots import save
 
-    fig, warnings = figure(args)
+    fig, warnings, notes = figure(args)
     for text in warnings:
         print(f"coupprof plot: warning: {text}", file=sys.stderr)
     first: Path = args.csv[0]
@@ -151,4 +154,6 @@ def run(args: argparse.Namespace) -> int:
                           else first.with_name(f"{first.stem}-{args.kind}.png"))
     save(fig, out)
     print(f"wrote {out}")
+    for text in notes:
+        print(text)
     return 0

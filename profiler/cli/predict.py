@@ -35,8 +35,11 @@ from profiler.measure.method import METHODS, Method
 PREDICT_FORMAT = "coupprof-predict/1"
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from profiler.cli.common.options import Subparsers
     from profiler.mapping.predict import LayerCosts
+    from profiler.measure.freq_trace import FreqTrace
 
 
 def register(subparsers: Subparsers) -> None:
@@ -74,6 +77,11 @@ def register(subparsers: Subparsers) -> None:
     p.add_argument("--freq", default=None, metavar="SPEC",
                    help="pick the tables measured at these levels (SPEC as in `coupprof run`; "
                    "needs the board)")
+    p.add_argument("--clock", default=None, metavar="SPEC",
+                   help="price each processor at this clock, e.g. G=1980 (MHz; comma-separated "
+                   "per processor), where its table's rows were fitted against the clock its "
+                   "rounds read (`coupprof layers` on a processor whose driver picks the "
+                   "clock). Default: the tables' own figures")
     add_board_args(p)
     p.add_argument("--method", choices=METHODS, default=Method.FUSED.value,
                    help="how the mapping is executed (as `coupprof run --method`): fused, each "
@@ -94,7 +102,7 @@ def _f(v: float | None, digits: int = 3) -> str:
 def run(args: argparse.Namespace) -> int:
     from profiler.cli.common.plumbing import say
     from profiler.errors import BadInputError
-    from profiler.mapping.predict import predict, read_layer_tables
+    from profiler.mapping.predict import predict, priced_at_clocks, read_layer_tables
     from profiler.mapping.spec import parse_freq, parse_order
     from profiler.mapping.transfer import read_transfer_csv
 
@@ -123,8 +131,15 @@ def run(args: argparse.Namespace) -> int:
             f"add `coupprof layers --processor {missing[0]} --csv ...` to --layers")
     plan = parse_freq(args.freq, mapping, board) if board is not None else None
     transfers = read_transfer_csv(args.transfers) if args.transfers else None
+    clock_notes: list[str] = []
+    if args.clock:
+        costs, clock_notes = priced_at_clocks(
+            costs, _clocks(args.clock, mapping.processors),
+            lambda letter: plan.level[mapping.order.index(letter)] if plan else None,
+            said="the clock --clock gives")
     pred = predict(mapping, args.mode, costs, transfers, plan, Method(args.method),
                    queue_depth=args.queue_depth, frames=args.frames)
+    pred.notes += clock_notes
 
     t = Table(title=f"{mapping.compact} in {args.mode} mode (predicted)", box=box.SIMPLE_HEAD,
               title_justify="left")
@@ -164,6 +179,26 @@ def run(args: argparse.Namespace) -> int:
                        "transfers": str(args.transfers or "")}, args.json)
         out.line(_wrote_json(out, args.json))
     return 0
+
+
+def _clocks(spec: str, letters: Sequence[str]) -> dict[str, FreqTrace | None]:
+    """--clock 'G=1980,N=800' (MHz) -> letter -> that clock, as a run's trace would give it."""
+    from profiler.errors import BadInputError
+    from profiler.measure.freq_trace import FreqTrace
+
+    out: dict[str, FreqTrace | None] = {}
+    for part in (p.strip() for p in spec.split(",") if p.strip()):
+        letter, _, mhz = part.partition("=")
+        letter = letter.strip().upper()
+        try:
+            khz = int(round(float(mhz) * 1000))
+        except ValueError:
+            khz = 0
+        if khz <= 0 or letter not in letters:
+            raise BadInputError(f"--clock {part!r}: give PROCESSOR=MHZ for a processor of "
+                                f"--order ({', '.join(letters)})", "e.g. --clock G=1980")
+        out[letter] = FreqTrace("--clock", 0, khz, khz, khz)
+    return out
 
 
 def _wrote_json(out: Output, path: Path) -> str:

@@ -82,8 +82,10 @@ def register(subparsers: Subparsers) -> None:
         "energy per frame (with --power) beside the prediction from layer and transfer "
         "tables (--layers/--transfers, or measured first) and the error. Where a G's or "
         "N's clock can be read (NVML's SM clock for LiteRT's GPU, or the board's governor), "
-        "it is sampled while the tables and the run are measured, and the run says when "
-        "they differ by more than 15 %: the prediction then may not hold.",
+        "it is sampled while the tables and the run are measured; a fused table whose "
+        "rounds saw the clock move has its rows fitted against it, and the stage is "
+        "priced at the clock this run measured. Without such a fit, the run says when the "
+        "clocks differ by more than 15 %: the prediction then may not hold.",
         epilog=FREQ_HELP,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -279,11 +281,12 @@ def run(args: argparse.Namespace) -> int:
         mapping_transfers,
         measure_costs,
         predict,
+        priced_at_clocks,
         read_layer_tables,
     )
     from profiler.mapping.spec import parse_freq, parse_order
     from profiler.mapping.transfer import read_transfer_csv
-    from profiler.measure.freq_trace import FreqSampler, clock_mismatch
+    from profiler.measure.freq_trace import FreqSampler
     from profiler.measure.hardware import clock_samplers, governors_for
     from profiler.measure.layers import Levels
     from profiler.measure.results import environment
@@ -356,6 +359,13 @@ def run(args: argparse.Namespace) -> int:
                 seed=args.seed, model_name=model.name, method=method, model_bytes=data,
                 progress=frames_done))
     run_traces = {letter: s.trace() for letter, s in run_clock.items()}
+    clock_notes: list[str] = []
+    if layer_costs is not None and not args.no_predict:
+        # each processor priced at the clock this run measured, where its table's rows
+        # were fitted against the clock; else its figures stand, with a note where the
+        # clocks differ
+        layer_costs, clock_notes = priced_at_clocks(
+            layer_costs, run_traces, lambda letter: plan.level[mapping.order.index(letter)])
     pred = None if args.no_predict or layer_costs is None else \
         predict(mapping, args.mode, layer_costs, transfers, plan, method,
                 queue_depth=args.queue_depth, frames=args.frames,
@@ -398,12 +408,8 @@ def run(args: argparse.Namespace) -> int:
             notes.append(f"stages {shared} share host cores, so they contend when they run "
                          "at once; the prediction assumes they do not (give the processors "
                          "disjoint cores in the board profile)")
-    if pred is not None and layer_costs is not None:
-        for letter, trace in run_traces.items():
-            level = plan.level[mapping.order.index(letter)]
-            note = clock_mismatch(letter, layer_costs.freq_trace_for(letter, level), trace)
-            if note:
-                notes.append(note)
+    if pred is not None:
+        notes += clock_notes
     if board.simulated:
         notes.append(_host_note(result))
     if pred is not None and plan.mode == "per-layer":
@@ -440,7 +446,12 @@ def run(args: argparse.Namespace) -> int:
         "freq_traces": {
             "run": {k: t.to_dict() if t else None for k, t in run_traces.items()},
             "tables": {f"{k[0]}@{k[1]}" if k[1] is not None else k[0]: t.to_dict()
-                       for k, t in (layer_costs.freq_traces if layer_costs else {}).items()}},
+                       for k, t in (layer_costs.freq_traces if layer_costs else {}).items()},
+            # the range each table's rounds saw, where its rows were fitted against it
+            "table_fits": {f"{k[0]}@{k[1]}" if k[1] is not None else k[0]: {
+                "identified": f.identified, "why": f.why, "freq_ref_khz": f.freq_ref_khz,
+                "freq_min_khz": f.freq_min_khz, "freq_max_khz": f.freq_max_khz}
+                for k, f in (layer_costs.clock_fits if layer_costs else {}).items()}},
         "prediction": pred.to_dict() if pred else None,
         "prediction_inputs": {"layers": layer_costs.sources if layer_costs else None,
                               "transfers": str(args.transfers) if args.transfers else

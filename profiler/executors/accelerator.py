@@ -200,9 +200,14 @@ class CompiledSubModel(SubModel):
             with contextlib.suppress(ValueError, RuntimeError):
                 buf.destroy()
         self._ins, self._outs, self._host = [], [], []
+        self._run = _closed  # the bound run holds the compiled model (and its bytes) too
         if self.cm is not None:
             self.cm.close()
             self.cm = None
+
+
+def _closed(*_: object) -> None:
+    raise RuntimeError("the sub-model was closed")
 
 
 def _io(detail: dict[str, Any]) -> TensorIO:

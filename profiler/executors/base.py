@@ -165,6 +165,18 @@ class PacedSubModel(SubModel):
         self.inner.close()
 
 
+def return_freed_memory() -> None:
+    """Hand the C heap's freed pages back to the system (glibc's ``malloc_trim``; nothing
+    elsewhere). A runtime's freed buffers otherwise stay in the process's resident set,
+    as free chunks of its heap, until it reuses them."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None).malloc_trim(0)
+    except (OSError, AttributeError):
+        pass
+
+
 def overrun_ns() -> int:
     """How far this thread's paced runs have overrun their modelled ends so far, in
     total: time a busy host kept the thread from running when its wait was over."""
@@ -327,6 +339,12 @@ class Executor(ABC):
                                 self.pacing_basis)
         self._subs.append(sub)
         return sub
+
+    def unload(self, sub: SubModel) -> None:
+        """Close ``sub`` (one this executor loaded) and forget it, so that its memory is
+        released now rather than when the executor closes."""
+        self._subs = [s for s in self._subs if s is not sub]
+        sub.close()
 
     @abstractmethod
     def _load(self, model_bytes: bytes, name: str) -> SubModel: ...

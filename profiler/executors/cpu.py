@@ -47,8 +47,14 @@ class InterpreterSubModel(SubModel):
         return self._out_views[i]()
 
     def close(self) -> None:
+        # the bound invoke holds the interpreter too: drop it, or nothing is freed
         self._in_views = self._out_views = []
+        self._invoke = _closed
         self.interp = None
+
+
+def _closed() -> None:
+    raise RuntimeError("the sub-model was closed")
 
 
 def _io(detail: dict[str, Any]) -> TensorIO:

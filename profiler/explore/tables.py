@@ -53,8 +53,8 @@ def from_frames(layers: pd.DataFrame, board: Board, transfers: pd.DataFrame | No
                 ) -> CostTables:
     """Cost tables from a layer DataFrame (one row per processor, level, layer), kept to
     `processors` and `levels` where given (``"max"``: each processor's top level in
-    the table, ARM-CO-UP's Table 8 setting; ``"min"``: its lowest). Rows with
-    ``time_ms_fused`` (the fused method) use it as the layer's time, and ``fixed_ms``
+    the table, ARM-CO-UP's Table 8 setting; ``"min"``: its lowest). Rows with a
+    ``time_ms_ci95`` (the fused method: time_ms_mean is the layer inside one call), and ``fixed_ms``
     {(processor, level): ms} gives the fixed per-call cost a stage on them pays once,
     ``fixed_energy_mj`` (same keys) its energy where a counter measured it,
     ``call_factor`` (same keys) the factor a fused CPU pair's times and fixed row are
@@ -134,20 +134,23 @@ def from_frames(layers: pd.DataFrame, board: Board, transfers: pd.DataFrame | No
     dyn = np.full(shape, np.nan) if use_d else None
     u_of = {u.name: i for i, u in enumerate(units)}
     # Mean over repeated rows of one (unit, level, layer), e.g. a sweep run twice.
-    if "time_ms_fused" in df.columns:  # fused rows: the time inside one uninterrupted run
-        fused = df["time_ms_fused"]
+    # fused rows (an interval beside their time): the time inside one uninterrupted run
+    fused = df["time_ms_ci95"].notna() if "time_ms_ci95" in df.columns \
+        else pd.Series(False, index=df.index)
+    if fused.any():
+        t = df["time_ms_mean"]
         # A layer below the fused method's resolution can come out below 0 (a difference
         # of two noisy prefixes); a layer costs at least nothing, and the searches need
         # every step non-negative (the switch DP's latency bins).
-        below = fused.notna() & (fused < 0)
+        below = fused & (t < 0)
         if below.any():
             notes.append(f"{int(below.sum())} fused layer time(s) below 0 (below "
                          "resolution) counted as 0")
-        df["time_ms_mean"] = fused.clip(lower=0.0).where(fused.notna(), df["time_ms_mean"])
+        df["time_ms_mean"] = t.where(~fused, t.clip(lower=0.0))
         if factor:
             kappa = [factor.get((str(p).upper(), None if pd.isna(lv) else int(lv)), 1.0)
                      for p, lv in zip(df["processor"], df["freq_level"], strict=True)]
-            df["time_ms_mean"] = df["time_ms_mean"] * np.where(fused.notna(), kappa, 1.0)
+            df["time_ms_mean"] = df["time_ms_mean"] * np.where(fused, kappa, 1.0)
     cols = ["time_ms_mean"] + [c for c in ("transfer_ms_mean", "energy_mj",
                                             "dynamic_energy_mj") if c in df.columns]
     g = df.groupby(["unit", "freq_level", "layer"])[cols].mean()
@@ -165,8 +168,7 @@ def from_frames(layers: pd.DataFrame, board: Board, transfers: pd.DataFrame | No
     tr_mj = None
     readout = np.zeros((max(n - 1, 0), len(units)))
     # units measured fused: their layer times leave out the read-back at a cut
-    fused_units = set(df.loc[df["time_ms_fused"].notna(), "unit"]) \
-        if "time_ms_fused" in df.columns else set()
+    fused_units = set(df.loc[fused, "unit"])
     if transfers is not None and len(transfers):
         tr_mj = np.full_like(tr_ms, np.nan) if "energy_mj" in transfers.columns else None
         by_letter: dict[str, list[int]] = {}

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -32,7 +32,8 @@ from profiler.mapping.queueing import QUEUE_DEPTH, pipeline_latency_ms
 from profiler.mapping.spec import Call, FreqPlan, Mapping, calls
 from profiler.mapping.transfer import Activity, NoActivity, measure_transfer_matrix
 from profiler.markers.hooks import LayerHooks
-from profiler.measure.freq_trace import FreqSampler, FreqTrace
+from profiler.measure.clock_fit import ClockFit
+from profiler.measure.freq_trace import FreqSampler, FreqTrace, clock_mismatch
 from profiler.measure.fused import FusedSettings
 from profiler.measure.layers import (
     LayerMeasurement,
@@ -79,6 +80,9 @@ class LayerCosts:
     # (processor, level) -> the factor a fused table's times and fixed row are priced at
     # (`profiler.measure.fused`, "Disturbed calls": mean over undisturbed calls; CPU tables)
     call_factor: dict[tuple[str, int | None], float] = field(default_factory=dict)
+    # (processor, level) -> its fused rows fitted against the clock its rounds read
+    # (`profiler.measure.clock_fit`), where that clock moved: `priced_at_clocks` uses it
+    clock_fits: dict[tuple[str, int | None], ClockFit] = field(default_factory=dict)
 
     def fixed_for(self, letter: str, level: int | None) -> float:
         """The fixed per-call cost a call on `letter` pays once, at its table's call
@@ -148,6 +152,57 @@ def _by_level(table: dict[tuple[str, int | None], T], letter: str,
               level: int | None) -> T | None:
     key = _level_key(table, letter, level)
     return None if key is None else table[key]
+
+
+def priced_at_clocks(costs: LayerCosts, run: dict[str, FreqTrace | None],
+                     level_of: Callable[[str], int | None],
+                     said: str = "the clock this run measured",
+                     ) -> tuple[LayerCosts, list[str]]:
+    """``costs`` with each processor's rows priced at the clock its run measured (the
+    harmonic mean of ``run[letter]``'s samples, at which the part that scales with 1 / f
+    takes its mean time; else their median), where its table's rows were fitted against
+    the clock (`LayerCosts.clock_fits`): a + b * f_ref / f per row and for the fixed
+    row. The notes say at what clock each processor was priced and when that clock lies
+    outside the range its table saw; a processor without a fit keeps its figures, with
+    a note where it ran at another clock than its table (`clock_mismatch`).
+    ``level_of``: the level a processor's table is looked up at; ``said``: what the
+    notes call the clock."""
+    table = costs.table.copy()
+    fixed, whole = dict(costs.fixed_ms), dict(costs.whole_ms)
+    notes: list[str] = []
+    for letter, trace in run.items():
+        level = level_of(letter)
+        key = _level_key(costs.clock_fits, letter, level)
+        fit = None if key is None else costs.clock_fits[key]
+        if fit is None or not fit.identified or trace is None or trace.median_khz <= 0:
+            note = clock_mismatch(letter, costs.freq_trace_for(letter, level), trace)
+            if note:
+                notes.append(note)
+            continue
+        assert key is not None
+        f = trace.hmean_khz or trace.median_khz
+        levels = table["level"].astype("Int64")
+        mine = (table["processor"] == letter) & (levels.isna() if key[1] is None
+                                                 else levels.eq(key[1]).fillna(False))
+        per_layer = fit.layer_ms(f)
+        layers = table.loc[mine, "layer"].astype(int).to_numpy()
+        if layers.size and layers.max() >= per_layer.size:
+            raise ValueError(f"{letter}'s clock fit has {per_layer.size} rows, its table more")
+        table.loc[mine, "time_ms"] = per_layer[layers]
+        fixed[key] = fit.fixed_ms(f)
+        whole[key] = (fit.whole_ms(f), fit.whole_ci95_ms(f))
+        how = " (harmonic mean of its samples)" if trace.hmean_khz else ""
+        text = (f"{letter}: priced at {f / 1000:.0f} MHz, {said}{how}, from its table's rows "
+                f"fitted against the clock (t = a + b * f_ref / f; {fit.range_text()} in its "
+                "rounds)")
+        out = fit.outside(f)
+        if out > 0:
+            text += (f"; that clock lies {100 * out:.0f} % outside the range, so the "
+                     "prediction extrapolates")
+        if costs.has_energy():
+            text += "; energy as its table measured it, at its rounds' clocks"
+        notes.append(text)
+    return replace(costs, table=table, fixed_ms=fixed, whole_ms=whole), notes
 
 
 @dataclass
@@ -390,6 +445,7 @@ def read_layer_tables(paths: Sequence[str | Path], *, processors: Sequence[str] 
     traces: dict[tuple[str, int | None], FreqTrace] = {}
     whole: dict[tuple[str, int | None], tuple[float, float]] = {}
     factors: dict[tuple[str, int | None], float] = {}
+    clock_fits: dict[tuple[str, int | None], ClockFit] = {}
     used: list[Path] = []
     for raw in paths:
         p = Path(raw)
@@ -419,15 +475,17 @@ def read_layer_tables(paths: Sequence[str | Path], *, processors: Sequence[str] 
             letter = str(rt.info.get("processor", "")).upper()
             if not letter:
                 raise BadInputError(f"{p}: its sidecar names no processor", LAYER_FIX)
-            fused = "time_ms_fused" in df.columns and "fixed_ms" in rt.totals
+            fused = "fixed_ms" in rt.totals  # time_ms_mean: the layer inside one call
             level = rt.info.get("freq_level")
             key = (letter, None if level is None else int(level))
             trace = (rt.info.get("extra") or {}).get("freq_trace")
             if trace:
                 traces[key] = FreqTrace.from_dict(trace)
+            if isinstance(rt.info.get("clock_fit"), dict):
+                clock_fits[key] = ClockFit.from_info(rt.info["clock_fit"])
             part = pd.DataFrame({"processor": letter, "level": rt.info.get("freq_level"),
                                  "layer": df["layer"].astype(int),
-                                 "time_ms": df["time_ms_fused" if fused else "time_ms_mean"],
+                                 "time_ms": df["time_ms_mean"],
                                  "transfer_ms": df.get("transfer_ms_mean", 0.0)})
             if fused:
                 fixed[key] = float(rt.totals["fixed_ms"])
@@ -450,6 +508,11 @@ def read_layer_tables(paths: Sequence[str | Path], *, processors: Sequence[str] 
                 df = pd.read_csv(p)
             except (ValueError, OSError) as err:
                 raise BadInputError(f"cannot read layer table {p}: {err}", LAYER_FIX) from None
+            from profiler.measure.tables import upgrade_v1_columns
+
+            df = upgrade_v1_columns(df)  # a coupprof-layers/1 fused table without its sidecar
+            if "kind" in df.columns:  # a layers CSV's fixed and frame rows aside
+                df = df[df["kind"] == "layer"]
             need = {"processor", "layer", "time_ms_mean"}
             if not need <= set(df.columns):
                 raise BadInputError(f"{p} has no sidecar and lacks columns "
@@ -474,17 +537,17 @@ def read_layer_tables(paths: Sequence[str | Path], *, processors: Sequence[str] 
     table = pd.concat(frames, ignore_index=True)
     table["level"] = table["level"].astype("Int64")
     return LayerCosts(table, base, [str(p) for p in used], fixed, fixed_e, traces, whole,
-                      factors)
+                      factors, clock_fits)
 
 
 def _is_sweep(p: Path) -> bool:
     """A `coupprof sweep` directory, or its sweep.csv (told by its sidecar's format)."""
-    from profiler.sweep.schema import CSV_NAME, SWEEP_FORMAT
+    from profiler.sweep.schema import CSV_NAME, OLD_SWEEP_FORMAT, SWEEP_FORMAT
 
     sidecar = (p / CSV_NAME if p.is_dir() else p).with_suffix(".json")
     if not sidecar.is_file():
         return p.is_dir() and (p / CSV_NAME).is_file()
-    return _sidecar_format(sidecar) == SWEEP_FORMAT
+    return _sidecar_format(sidecar) in (SWEEP_FORMAT, OLD_SWEEP_FORMAT)
 
 
 @dataclass
@@ -516,13 +579,10 @@ def _sweep_part(p: Path) -> _SweepPart:
                                 "sweep it at one --host-freq, or use coupprof explore")
     fixed = data.fixed_ms()
     level = df["freq_level"].astype("Int64")
-    keys = list(zip(df["processor"].astype(str), level, strict=True))
-    fused = np.array([(letter, None if pd.isna(lv) else int(lv)) in fixed
-                      for letter, lv in keys], dtype=bool)
-    t_fused = df["time_ms_fused"] if "time_ms_fused" in df.columns else df["time_ms_mean"]
+    # time_ms_mean: a fused pair's layer inside one call, a sliced pair's own
     part = pd.DataFrame({"processor": df["processor"].astype(str).str.upper(), "level": level,
                          "layer": df["layer"].astype(int),
-                         "time_ms": np.where(fused, t_fused, df["time_ms_mean"]),
+                         "time_ms": df["time_ms_mean"],
                          "transfer_ms": df["transfer_ms_mean"].fillna(0.0)
                          if "transfer_ms_mean" in df.columns else 0.0})
     for col in ("energy_mj", "dynamic_energy_mj"):
@@ -642,6 +702,7 @@ def measure_costs(
     whole: dict[tuple[str, int | None], tuple[float, float]] = {}
     factors: dict[tuple[str, int | None], float] = {}
     traces: dict[tuple[str, int | None], FreqTrace] = {}
+    clock_fits: dict[tuple[str, int | None], ClockFit] = {}
 
     def profile(ex: Executor, letter: str) -> list[dict[str, Any]]:
         sampler = samplers.get(letter)
@@ -658,6 +719,8 @@ def measure_costs(
         key = (letter, freq.level[first] if freq is not None else None)
         if m.freq_trace is not None:
             traces[key] = m.freq_trace
+        if m.clock_fit is not None:
+            clock_fits[key] = m.clock_fit
         att = m.power.attribution if m.power is not None else None
         if att is not None:
             baselines[letter] = float(att.baseline_power_w)
@@ -720,7 +783,7 @@ def measure_costs(
                                   seed=seed, model_name=model_name, method=method,
                                   model_bytes=model_bytes, fused=fused)
     return (LayerCosts(table, baselines, [f"measured by coupprof run ({method})"], fixed,
-                       fixed_e, traces, whole, factors), transfers)
+                       fixed_e, traces, whole, factors, clock_fits), transfers)
 
 
 def handover_points(mapping: Mapping, freq: FreqPlan | None = None,

@@ -2,10 +2,12 @@
 
 A per-layer table holds at one clock, and where nobody sets an accelerator's level its
 clock moves on its own. So `layers` samples the processor's clock while its table is
-measured, `run` while the mapping runs, and `run` says when a stage ran at another clock
-than its table (`clock_mismatch`). Back ends, in `freq_reader_for`'s order (accelerators
-only: on a CPU cluster a sampling thread would cost the layers it measures): ``nvml`` (SM
-clock of NVIDIA GPU 0), ``governor`` (the profile's governor's read-back), none.
+measured, `run` while the mapping runs; `run` prices a stage at the clock it measured
+where the table's rows were fitted against the clock (`profiler.measure.clock_fit`), and
+otherwise says when it ran at another clock than its table (`clock_mismatch`). Back
+ends, in `freq_reader_for`'s order (accelerators only: on a CPU cluster a sampling thread
+would cost the layers it measures): ``nvml`` (SM clock of NVIDIA GPU 0), ``governor``
+(the profile's governor's read-back), none.
 
 Why, with the measurements: docs/fused.md ("The accelerator's clock").
 """
@@ -166,13 +168,16 @@ def open_freq_reader(stack: contextlib.ExitStack, board: Board, proc: ProcessorS
 
 @dataclass(frozen=True)
 class FreqTrace:
-    """A clock over a measurement: its median and 10th-90th percentiles (kHz)."""
+    """A clock over a measurement: its median and 10th-90th percentiles (kHz), and the
+    harmonic mean of its samples, the clock at which work that scales with 1 / f takes
+    its mean time over the measurement (None: not recorded)."""
 
     source: str
     samples: int
     median_khz: int
     p10_khz: int
     p90_khz: int
+    hmean_khz: int | None = None
 
     @classmethod
     def from_samples(cls, source: str, khz: Sequence[int]) -> FreqTrace | None:
@@ -180,12 +185,15 @@ class FreqTrace:
             return None
         a = np.asarray(khz, dtype=np.float64)
         p10, med, p90 = np.percentile(a, [10, 50, 90])
-        return cls(source, len(khz), int(round(med)), int(round(p10)), int(round(p90)))
+        hmean = len(a) / float(np.sum(1.0 / a)) if (a > 0).all() else None
+        return cls(source, len(khz), int(round(med)), int(round(p10)), int(round(p90)),
+                   None if hmean is None else int(round(hmean)))
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> FreqTrace:
+        hmean = d.get("hmean_khz")
         return cls(str(d["source"]), int(d["samples"]), int(d["median_khz"]),
-                   int(d["p10_khz"]), int(d["p90_khz"]))
+                   int(d["p10_khz"]), int(d["p90_khz"]), None if hmean is None else int(hmean))
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

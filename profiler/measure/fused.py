@@ -5,7 +5,8 @@ an accelerator outweighs most layers. Here the model's cumulative prefixes P(-1)
 (`profiler.slicing.prefix`) are visited in interleaved rounds: layer k = T(P(k)) - T(P(k-1)),
 the fixed per-call cost T(P(-1)) is a row of its own, and the rows add up to the whole model.
 Options: windows with a lead (deep models on CPU clusters), the cache state, energy from a
-counter source's prefix powers, and a call factor for disturbed calls.
+counter source's prefix powers, a call factor for disturbed calls, and blocks of prefixes
+loaded one at a time where all of them would hold too much memory (``loaded_mb``).
 
 `FusedProfiler(prefixes, executor).measure(settings)` returns a `FusedResult`. The
 clock is a parameter (`profiler.clock`), so the maths is checked exactly in tests.
@@ -15,28 +16,32 @@ Why this scheme, the measurements behind its defaults and what was tried: docs/f
 
 from __future__ import annotations
 
+import gc
 import math
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
 from profiler.clock import Clock, perf_clock
 from profiler.errors import BadInputError
-from profiler.executors.base import overrun_ns
+from profiler.executors.base import overrun_ns, return_freed_memory
 from profiler.measure.cpu_cache import Evictor, last_level_cache_bytes
 from profiler.measure.method import Method
 
 if TYPE_CHECKING:  # types only: importing profiler.executors loads LiteRT's runtimes
     from profiler.boards.model import ProcessorKind
     from profiler.executors.base import Executor, SubModel
-    from profiler.slicing.prefix import PrefixModel
+    from profiler.slicing.prefix import Prefixes, PrefixModel, PrefixSpec
     from profiler.slicing.specs import SlicedModel
 
 CACHE_STATES = ("auto", "warm", "cold")
+#: An end model's visit times this many calls more than a prefix's: its figure is a
+#: difference of two short calls, taken out of two rows, and its calls cost no weights.
+END_EXTRA_CALLS = 2
 #: Share of rounds cut from each end before averaging a layer's differences.
 TRIM = 0.2
 
@@ -44,11 +49,14 @@ TRIM = 0.2
 @dataclass(frozen=True)
 class FusedSettings:
     """How long to measure: rounds adapt between min_rounds and max_rounds until every
-    layer's 95 % half-width is within max(target_ms, target_rel * |time|), or budget_s
-    (wall seconds of measured rounds) is spent."""
+    row's 95 % half-width is within max(target_ms, target_rel * |time|), or budget_s
+    (wall seconds of measured rounds) is spent. target_ms None: target_share of the mean
+    layer (the whole model less the fixed row, over the layers), so a model of small
+    layers is held to its own scale (docs/fused.md, "Rows that alternate")."""
 
-    target_ms: float = 0.02
+    target_ms: float | None = None
     target_rel: float = 0.02
+    target_share: float = 0.05
     budget_s: float = 60.0
     min_rounds: int = 10
     max_rounds: int = 10_000
@@ -64,6 +72,14 @@ class FusedSettings:
     # (the last-level cache emptied first), "auto" (cold where the model's weights
     # outgrow a CPU cluster's last-level cache; docs/fused.md, "Cache state")
     cache: str = "auto"
+    # measure what each prefix's end costs (its outputs reduced, joined, read back) and
+    # take it out of the rows, where the prefixes end in one joined output
+    # (`profiler.slicing.prefix.end_models`; docs/fused.md, "Rows that alternate")
+    end_cost: bool = True
+    # the most memory the prefixes loaded at once may hold, in MiB (`held_bytes`; 0: all
+    # of them at once); more are measured in blocks (`FusedProfiler`; docs/fused.md,
+    # "Memory")
+    loaded_mb: float = 384.0
 
     def __post_init__(self) -> None:
         if self.min_rounds < 3:
@@ -83,15 +99,24 @@ class FusedSettings:
         if self.lead < 1:
             raise BadInputError(f"--lead {self.lead}: a window starts at least one layer "
                                 "before its segment", "e.g. --lead 6")
+        if self.loaded_mb < 0:
+            raise BadInputError(f"--loaded-mb {self.loaded_mb:g}: give 0 (every prefix "
+                                "loaded at once) or more", "e.g. --loaded-mb 384")
         if self.cache not in CACHE_STATES:
             raise BadInputError(f"--cache {self.cache!r}: give one of "
                                 f"{', '.join(CACHE_STATES)}", "e.g. --cache auto")
-        if self.budget_s <= 0 or self.target_ms < 0 or self.target_rel < 0:
+        if self.budget_s <= 0 or (self.target_ms is not None and self.target_ms < 0) \
+                or self.target_rel < 0 or self.target_share < 0:
             raise BadInputError("--budget-s must be positive and the targets not negative",
                                 "e.g. --budget-s 60 --target-ms 0.02")
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+    @property
+    def loaded_bytes(self) -> int | None:
+        """``loaded_mb`` in bytes (None: no bound)."""
+        return int(self.loaded_mb * 2**20) if self.loaded_mb > 0 else None
 
 
 @dataclass(frozen=True)
@@ -103,8 +128,14 @@ class Estimate:
 
     @property
     def below_resolution(self) -> bool:
-        """The interval reaches zero (or below): the figure is only an upper bound."""
-        return self.time_ms - self.ci95_ms <= 0.0
+        """The interval holds zero: the figure is only an upper bound."""
+        return self.time_ms - self.ci95_ms <= 0.0 <= self.upper_ms
+
+    @property
+    def below_zero(self) -> bool:
+        """The whole interval lies below zero: not unresolved but wrong (a cost that
+        depends on where calls are cut; `group_layers` merges such a row)."""
+        return self.upper_ms < 0.0
 
     @property
     def upper_ms(self) -> float:
@@ -113,11 +144,61 @@ class Estimate:
 
 @dataclass(frozen=True)
 class FusedLayer:
+    """A layer's own difference of prefixes. In a group (``group``: its index in
+    `FusedResult.groups`) the figure is only its share as the prefixes split it; the
+    group's row is the one to read, and below_resolution, within_target are the group's."""
+
     index: int
     time_ms: float
     ci95_ms: float
     below_resolution: bool
     within_target: bool
+    group: int | None = None
+    below_zero: bool = False  # its interval lies below zero and no group could take it
+
+
+#: Why layers are reported as one row.
+GROUP_CAUSES = {
+    "kernel": "fused by the runtime into one kernel",
+    "below_zero": "merged: a row's interval lay wholly below zero",
+}
+
+
+@dataclass(frozen=True)
+class FusedGroup:
+    """Consecutive layers reported as one row (docs/fused.md, "Rows that alternate"):
+    the runtime compiles them into one kernel (``kernel``), or a row's interval lay wholly
+    below zero and merging it with a neighbour made the figure true (``below_zero``).
+    Its time is the difference of the prefixes around it, which its layers' own rows
+    add up to."""
+
+    first: int
+    last: int
+    time_ms: float
+    ci95_ms: float
+    causes: tuple[str, ...]
+    within_target: bool = False
+
+    @property
+    def label(self) -> str:
+        return f"layers {self.first}-{self.last}"
+
+    def describe(self) -> str:
+        return f"{self.label}, " + "; ".join(GROUP_CAUSES[c] for c in self.causes)
+
+    @property
+    def below_resolution(self) -> bool:
+        return Estimate(self.time_ms, self.ci95_ms).below_resolution
+
+    @property
+    def below_zero(self) -> bool:
+        return Estimate(self.time_ms, self.ci95_ms).below_zero
+
+    def info(self) -> dict[str, Any]:
+        return {"first": self.first, "last": self.last, "label": self.label,
+                "describe": self.describe(), "time_ms": self.time_ms,
+                "ci95_ms": self.ci95_ms, "causes": list(self.causes),
+                "below_resolution": self.below_resolution, "within_target": self.within_target}
 
 
 @dataclass
@@ -152,9 +233,34 @@ class FusedResult:
     # caches before each timed call (0: warm), and why that state (`cache_state`).
     evict_bytes: int = 0
     cache_choice: CacheChoice | None = None
+    # Layers reported as one row (their FusedLayer.group); the end cost taken out of each
+    # prefix (ms, 95 % half-width; empty: none, the prefixes keep their outputs).
+    groups: list[FusedGroup] = field(default_factory=list)
+    end_ms: list[float] = field(default_factory=list)
+    end_ci95_ms: list[float] = field(default_factory=list)
+    target_ms: float | None = None  # the absolute target the rounds ran to
+    # Prefixes measured in blocks loaded one at a time (`FusedProfiler`, "Memory"): each
+    # block's first and last column ([]: all loaded at once); per round a block made, in
+    # time order, the row of round_ns it fills (with hooks; `visit_matrix`); the most
+    # model bytes loaded at once.
+    blocks: list[list[int]] = field(default_factory=list)
+    visit_rows: list[int] = field(default_factory=list)
+    loaded_bytes_max: int = 0
 
     def positions(self) -> list[int]:
         return self.layer_positions or list(range(1, len(self.layers) + 1))
+
+    def visit_matrix(self, per_visit: np.ndarray) -> np.ndarray:
+        """What was read at each visit (rows as the hooks saw the rounds: with blocks, one
+        per round of a block, in time order; columns as round_ns's) as (rounds, columns),
+        each reading in the row of round_ns that its visit's time is in."""
+        if not self.visit_rows:
+            return per_visit
+        out = np.full((self.rounds, per_visit.shape[1]), np.nan)
+        for row, r in zip(per_visit, self.visit_rows, strict=False):
+            seen = np.isfinite(row)
+            out[r, seen] = row[seen]
+        return out
 
     def layer_late_runs(self) -> list[int]:
         """Per layer, the late calls of the two prefixes its difference uses. A late prefix
@@ -174,9 +280,11 @@ class FusedResult:
         return np.array([layer.time_ms for layer in self.layers])
 
     def prefix_ms(self) -> np.ndarray:
-        """Each prefix's time per call in the rounds (trimmed mean; 0 = the empty prefix)."""
+        """Each prefix's time per call in the rounds (trimmed mean; 0 = the empty prefix),
+        less its end cost where one was measured (`end_ms`)."""
         if self.round_ns is not None:
-            return np.asarray(trimmed_estimate(self.round_ns)[0], dtype=np.float64)
+            t = np.asarray(trimmed_estimate(self.round_ns)[0], dtype=np.float64)
+            return t - np.asarray(self.end_ms) if self.end_ms else t
         if self.layer_positions:
             raise ValueError("windows' times need the rounds")
         return np.concatenate([[self.fixed.time_ms],
@@ -186,9 +294,11 @@ class FusedResult:
         """What the JSON sidecar records of the method."""
         w = self.settings.window
         scheme = (f"prefixes within segments of {w} layers, each from the segment's real "
-                  "inputs, and the whole model" if self.layer_positions else
-                  "cumulative prefixes") + ", large outputs reduced on a processor that " \
-            "downloads them (MEAN over H, W)"
+                  "inputs, and the whole model" if w else "cumulative prefixes") + \
+            (f", loaded in {len(self.blocks)} blocks one at a time" if self.blocks else "") + \
+            (" (each later block repeating its predecessor's last prefix)"
+             if self.blocks and not w else "") + \
+            ", large outputs reduced on a processor that downloads them (MEAN over H, W)"
         return {
             "method": Method.FUSED,
             "scheme": scheme,
@@ -212,7 +322,14 @@ class FusedResult:
             "prefix_read_bytes": list(self.prefix_read_bytes),
             "prefix_reduced_outputs": list(self.prefix_reduced),
             "below_resolution": [layer.index for layer in self.layers if layer.below_resolution],
+            "below_zero": [layer.index for layer in self.layers if layer.below_zero],
+            "groups": [g.info() for g in self.groups],
+            "target_ms": self.target_ms,
+            "end_ms": list(self.end_ms),
+            "end_ms_ci95": list(self.end_ci95_ms),
             "late_prefixes": [p for p, n in enumerate(self.prefix_late_runs) if n > 0],
+            "blocks": [list(b) for b in self.blocks],
+            "loaded_bytes_max": self.loaded_bytes_max,
         }
 
 
@@ -251,6 +368,8 @@ def trimmed_estimate(values_ns: np.ndarray, trim: float = TRIM, axis: int = 0) -
 
 def layer_estimates(round_ns: np.ndarray, trim: float = TRIM,
                     positions: Sequence[int] | None = None,
+                    end_ms: Sequence[float] | np.ndarray | None = None,
+                    end_half_ms: Sequence[float] | np.ndarray | None = None,
                     ) -> tuple[Estimate, list[Estimate], Estimate]:
     """(fixed, layers, whole) from per-round prefix times (rounds, prefixes); the whole
     model is the last column, the fixed row the first.
@@ -259,19 +378,243 @@ def layer_estimates(round_ns: np.ndarray, trim: float = TRIM,
     it (column ``positions[k]``, by default k + 1) and the column before, so with
     prefixes the fixed row and the layers add up to the whole model's figure exactly;
     its interval comes from the paired differences of each round, whose spread is free
-    of the drift that both calls of a round share."""
+    of the drift that both calls of a round share. ``end_ms`` (per column, with its
+    95 % half-width ``end_half_ms``): what each prefix's end costs, taken out of its
+    time first (`end_costs`; the whole model's column keeps its own end)."""
     t = np.asarray(round_ns, dtype=np.int64)
     pos = np.asarray(list(positions) if positions else range(1, t.shape[1]), dtype=np.int64)
     means, halves = trimmed_estimate(t, trim)
+    end = np.zeros(t.shape[1]) if end_ms is None or not len(end_ms) else np.asarray(end_ms)
+    eh = np.zeros(t.shape[1]) if end_half_ms is None or not len(end_half_ms) \
+        else np.asarray(end_half_ms)
+    means = means - end
     _, diff_halves = trimmed_estimate(t[:, pos] - t[:, pos - 1], trim)
-    layers = [Estimate(float(means[p] - means[p - 1]), float(diff_halves[k]))
+    layers = [Estimate(float(means[p] - means[p - 1]),
+                       float(math.sqrt(diff_halves[k] ** 2 + eh[p] ** 2 + eh[p - 1] ** 2)))
               for k, p in enumerate(pos)]
-    return (Estimate(float(means[0]), float(halves[0])), layers,
-            Estimate(float(means[-1]), float(halves[-1])))
+    return (Estimate(float(means[0]), float(math.hypot(halves[0], eh[0]))), layers,
+            Estimate(float(means[-1]), float(math.hypot(halves[-1], eh[-1]))))
 
 
-def within_target(est: Estimate, settings: FusedSettings) -> bool:
-    return est.ci95_ms <= max(settings.target_ms, settings.target_rel * abs(est.time_ms))
+def end_costs(end_ns: np.ndarray, trim: float = TRIM) -> tuple[np.ndarray, np.ndarray]:
+    """(ms, 95 % half-width) per end: from rounds of (rounds, 2 x ends) fastest calls of
+    each end's pair (`profiler.slicing.prefix.end_models`: the end once, then twice), the
+    paired difference of the two, round by round."""
+    t = np.asarray(end_ns, dtype=np.int64)
+    mean, half = trimmed_estimate(t[:, 1::2] - t[:, 0::2], trim)
+    return np.asarray(mean, dtype=np.float64), np.asarray(half, dtype=np.float64)
+
+
+def span_estimate(round_ns: np.ndarray, lo: int, hi: int, trim: float = TRIM,
+                  end_ms: np.ndarray | None = None, end_half_ms: np.ndarray | None = None,
+                  ) -> Estimate:
+    """Columns ``hi`` less ``lo`` of the rounds (less their end costs), with the interval
+    of the paired differences: a group's time."""
+    t = np.asarray(round_ns, dtype=np.int64)
+    means, _ = trimmed_estimate(t[:, [lo, hi]], trim)
+    e = np.zeros(t.shape[1]) if end_ms is None or not len(end_ms) else end_ms
+    eh = np.zeros(t.shape[1]) if end_half_ms is None or not len(end_half_ms) else end_half_ms
+    _, half = trimmed_estimate(t[:, hi] - t[:, lo], trim)
+    return Estimate(float(means[1] - e[hi] - means[0] + e[lo]),
+                    float(math.sqrt(float(half) ** 2 + eh[hi] ** 2 + eh[lo] ** 2)))
+
+
+def group_layers(round_ns: np.ndarray, positions: Sequence[int] | None = None,
+                 kernels: Sequence[tuple[int, int]] = (), trim: float = TRIM,
+                 end_ms: Sequence[float] | np.ndarray | None = None,
+                 end_half_ms: Sequence[float] | np.ndarray | None = None,
+                 cut_tensors: Sequence[int] | None = None,
+                 firsts: Sequence[int] | None = None,
+                 ) -> list[tuple[int, int, tuple[str, ...], Estimate]]:
+    """Layers reported as one row: (first, last, causes, estimate) of every group.
+
+    ``kernels`` (runs of layers the runtime compiles into one kernel,
+    `profiler.slicing.fusion.kernel_groups`) are groups from the start. Then, while a row
+    (a layer's, or a group's) has its whole interval below zero, it is merged with its
+    neighbours: such a row is not unresolved but carries a cost that depends on where
+    the calls are cut, which a neighbour carries with the opposite sign (docs/fused.md,
+    "Rows that alternate"). With ``cut_tensors`` (per column of the rounds, the tensors
+    its prefix hands out of the call), the fewest neighbours that make the group start
+    and end at cuts handing out as many tensors (an end that costs the same at both);
+    else, or where none does, the neighbour that leaves the merged row the highest lower
+    bound. Only layers whose prefixes start at the same layer can merge (``firsts``: per
+    column, the first layer of its prefix; default: the columns follow each other), so
+    never across windows; prefixes measured in different blocks can."""
+    t = np.asarray(round_ns, dtype=np.int64)
+    pos = list(positions) if positions else list(range(1, t.shape[1]))
+    end = np.zeros(t.shape[1]) if end_ms is None or not len(end_ms) else np.asarray(end_ms)
+    eh = np.zeros(t.shape[1]) if end_half_ms is None or not len(end_half_ms) \
+        else np.asarray(end_half_ms)
+
+    def joinable(a: int, b: int) -> bool:  # layer a's prefix extends layer b's
+        return firsts[pos[a]] == firsts[pos[b]] if firsts is not None else pos[a] == pos[b] + 1
+
+    def est(a: int, b: int) -> Estimate:
+        return span_estimate(t, pos[a] - 1, pos[b], trim, end, eh)
+
+    # rows as [first layer, last layer, causes]; kernels first
+    rows: list[list[Any]] = []
+    k = 0
+    starts = {a: b for a, b in kernels
+              if 0 <= a < b < len(pos) and all(joinable(m + 1, m) for m in range(a, b))}
+    while k < len(pos):
+        b = starts.get(k, k)
+        rows.append([k, b, ("kernel",) if b > k else ()])
+        k = b + 1
+
+    def reach(i: int) -> tuple[int, int]:
+        """The rows before and after row i that it can merge with."""
+        lo = hi = i
+        while lo > 0 and joinable(rows[lo][0], rows[lo - 1][1]):
+            lo -= 1
+        while hi + 1 < len(rows) and joinable(rows[hi + 1][0], rows[hi][1]):
+            hi += 1
+        return lo, hi
+
+    def balanced(i: int) -> tuple[int, int] | None:
+        """The fewest rows around row i whose span starts and ends at cuts handing out as
+        many tensors (None: none, or no counts)."""
+        if cut_tensors is None:
+            return None
+        lo, hi = reach(i)
+        spans = [(a, b) for a in range(lo, i + 1) for b in range(i, hi + 1) if (a, b) != (i, i)
+                 and cut_tensors[pos[rows[a][0]] - 1] == cut_tensors[pos[rows[b][1]]]]
+        return min(spans, key=lambda ab: (ab[1] - ab[0], -ab[0])) if spans else None
+
+    while True:
+        ests = [est(r[0], r[1]) for r in rows]
+        bad = [i for i, e in enumerate(ests) if e.below_zero and reach(i) != (i, i)]
+        if not bad:
+            break
+        i = min(bad, key=lambda j: ests[j].upper_ms)
+        span = balanced(i)
+        if span is None:
+            lo_i, hi_i = reach(i)
+            options = [o for o in (i - 1, i + 1) if lo_i <= o <= hi_i]
+            merged = {o: est(rows[min(i, o)][0], rows[max(i, o)][1]) for o in options}
+            j = max(options, key=lambda o: merged[o].time_ms - merged[o].ci95_ms)
+            span = (min(i, j), max(i, j))
+        lo, hi = span
+        causes = tuple(dict.fromkeys([c for r in rows[lo:hi + 1] for c in r[2]] + ["below_zero"]))
+        rows[lo:hi + 1] = [[rows[lo][0], rows[hi][1], causes]]
+    return [(r[0], r[1], r[2], est(r[0], r[1])) for r in rows if r[1] > r[0]]
+
+
+def target_floor_ms(settings: FusedSettings, fixed: Estimate, whole: Estimate,
+                    layers: int) -> float:
+    """The absolute target of a row's half-width: ``target_ms``, or ``target_share`` of
+    the mean layer (the whole model less the fixed row, over the layers)."""
+    if settings.target_ms is not None:
+        return settings.target_ms
+    return settings.target_share * max(whole.time_ms - fixed.time_ms, 0.0) / max(layers, 1)
+
+
+def within_target(est: Estimate, settings: FusedSettings, floor_ms: float | None = None) -> bool:
+    """The half-width within max(floor, target_rel x |time|); ``floor_ms`` (default
+    ``target_ms``, or 0 where that is left to the rounds, `target_floor_ms`)."""
+    floor = floor_ms if floor_ms is not None else (settings.target_ms or 0.0)
+    return est.ci95_ms <= max(floor, settings.target_rel * abs(est.time_ms))
+
+
+@dataclass(frozen=True)
+class PrefixEnds:
+    """What measures each prefix's end cost: one pair of models per distinct end (the end
+    once, the end twice: `profiler.slicing.prefix.end_models`) and, per prefix, its pair's
+    index (-1: the prefix keeps its outputs, as the model run whole does), and the
+    tensors it hands out of the call (before its end)."""
+
+    pairs: list[tuple[PrefixModel, PrefixModel]]
+    of: list[int]
+    tensors: list[int]
+
+
+def prefix_ends(data: bytes, prefixes: Iterable[PrefixModel],
+                reduce_above_bytes: int | None) -> PrefixEnds | None:
+    """The end models of ``prefixes`` cut from ``data`` (None: none has an end of its
+    own), one pair per distinct `PrefixModel.end_spec`."""
+    from profiler.slicing.prefix import end_models
+
+    index: dict[tuple[Any, ...], int] = {}
+    pairs: list[tuple[PrefixModel, PrefixModel]] = []
+    of: list[int] = []
+    tensors: list[int] = []
+    for p in prefixes:
+        tensors.append(len(p.end_tensors) or p.outputs)
+        if not p.end_tensors:
+            of.append(-1)
+            continue
+        if p.end_spec not in index:
+            index[p.end_spec] = len(pairs)
+            pairs.append(end_models(data, p, reduce_above_bytes=reduce_above_bytes))
+        of.append(index[p.end_spec])
+    return PrefixEnds(pairs, of, tensors) if pairs else None
+
+
+@dataclass
+class RowEstimates:
+    """The rows of a fused table from the rounds so far (`estimate_rows`)."""
+
+    fixed: Estimate
+    layers: list[Estimate]
+    whole: Estimate
+    groups: list[tuple[int, int, tuple[str, ...], Estimate]]
+    end_ms: np.ndarray  # per prefix column (0 where none)
+    end_half_ms: np.ndarray
+    floor_ms: float  # the absolute target (`target_floor_ms`)
+
+    def group_of(self) -> dict[int, int]:
+        return {k: g for g, (a, b, _, _) in enumerate(self.groups) for k in range(a, b + 1)}
+
+    def rows(self) -> list[Estimate]:
+        """What the table reports: the fixed row, every layer in no group, every group."""
+        grouped = self.group_of()
+        return [self.fixed, *(e for k, e in enumerate(self.layers) if k not in grouped),
+                *(g[3] for g in self.groups)]
+
+    def all_within_target(self, settings: FusedSettings) -> bool:
+        return all(within_target(e, settings, self.floor_ms) for e in self.rows())
+
+    def fused_groups(self, settings: FusedSettings) -> list[FusedGroup]:
+        return [FusedGroup(a, b, e.time_ms, e.ci95_ms, causes,
+                           within_target(e, settings, self.floor_ms))
+                for a, b, causes, e in self.groups]
+
+    def fused_layers(self, settings: FusedSettings) -> list[FusedLayer]:
+        grouped = self.group_of()
+        out = []
+        for k, e in enumerate(self.layers):
+            g = grouped.get(k)
+            shown = e if g is None else self.groups[g][3]  # a member reads as its group
+            out.append(FusedLayer(k, e.time_ms, e.ci95_ms, shown.below_resolution,
+                                  within_target(shown, settings, self.floor_ms), g,
+                                  shown.below_zero))
+        return out
+
+
+def estimate_rows(round_ns: np.ndarray, settings: FusedSettings, *,
+                  positions: Sequence[int] | None = None,
+                  kernels: Sequence[tuple[int, int]] = (),
+                  end_ns: np.ndarray | None = None, end_of: Sequence[int] | None = None,
+                  cut_tensors: Sequence[int] | None = None,
+                  firsts: Sequence[int] | None = None,
+                  trim: float = TRIM) -> RowEstimates:
+    """Fixed row, layers and groups from rounds of prefix times (rounds, prefixes), with
+    each prefix's end cost taken out where measured: ``end_ns`` (rounds, 2 x ends) from
+    `FusedProfiler.run_end_round`, ``end_of`` the end of each prefix column (-1: none);
+    ``cut_tensors``, ``firsts``: per column, the tensors its prefix hands out and the
+    layer it starts at (`group_layers`)."""
+    t = np.asarray(round_ns, dtype=np.int64)
+    end = np.zeros(t.shape[1])
+    end_half = np.zeros(t.shape[1])
+    if end_ns is not None and end_of is not None and len(end_ns):
+        e_ms, e_half = end_costs(end_ns, trim)
+        idx = np.asarray(end_of, dtype=np.int64)
+        has = idx >= 0
+        end[has], end_half[has] = e_ms[idx[has]], e_half[idx[has]]
+    fixed, layers, whole = layer_estimates(t, trim, positions, end, end_half)
+    groups = group_layers(t, positions, kernels, trim, end, end_half, cut_tensors, firsts)
+    floor = target_floor_ms(settings, fixed, whole, len(layers))
+    return RowEstimates(fixed, layers, whole, groups, end, end_half, floor)
 
 
 @dataclass(frozen=True)
@@ -310,7 +653,7 @@ def energy_by_prefix(result: FusedResult, prefix_power_w: Sequence[float]) -> Fu
 # -- measuring -----------------------------------------------------------------------
 
 class FusedProfiler:
-    """Loads every prefix on an open executor, then measures rounds (`measure`).
+    """Loads the prefixes on an open executor, then measures rounds (`measure`).
 
     One call of a prefix: set every input (untimed: the hand-over into a call), then,
     timed, run and with ``read_outputs`` read every output into host memory (a GPU's
@@ -321,53 +664,169 @@ class FusedProfiler:
     ``evict``: called before every timed call of a round, outside its
     window (a cold cache state, `profiler.measure.cpu_cache.Evictor`); its inputs are written
     after it, as the layer before them leaves them in an application's frame.
+
+    Memory: where what the prefixes hold loaded (`held_bytes`: their model bytes, the
+    runtime's copy of the weights, its activation buffers) adds up to more than
+    ``loaded_bytes``, they are loaded in blocks of consecutive prefixes that fit (`plan_blocks`), one block at a
+    time, and measured block by block in passes (`measure`; docs/fused.md, "Memory").
+    Each later block of whole prefixes starts with its predecessor's last prefix again, as
+    a column of its own, which its first layer is differenced against: every difference
+    is of two prefixes measured in the same rounds. The rounds' columns (``columns``: the
+    prefix each one times) then hold those repeats, and ``positions`` says where each
+    layer's column is. Prefixes given as built models (`prefix_models`) stay in memory
+    as bytes whatever the blocks; `LazyPrefixes` builds each block's when it is loaded.
     """
 
-    def __init__(self, prefixes: Sequence[PrefixModel], executor: Executor, *,
+    def __init__(self, prefixes: Sequence[PrefixModel] | Prefixes, executor: Executor, *,
                  inputs: Sequence[np.ndarray] | None = None, seed: int = 0,
                  clock: Clock = perf_clock, model_name: str = "model",
                  read_outputs: bool = True, model_data: bytes | None = None,
                  evict: Evictor | None = None, cache_choice: CacheChoice | None = None,
-                 ) -> None:
+                 kernels: Sequence[tuple[int, int]] = (), ends: PrefixEnds | None = None,
+                 loaded_bytes: int | None = None) -> None:
         """``model_data``: the model's bytes, which windows (prefixes starting after layer
         0) need to compute their inputs' values. ``cache_choice``: why ``evict`` is given
-        or not (`cache_state`), recorded in the result."""
+        or not (`cache_state`), recorded in the result. ``kernels``: runs of layers the
+        runtime compiles into one kernel, reported as one row each
+        (`profiler.slicing.fusion.kernel_groups`); ``ends``: the models that measure what
+        each prefix's end costs (`prefix_ends`), visited in every round after the
+        prefixes. ``loaded_bytes``: the most memory the prefixes loaded at once may hold
+        (`held_bytes`; None: every prefix at once)."""
+        from profiler.measure.runner import random_input
+        from profiler.slicing.prefix import BuiltPrefixes, Prefixes
+
+        self.kernels = list(kernels)
+        self.ends = ends
         self.evict = evict
         self.cache_choice = cache_choice
-        from profiler.measure.runner import random_input
-
-        if not prefixes or prefixes[0].last != -1:
+        self.source = prefixes if isinstance(prefixes, Prefixes) else BuiltPrefixes(prefixes)
+        specs = self.source.specs
+        if not specs or specs[0].last != -1:
             raise ValueError("prefixes must start with the empty prefix (prefix_models)")
-        self.prefixes = list(prefixes)
+        self.specs = specs
+        self.executor = executor
+        self.model_name = model_name
         self.clock = clock
         self.read_outputs = read_outputs
         # a CPU cluster's calls alone give a call factor; an accelerator's move with its clock
         self.factor_from_alone = not executor.proc.kind.downloads_results
-        self.subs: list[SubModel] = [
-            executor.load(p.model_bytes, name=f"prefix {p.first}..{p.last} of {model_name}")
-            for p in self.prefixes]
-        rng = np.random.default_rng(seed)
-        if inputs is None:
-            inputs = [random_input(io.shape, io.dtype, rng) for io in self.subs[0].inputs]
-        self.inputs = [np.ascontiguousarray(x) for x in inputs]
-        windowed = any(p.role == "whole" for p in self.prefixes)
+        windowed = any(p.role == "whole" for p in specs)
         if windowed and read_outputs:
             raise ValueError("windows are for processors whose outputs stay in host memory "
                              "(settings_for)")
-        # Where each layer's prefix is ([]: prefixes of the whole model, layer k at k + 1).
-        self.positions = [i for i, p in enumerate(self.prefixes) if p.role == "layer"] \
-            if windowed else []
+        self.blocks = plan_blocks(specs, loaded_bytes)
+        # the prefix each column of the rounds times, block after block, and each block's
+        # columns (consecutive)
+        self.columns = [p for block in self.blocks for p in block]
+        starts = np.cumsum([0] + [len(b) for b in self.blocks]).tolist()
+        self.block_columns = [range(a, b) for a, b in zip(starts, starts[1:], strict=False)]
+        # Where each layer's column is ([]: one column per prefix of the whole model, layer
+        # k at k + 1): a window's layers, or with blocks every column but a block's first.
+        if windowed:
+            self.positions = [c for c, p in enumerate(self.columns) if specs[p].role == "layer"]
+        elif len(self.blocks) > 1:
+            firsts = {cols.start for cols in self.block_columns}
+            self.positions = [c for c in range(len(self.columns)) if c not in firsts]
+        else:
+            self.positions = []
         # the segment length the prefixes were cut with: the first segment's layers, those
         # between the empty prefix and the next base (later segments may start at 0 too)
-        bases = [i for i, p in enumerate(self.prefixes) if p.role != "layer"]
+        bases = [i for i, p in enumerate(specs) if p.role != "layer"]
         self.window = bases[1] - 1 if windowed else 0
+        self._subs: dict[int, SubModel] = {}  # the loaded prefixes, by position
+        self._calls: list[Callable[[], int] | None] = [None] * len(self.columns)
+        self._resident: int | None = None  # the block loaded now
+        self._fresh = False  # loaded and not warmed up yet
+        self._read_bytes = [0] * len(specs)
+        self._reduced = [0] * len(specs)
+        # late runs per column: of blocks loaded before, and where the loaded one started
+        self._late_done = [0] * len(self.columns)
+        self._late_at_load = [0] * len(self.columns)
+        self.loaded_bytes_max = 0  # the most model bytes loaded at once
+        self.visit_rows: list[int] = []
+        # each end's pair (once, twice), weightless: loaded for the whole measurement, and
+        # first (what stays loaded sits below the blocks' memory, which then goes back)
+        self.end_subs: list[SubModel] = [
+            executor.load(q.model_bytes, name=f"end x{i % 2 + 1} of prefix {q.first}..{q.last}"
+                          f" of {model_name}")
+            for i, q in enumerate(m for pair in (ends.pairs if ends else []) for m in pair)]
+        self._load(0)
+        rng = np.random.default_rng(seed)
+        if inputs is None:
+            inputs = [random_input(io.shape, io.dtype, rng) for io in self._subs[0].inputs]
+        self.inputs = [np.ascontiguousarray(x) for x in inputs]
         values = self._window_values(model_data) if windowed else {}
-        self.sub_inputs = [values[p.first] if p.first else self.inputs for p in self.prefixes]
-        for sub, xs in zip(self.subs, self.sub_inputs, strict=True):
+        self.sub_inputs = [values[p.first] if p.first else self.inputs for p in specs]
+        self._bind(0)
+        self._end_calls = [
+            self._timed_call(sub, [random_input(io.shape, io.dtype, rng) for io in sub.inputs])
+            for sub in self.end_subs]
+
+    @property
+    def subs(self) -> list[SubModel]:
+        """The prefixes loaded now (all of them where one block holds them)."""
+        return [self._subs[p] for p in sorted(self._subs)]
+
+    def _load(self, block: int) -> None:
+        """Load ``block``'s prefixes, after releasing the block loaded before."""
+        self.unload()
+        loaded = 0
+        for p in self.blocks[block]:
+            # one at a time: a build's transients (the parsed model, the serializer's
+            # buffer) are gone before the next, and a runtime that keeps the bytes holds
+            # the only copy
+            (m,) = self.source.build([p])
+            self._subs[p] = self.executor.load(
+                m.model_bytes, name=f"prefix {m.first}..{m.last} of {self.model_name}")
+            self._read_bytes[p], self._reduced[p] = m.read_bytes, m.reduced
+            loaded += len(m.model_bytes)
+            del m
+        return_freed_memory()  # the builds' and loads' transients
+        self.loaded_bytes_max = max(self.loaded_bytes_max, loaded)
+        self._resident, self._fresh = block, True
+        for c in self.block_columns[block]:
+            self._late_at_load[c] = self._subs[self.columns[c]].late_runs
+
+    def _bind(self, block: int) -> None:
+        for c in self.block_columns[block]:
+            p = self.columns[c]
+            sub, xs = self._subs[p], self.sub_inputs[p]
             if [tuple(io.shape) for io in sub.inputs] != [x.shape for x in xs]:
                 raise ValueError(f"{sub.name}: inputs differ from its empty prefix's")
-        self._calls = [self._timed_call(sub, xs)
-                       for sub, xs in zip(self.subs, self.sub_inputs, strict=True)]
+            self._calls[c] = self._timed_call(sub, xs)
+
+    def _ensure(self, block: int) -> bool:
+        """``block`` loaded (and bound); True where it was loaded now."""
+        if self._resident == block:
+            return False
+        self._load(block)
+        self._bind(block)
+        return True
+
+    def unload(self) -> None:
+        """Release the prefixes loaded now (the next call or round loads them again)."""
+        if self._resident is None:
+            return
+        for c in self.block_columns[self._resident]:
+            self._late_done[c] += self._subs[self.columns[c]].late_runs - self._late_at_load[c]
+            self._calls[c] = None
+        for sub in self._subs.values():
+            self.executor.unload(sub)
+        self._subs.clear()
+        self._resident = None
+        gc.collect()
+        return_freed_memory()
+
+    def _late_runs(self) -> list[int]:
+        """Per column, its prefix's late runs so far."""
+        out = list(self._late_done)
+        if self._resident is not None:
+            for c in self.block_columns[self._resident]:
+                out[c] += self._subs[self.columns[c]].late_runs - self._late_at_load[c]
+        return out
+
+    def _block_of(self, column: int) -> int:
+        return next(b for b, cols in enumerate(self.block_columns) if column in cols)
 
     def _window_values(self, model_data: bytes | None) -> dict[int, list[np.ndarray]]:
         """Per window start, its inputs' values from one run of the model on ``inputs``."""
@@ -375,7 +834,7 @@ class FusedProfiler:
 
         if model_data is None:
             raise ValueError("windows need the model's bytes for their inputs")
-        starts = {p.first: list(p.input_tensors) for p in self.prefixes if p.first > 0}
+        starts = {p.first: list(p.input_tensors) for p in self.specs if p.first > 0}
         wanted = sorted({t for ts in starts.values() for t in ts})
         got = dict(zip(wanted, tensor_values(model_data, self.inputs, wanted), strict=True))
         return {first: [np.ascontiguousarray(got[t]) for t in ts] for first, ts in starts.items()}
@@ -398,27 +857,47 @@ class FusedProfiler:
         return call
 
     def call(self, position: int) -> Callable[[], int]:
-        """The timed call of prefix ``position`` (0 = the empty prefix), e.g. to repeat it
-        for a counter's energy; returns its duration in ns."""
-        return self._calls[position]
+        """The timed call of column ``position`` (0 = the empty prefix), e.g. to repeat it
+        for a counter's energy; returns its duration in ns. With blocks, a call loads its
+        block first where another is loaded."""
+        if len(self.blocks) == 1:
+            call = self._calls[position]
+            assert call is not None
+            return call
+        block = self._block_of(position)
+        calls = self._calls
+
+        def loading_call() -> int:
+            self._ensure(block)
+            return calls[position]()  # type: ignore[misc]  # bound by _ensure
+
+        return loading_call
 
     @property
     def calls(self) -> list[Callable[[], int]]:
-        """Every prefix's call, the empty prefix first."""
-        return list(self._calls)
+        """Every column's call, the empty prefix first."""
+        return [self.call(c) for c in range(len(self.columns))]
 
     def run_round(self, backward: bool, hooks: Callable[[int, bool], None] | None = None,
                   calls: int = 3, warm: int = 1) -> np.ndarray:
         """One visit of every prefix (``calls`` calls, the first ``warm`` untimed); returns
         each prefix's fastest timed call (ns) in prefix order. ``hooks`` bracket the timed
-        calls of each visit."""
-        n = len(self._calls)
-        out = np.empty(n, dtype=np.int64)
-        order = range(n - 1, -1, -1) if backward else range(n)
+        calls of each visit. Prefixes in one block only (`measure` visits blocks)."""
+        if len(self.blocks) > 1:
+            raise ValueError("the prefixes are loaded in blocks: measure() visits them")
+        return self._visit(self.block_columns[0], backward, hooks, calls, warm)
+
+    def _visit(self, columns: range, backward: bool,
+               hooks: Callable[[int, bool], None] | None, calls: int, warm: int) -> np.ndarray:
+        """One visit of each of ``columns`` (loaded); their fastest timed calls (ns)."""
+        out = np.empty(len(columns), dtype=np.int64)
+        order = range(len(columns) - 1, -1, -1) if backward else range(len(columns))
         timed = calls - warm
         evict = self.evict
-        for p in order:
+        for i in order:
+            p = columns[i]
             call = self._calls[p]
+            assert call is not None
             for _ in range(warm):
                 call()
             if hooks:
@@ -430,8 +909,33 @@ class FusedProfiler:
                 times_ns.append(call())
             if hooks:
                 hooks(p, False)
-            out[p] = min(times_ns)
+            out[i] = min(times_ns)
         return out
+
+    def run_end_round(self, backward: bool, calls: int = 3, warm: int = 1) -> np.ndarray:
+        """One visit of every end model (`prefix_ends`), each end's pair back to back, with
+        `END_EXTRA_CALLS` more timed calls than a prefix's visit; returns each one's
+        fastest timed call (ns), in the pairs' order."""
+        n = len(self._end_calls)
+        out = np.empty(n, dtype=np.int64)
+        pairs = range(n // 2 - 1, -1, -1) if backward else range(n // 2)
+        for e in pairs:
+            for i in ((2 * e + 1, 2 * e) if backward else (2 * e, 2 * e + 1)):
+                call = self._end_calls[i]
+                for _ in range(warm):
+                    call()
+                out[i] = min(call() for _ in range(calls - warm + END_EXTRA_CALLS))
+        return out
+
+    def estimate(self, round_ns: np.ndarray, end_ns: np.ndarray | None,
+                 settings: FusedSettings) -> RowEstimates:
+        """The rows from the rounds so far (`estimate_rows`)."""
+        return estimate_rows(round_ns, settings, positions=self.positions,
+                             kernels=self.kernels, end_ns=end_ns,
+                             end_of=[self.ends.of[p] for p in self.columns] if self.ends else None,
+                             cut_tensors=[self.ends.tensors[p] for p in self.columns]
+                             if self.ends else None,
+                             firsts=[self.specs[p].first for p in self.columns])
 
     def measure(self, settings: FusedSettings | None = None,
                 progress: Callable[[int, int], None] | None = None,
@@ -440,33 +944,121 @@ class FusedProfiler:
         """Warm-up rounds, then measured rounds until every layer is within its target
         (checked every ``check_every`` rounds after ``min_rounds``), the budget is spent
         or ``max_rounds`` is reached. ``progress(done, expected)``: rounds so far and an
-        estimate of the rounds the budget allows."""
+        estimate of the rounds the budget allows. With blocks (`_measure_blocks`), each
+        block's measured round starts with ``hooks(-1, True)``: rounds of different
+        blocks are made at different times, and `FusedResult.visit_rows` says which
+        round of the result each block's round is."""
         s = settings or FusedSettings()
-        late0 = [sub.late_runs for sub in self.subs]
+        late0 = self._late_runs()
+        self.visit_rows = []
+        if len(self.blocks) == 1:
+            rows, ends, elapsed, converged = self._measure_together(s, progress, hooks, wall)
+        else:
+            rows, ends, elapsed, converged = self._measure_blocks(s, progress, hooks, wall)
+        res = self.result(rows, s, elapsed, converged, self.alone(s), ends)
+        res.prefix_late_runs = [a - b for a, b in zip(self._late_runs(), late0, strict=True)]
+        return res
+
+    def _measure_together(self, s: FusedSettings, progress: Callable[[int, int], None] | None,
+                          hooks: Callable[[int, bool], None] | None, wall: Callable[[], float],
+                          ) -> tuple[np.ndarray, np.ndarray | None, float, bool]:
+        """Every prefix loaded: rounds of all of them (rounds, end rounds, elapsed s,
+        converged)."""
         for r in range(s.warmup_rounds):
             self.run_round(backward=bool(r % 2), calls=s.visit_calls, warm=s.visit_warm)
+        self._fresh = False
         rows: list[np.ndarray] = []
+        ends: list[np.ndarray] = []
         start = wall()
         converged = False
         while True:
             rows.append(self.run_round(backward=bool(len(rows) % 2), hooks=hooks,
                                        calls=s.visit_calls, warm=s.visit_warm))
+            if self._end_calls:
+                ends.append(self.run_end_round(backward=bool(len(ends) % 2),
+                                               calls=s.visit_calls, warm=s.visit_warm))
             done = len(rows)
             spent = wall() - start
             if progress:
                 per_round = spent / done
                 progress(done, max(done, min(s.max_rounds, int(s.budget_s / max(per_round, 1e-9)))))
-            if done >= s.min_rounds and (done - s.min_rounds) % s.check_every == 0:
-                fixed, layers, _ = layer_estimates(np.array(rows), positions=self.positions)
-                if all(within_target(e, s) for e in [fixed, *layers]):
-                    converged = True
-                    break
+            if done >= s.min_rounds and (done - s.min_rounds) % s.check_every == 0 and \
+                    self.estimate(np.array(rows), np.array(ends) if ends else None,
+                                  s).all_within_target(s):
+                converged = True
+                break
             if done >= s.max_rounds or (spent >= s.budget_s and done >= s.min_rounds):
                 break
-        elapsed = wall() - start
-        res = self.result(np.array(rows), s, elapsed, converged, self.alone(s))
-        res.prefix_late_runs = [sub.late_runs - n for sub, n in zip(self.subs, late0, strict=True)]
-        return res
+        return np.array(rows), np.array(ends) if ends else None, wall() - start, converged
+
+    def _measure_blocks(self, s: FusedSettings, progress: Callable[[int, int], None] | None,
+                        hooks: Callable[[int, bool], None] | None,
+                        wall: Callable[[], float],
+                        ) -> tuple[np.ndarray, np.ndarray | None, float, bool]:
+        """Prefixes in blocks: passes over the blocks, in turn forward and backward (the
+        block at the turn stays loaded), each block loaded (then warmed up by
+        ``warmup_rounds``) and measured for the pass's rounds. The first pass makes
+        ``min_rounds``; each later one as many as the intervals need to reach their target
+        (from how they narrowed so far), at least ``check_every`` and at most what the
+        budget leaves after the loads. Round r of every block is row r of the result.
+        The end models (loaded throughout) make one round per row, after the pass's first
+        block's. Returns (rounds, end rounds, elapsed s, converged); the budget counts the
+        loads between the measured rounds too."""
+        nb = len(self.blocks)
+        parts: list[list[np.ndarray]] = [[] for _ in range(nb)]
+        ends: list[np.ndarray] = []
+        load_s, round_s = [0.0] * nb, [0.0] * nb
+        done, todo, forward = 0, s.min_rounds, True
+        start = math.nan  # the first measured round's
+        converged = False
+        while True:
+            order = list(range(nb)) if forward else list(range(nb - 1, -1, -1))
+            for i, b in enumerate(order):
+                t0 = wall()
+                if self._ensure(b) or self._fresh:
+                    for r in range(s.warmup_rounds):
+                        self._visit(self.block_columns[b], bool(r % 2), None,
+                                    s.visit_calls, s.visit_warm)
+                    self._fresh = False
+                t1 = wall()
+                start = t1 if math.isnan(start) else start
+                load_s[b] = t1 - t0
+                for r in range(done, done + todo):
+                    if hooks:
+                        hooks(-1, True)  # a round of this block starts (VisitClocks' rows)
+                        self.visit_rows.append(r)
+                    parts[b].append(self._visit(self.block_columns[b], bool(r % 2), hooks,
+                                                s.visit_calls, s.visit_warm))
+                    if self._end_calls and i == 0:
+                        ends.append(self.run_end_round(bool(r % 2), s.visit_calls,
+                                                       s.visit_warm))
+                round_s[b] = (wall() - t1) / todo
+                if progress:
+                    now = done + todo * (i + 1) // nb
+                    per_round = (wall() - start) / max(now, 1)
+                    progress(now, max(now, min(s.max_rounds,
+                                               int(s.budget_s / max(per_round, 1e-9)))))
+            done += todo
+            forward = not forward
+            rows = np.hstack([np.array(p) for p in parts])
+            spent = wall() - start
+            est = self.estimate(rows, np.array(ends) if ends else None, s)
+            if est.all_within_target(s):
+                converged = True
+                break
+            if done >= s.max_rounds or spent >= s.budget_s:
+                break
+            # the intervals narrow as 1 / sqrt(rounds): the rounds the widest one needs
+            worst = max(e.ci95_ms / max(est.floor_ms, s.target_rel * abs(e.time_ms), 1e-12)
+                        for e in est.rows())
+            need = math.ceil(done * (worst ** 2 - 1)) if math.isfinite(worst) else s.check_every
+            # the block at the turn stays loaded: the others are loaded and warmed again
+            reload = sum(load_s) - load_s[order[-1]]
+            fit = int((s.budget_s - spent - reload) / max(sum(round_s), 1e-9))
+            todo = min(max(s.check_every, need), fit, s.max_rounds - done)
+            if todo < 1:
+                break
+        return rows, np.array(ends) if ends else None, wall() - start, converged
 
     def measure_energy(self, settings: FusedSettings,
                        progress: Callable[[int, int], None] | None = None,
@@ -484,7 +1076,7 @@ class FusedProfiler:
         """The whole model called alone, back to back: (groups, calls a group) ns."""
         if settings.alone_calls == 0:
             return None
-        call = self._calls[-1]
+        call = self.call(len(self.columns) - 1)
         for _ in range(settings.alone_warm):
             call()
         timed = settings.visit_calls - settings.visit_warm
@@ -492,8 +1084,10 @@ class FusedProfiler:
                         dtype=np.int64)
 
     def result(self, round_ns: np.ndarray, settings: FusedSettings, elapsed_s: float,
-               converged: bool, alone_ns: np.ndarray | None = None) -> FusedResult:
-        fixed, layers, whole = layer_estimates(round_ns, positions=self.positions)
+               converged: bool, alone_ns: np.ndarray | None = None,
+               end_ns: np.ndarray | None = None) -> FusedResult:
+        est = self.estimate(round_ns, end_ns, settings)
+        fixed, whole = est.fixed, est.whole
         # what the prefixes were cut with, and the cache state the calls found
         settings = replace(settings, window=self.window,
                            cache="cold" if self.evict is not None else "warm")
@@ -505,18 +1099,67 @@ class FusedProfiler:
             if self.factor_from_alone and alone.time_ms > 0:
                 factor = max(1.0, alone_mean / alone.time_ms)
         return FusedResult(
-            layers=[FusedLayer(k, e.time_ms, e.ci95_ms, e.below_resolution,
-                               within_target(e, settings)) for k, e in enumerate(layers)],
+            layers=est.fused_layers(settings), groups=est.fused_groups(settings),
+            end_ms=list(est.end_ms), end_ci95_ms=list(est.end_half_ms), target_ms=est.floor_ms,
             fixed=fixed, whole=whole, rounds=int(round_ns.shape[0]), elapsed_s=elapsed_s,
             converged=converged, settings=settings,
-            prefix_read_bytes=[p.read_bytes for p in self.prefixes],
-            prefix_reduced=[p.reduced for p in self.prefixes],
+            prefix_read_bytes=[self._read_bytes[p] for p in self.columns],
+            prefix_reduced=[self._reduced[p] for p in self.columns],
             round_ns=round_ns, alone_ns=alone_ns, whole_alone=alone,
             whole_alone_mean_ms=alone_mean, call_factor=factor,
             layer_positions=list(self.positions),
             evict_bytes=self.evict.nbytes if self.evict is not None else 0,
             cache_choice=self.cache_choice,
+            blocks=[[c.start, c.stop - 1] for c in self.block_columns]
+            if len(self.blocks) > 1 else [],
+            visit_rows=list(self.visit_rows), loaded_bytes_max=self.loaded_bytes_max,
         )
+
+
+#: What a loaded prefix holds in memory, per byte of its weights (the model's bytes and
+#: the runtime's own copy: XNNPACK packs them) and per byte of its largest activation
+#: (the runtime's buffers: 12-16 MB for ResNet50 224's 3.2 MB; docs/fused.md, "Memory").
+HELD_PER_WEIGHT_BYTE = 2
+HELD_PER_ACTIVATION_BYTE = 5
+
+
+def held_bytes(spec: PrefixSpec) -> int:
+    """About what loading the prefix ``spec`` holds in memory."""
+    return HELD_PER_WEIGHT_BYTE * spec.weight_bytes + HELD_PER_ACTIVATION_BYTE * spec.act_bytes
+
+
+def plan_blocks(specs: Sequence[PrefixSpec], loaded_bytes: int | None) -> list[list[int]]:
+    """The prefixes (positions in ``specs``) loaded together, block by block: all in one
+    where what they hold (`held_bytes`) adds up to ``loaded_bytes`` at most (or it is
+    None). Otherwise prefixes of the whole model in blocks of consecutive ones that fit,
+    each block starting with the last prefix of the one before and holding two at least
+    (a layer's two prefixes are always loaded together); windows (a "whole" prefix among
+    them) in blocks of whole segments (a base and its layers; the whole model alone)."""
+    n = len(specs)
+    size = [held_bytes(p) for p in specs]
+    if loaded_bytes is None or sum(size) <= loaded_bytes or n < 3:
+        return [list(range(n))]
+    if not any(p.role == "whole" for p in specs):
+        blocks, a = [], 0
+        while a < n - 1:
+            e, total = a + 1, size[a] + size[a + 1]
+            while e + 1 < n and total + size[e + 1] <= loaded_bytes:
+                e += 1
+                total += size[e]
+            blocks.append(list(range(a, e + 1)))
+            a = e
+        return blocks
+    units: list[list[int]] = []
+    for p, spec in enumerate(specs):
+        if spec.role != "layer" or not units:
+            units.append([])
+        units[-1].append(p)
+    packed: list[list[int]] = [[]]
+    for unit in units:
+        if packed[-1] and sum(size[p] for p in packed[-1] + unit) > loaded_bytes:
+            packed.append([])
+        packed[-1] += unit
+    return packed
 
 
 def settings_for(settings: FusedSettings, kind: ProcessorKind) -> FusedSettings:
@@ -590,18 +1233,48 @@ def fused_profiler(executor: Executor, data: bytes, sliced: SlicedModel, setting
     `cache_state` says cold (``sysfs_root``: where the CPU's cache sizes are read;
     default $COUPPROF_SYSFS_ROOT or /sys)."""
     from governors.sysfs_io import sysfs_root_from_env
-    from profiler.slicing.prefix import REDUCE_ABOVE_BYTES, prefix_models
+    from profiler.slicing.fusion import kernel_groups
+    from profiler.slicing.graph import ModelView
+    from profiler.slicing.prefix import REDUCE_ABOVE_BYTES, LazyPrefixes
+    from profiler.tflite.model_io import parse_model
 
     down = executor.proc.kind.downloads_results
     s = settings_for(settings, executor.proc.kind)
-    prefixes = prefix_models(data, sliced, reduce_above_bytes=REDUCE_ABOVE_BYTES if down else None,
-                             window=s.window, lead=s.lead)
+    reduce = REDUCE_ABOVE_BYTES if down else None
+    end = prefix_end(s, executor)
+    # built when loaded: all together n/2 copies of the weights (docs/fused.md, "Memory")
+    prefixes = LazyPrefixes(data, sliced, reduce_above_bytes=reduce, window=s.window,
+                            lead=s.lead, end=end)
     choice = cache_state(s, executor, sum(layer.param_bytes for layer in sliced.layers),
                          sysfs_root if sysfs_root is not None else sysfs_root_from_env())
     evict = Evictor(EVICT_FACTOR * choice.llc_bytes) \
         if choice.state == "cold" and choice.llc_bytes else None
+    # a GPU's or NPU's runtime compiles linked operators into one kernel; a CPU's does not
+    kernels = kernel_groups(ModelView.of(parse_model(data, model_name)),
+                            [layer.op_indices for layer in sliced.layers]) if down else []
+    ends = prefix_ends(data, prefixes.each(serialize=False), reduce) if end != "keep" and s.end_cost \
+        else None
+    gc.collect()  # what building every prefix once left (a model's worth, parsed)
+    return_freed_memory()
     return FusedProfiler(prefixes, executor, seed=seed, clock=clock, model_name=model_name,
-                         read_outputs=down, model_data=data, evict=evict, cache_choice=choice)
+                         read_outputs=down, model_data=data, evict=evict, cache_choice=choice,
+                         kernels=kernels, ends=ends, loaded_bytes=s.loaded_bytes)
+
+
+def prefix_end(settings: FusedSettings, executor: Executor) -> Literal["keep", "one", "corner"]:
+    """How the prefixes hand their outputs out of a call (`prefix_models`' ``end``),
+    where what a call's end costs depends on where it is cut (docs/fused.md, "Rows that
+    alternate"): on a processor that downloads its outputs, joined into one (each
+    output a read-back of its own: on an H100 about 0.7 ms per output, the rows
+    alternating with the number of outputs); on a CPU cluster on several threads, one
+    output of their corners (its workers' writes reach the caller at the join); on one
+    thread they are kept as they are (nothing reads them, nothing depends on the cut).
+    ``end_cost`` False keeps them as they are."""
+    if not settings.end_cost:
+        return "keep"
+    if executor.proc.kind.downloads_results:
+        return "one"
+    return "corner" if executor.threads > 1 else "keep"
 
 
 def measure_model(executor: Executor, data: bytes, sliced: SlicedModel,
@@ -619,7 +1292,9 @@ def measure_model(executor: Executor, data: bytes, sliced: SlicedModel,
     prefix's repeat window calls it back to back, warm whatever the cache state: its
     power is the warm call's). ``sysfs_root``: see `fused_profiler`.
 
-    Memory: every prefix stays loaded, about n/2 copies of the model's weights."""
+    Memory: the prefixes hold about n/2 copies of the model's weights together; at most
+    ``settings.loaded_mb`` of them are built and loaded at once, in blocks
+    (`FusedProfiler`)."""
     s = settings_for(settings or FusedSettings(), executor.proc.kind)
     prof = fused_profiler(executor, data, sliced, s, seed=seed, clock=clock,
                           model_name=model_name, sysfs_root=sysfs_root)

@@ -17,11 +17,14 @@ figures the table reports are measured: the frames, or the rounds.
 
 `ProcessorLayers` is the processor's half, for callers that measure one processor at
 several levels or need its executor: its interpreters and prefixes are built once (after
-the first baseline) and only the frequency changes between levels.
+the first baseline) and only the frequency changes between levels (with the fused method,
+the sliced interpreters are closed before the rounds and built again for the next level,
+and prefixes measured in blocks are loaded again: docs/fused.md, "Memory").
 """
 
 from __future__ import annotations
 
+import gc
 from collections.abc import Callable, Iterable, Mapping
 from contextlib import AbstractContextManager, ExitStack
 from dataclasses import KW_ONLY, dataclass, field
@@ -34,8 +37,10 @@ from profiler.boards.host import format_cpu_list
 from profiler.clock import Clock, perf_clock
 from profiler.errors import ProfilerError
 from profiler.executors import fallback_flags, late_runs
+from profiler.executors.base import SubModelInterpreter, return_freed_memory
 from profiler.executors.factory import make_executor
 from profiler.markers.hooks import LayerHooks
+from profiler.measure.clock_fit import ClockFit, VisitClocks, fit_clock, with_clock_fit
 from profiler.measure.freq_trace import (
     FreqReader,
     FreqSampler,
@@ -48,6 +53,7 @@ from profiler.measure.fused import (
     FusedProfiler,
     FusedResult,
     FusedSettings,
+    energy_by_prefix,
     fused_profiler,
     settings_for,
 )
@@ -127,6 +133,8 @@ class LayerMeasurement:
     level: SetResult | None = None  # the processor's level as set (None: left alone)
     host: HostLevel | None = None  # its host cluster's level (None: no separate host)
     freq: FreqSampler | None = None  # what sampled its clock (None: it cannot be read)
+    # the fused rows against the clock read at each visit (`profiler.measure.clock_fit`)
+    clock_fit: ClockFit | None = None
 
     @property
     def power_error(self) -> ProfilerError | None:
@@ -140,6 +148,9 @@ class LayerMeasurement:
     def tables(self, raw: bool = False) -> RunTables:
         """The layer table, with the fused figures beside the sliced ones where measured."""
         tables = run_tables(self.run, raw=raw)
+        if self.fused is not None and self.clock_fit is not None:
+            return with_clock_fit(with_fused(tables, self.fused, self.fused_energy),
+                                  self.clock_fit)
         return tables if self.fused is None else with_fused(tables, self.fused,
                                                             self.fused_energy)
 
@@ -299,6 +310,20 @@ class ProcessorLayers:
                                             sysfs_root=self.sysfs_root)
         return self._prefixes
 
+    def release_runner(self) -> None:
+        """Close the sliced runner's sub-models now (it is built again when next wanted):
+        a deep model's fused prefixes need that memory (docs/fused.md, "Memory")."""
+        runner, self._runner = self._runner, None
+        if runner is None or self.executor is None:
+            return
+        subs = [i.sub for i in runner.interpreters if isinstance(i, SubModelInterpreter)]
+        del runner  # a CPU's raw interpreters go with it
+        for sub in subs:
+            self.executor.unload(sub)
+        del subs
+        gc.collect()
+        return_freed_memory()
+
     def measure(self, level: tuple[int, int] | None = None, *,
                 power: PowerSession | None = None, progress: Progress | None = None,
                 host_columns: bool = False,
@@ -352,21 +377,31 @@ class ProcessorLayers:
             columns.update(host.columns(n))
         elif host_columns:
             columns.update(dict.fromkeys(("host_level", "host_freq_khz"), [None] * n))
-        fused = fused_energy = None
+        fused = fused_energy = clock_fit = None
         if s.fused is not None:
+            self.release_runner()  # its layers are measured; the prefixes want the memory
             # A source that failed in the frames (a logger unplugged) prices no prefix:
             # the rounds still time the layers, and the run keeps what it measured.
             failed = energy is not None and energy.error is not None
             powers = None if power is None or failed else (lambda calls: power.call_powers(
                 calls, _step(progress, "energy per prefix")))
+            # the clock at each visit too, outside its timed calls: the rows are fitted
+            # against it (`profiler.measure.clock_fit`)
+            visits = VisitClocks(self.freq_reader) if self.freq_reader is not None else None
             with clock_while(freq):
-                fused, fused_energy = self.prefixes.measure_energy(
-                    settings_for(s.fused, proc.kind), _step(progress, "fused rounds"), powers)
+                fused = self.prefixes.measure(settings_for(s.fused, proc.kind),
+                                              _step(progress, "fused rounds"), hooks=visits)
+                fused_energy = None if powers is None else \
+                    energy_by_prefix(fused, powers(self.prefixes.calls))
+            clock_fit = fit_clock(fused, visits) if visits is not None else None
+            if len(self.prefixes.blocks) > 1:
+                self.prefixes.unload()  # the next level's sliced runner comes first
         info = self._info(level, power, set_result, freq, energy, host, extra)
         run = LayerRun(info, [LayerInfo.from_layer(layer) for layer in self.model.sliced.layers],
                        timings, layer_extras=columns,
                        total_extras=dict(energy.totals) if energy is not None else {})
-        return LayerMeasurement(run, fused, fused_energy, energy, set_result, host, freq)
+        return LayerMeasurement(run, fused, fused_energy, energy, set_result, host, freq,
+                                clock_fit)
 
     def _executor_columns(self, late_before: list[tuple[int, int]]) -> dict[str, Any]:
         """``fallback`` where an accelerator ran a layer (partly) on the CPU, and on the

@@ -35,7 +35,10 @@ if TYPE_CHECKING:
 
     from profiler.measure.fused import FusedEnergy, FusedResult
 
-SIDE_CAR_FORMAT = "coupprof-layers/1"
+SIDE_CAR_FORMAT = "coupprof-layers/2"
+# /1 (before issue 26): a fused run's time_ms_mean held the sliced figure, time_ms_fused the
+# fused one; `read_tables` maps such files to /2 (`upgrade_v1_columns`, `_totals`).
+OLD_SIDE_CAR_FORMAT = "coupprof-layers/1"
 
 # Per-layer columns contributed by a power source, in display order.
 POWER_COLUMNS = ("power_w", "energy_mj", "dynamic_energy_mj", "fps_per_w", "samples")
@@ -61,24 +64,35 @@ INT_COLUMNS = ("layer", "frame", "macs", "param_bytes", "bytes_in", "bytes_out",
 
 UNITS = {
     "time_ms": "ms, sub-model invoke (layer_end - layer_start)",
+    "time_ms_mean": "ms per frame, the layer's time: a fused run's layer inside one "
+                    "uninterrupted run of the model, T(prefix 0..k) - T(prefix 0..k-1), 20 % "
+                    "trimmed mean over interleaved rounds (fixed row: the empty prefix, the "
+                    "fixed cost per call); a sliced run's sub-model invoke, mean over frames",
+    "time_ms_ci95": "ms, half-width of a fused run's time_ms_mean's 95 % interval",
+    "below_resolution": "true when time_ms_mean's 95 % interval holds 0: an upper bound only",
+    "group": "a fused run's layers reported as one row (e.g. 'layers 1-4'): the runtime "
+             "compiles them into one kernel, or a row's interval lay wholly below zero; "
+             "the kind = \"group\" row holds the group's time, the layers' rows add up to it "
+             "(docs/fused.md, \"Rows that alternate\")",
+    "time_ms_sliced": "ms, a fused run's layer called on its own as a sub-model, with its "
+                      "per-call cost (mean, median, p95, std over the sliced frames)",
     "transfer_ms": "ms, hand-over of the layer's inputs into its sub-model",
     "bytes_in": "bytes, sum of the layer's input tensors",
     "bytes_out": "bytes, sum of the layer's output tensors",
     "macs": "multiply-accumulates per frame",
     "param_bytes": "bytes of constant tensors (weights, biases)",
     "start_ns": "ns, host clock (time.perf_counter_ns)",
-    "power_w": "W, mean over the layer's windows",
-    "energy_mj": "mJ per frame",
+    "power_w": "W = energy_mj / time_ms_mean",
+    "energy_mj": "mJ per frame, of the same method as time_ms_mean",
     "dynamic_energy_mj": "mJ per frame above the idle baseline",
     "fps_per_w": "frames per joule of the layer (1 / energy in J)",
-    "latency_ms": "ms per frame, compute + transfer",
-    "time_ms_fused": "ms, the layer inside one uninterrupted run of the model: "
-                     "T(prefix 0..k) - T(prefix 0..k-1), 20 % trimmed mean over interleaved rounds "
-                     "(fixed row: the empty prefix, the fixed cost per call)",
-    "time_ms_fused_ci95": "ms, half-width of time_ms_fused's 95 % interval",
-    "below_resolution": "true when time_ms_fused's interval reaches 0: an upper bound only",
-    "energy_mj_sliced": "mJ per frame of the layer's sliced windows (fused runs: energy_mj is "
-                        "power_w x time_ms_fused)",
+    "latency_ms": "ms per frame: a fused run's one call of the whole model (fixed + layers); "
+                  "a sliced run's layers + the hand-overs between them",
+    "energy_mj_sliced": "mJ per frame of the layer's sliced windows (fused runs)",
+    "fixed_energy_mj": "mJ per call of the fixed row: the empty prefix's energy where prefix "
+                       "energies were measured, else the sliced frames' mean power x the "
+                       "fixed time (sidecar: fused.fixed_energy)",
+    "*_sliced": "totals of a fused run's sliced frames (each layer called on its own)",
     "fps": "frames per second = 1000 / latency_ms_mean",
 }
 
@@ -206,50 +220,95 @@ def run_tables(run: LayerRun, raw: bool = True) -> RunTables:
     )
 
 
+#: A layer's statistics over sliced frames: a sliced run's time columns; a fused run keeps
+#: them under `sliced_name` (the layer called on its own, with its per-call cost).
+SLICED_STATS = ("time_ms_mean", "time_ms_median", "time_ms_p95", "time_ms_std")
+#: Per-frame totals of the sliced frames; a fused run keeps them under `sliced_name`.
+SLICED_TOTALS = (*SLICED_STATS, "transfer_ms_mean", "transfer_ms_median", "transfer_ms_p95",
+                 "latency_ms_mean", "latency_ms_median", "latency_ms_p95", "fps",
+                 "power_w", "energy_mj", "dynamic_energy_mj", "fps_per_w",
+                 "frame_energy_mj", "frame_fps_per_w")
+
+
+def sliced_name(name: str) -> str:
+    """A sliced figure's name in a fused run: 'time_ms_median' -> 'time_ms_sliced_median',
+    'energy_mj' -> 'energy_mj_sliced', 'fps' -> 'fps_sliced'."""
+    for stat in ("_mean", "_median", "_p95", "_std"):
+        if name.endswith(stat):
+            return name[: -len(stat)] + "_sliced" + stat
+    return name + "_sliced"
+
+
+def sliced_stat(df: pd.DataFrame, stat: str = "median") -> pd.Series:
+    """Each layer row's sliced time statistic (mean, median, p95 or std: the layer called
+    on its own): time_ms_sliced_* where the CSV has them (a fused run, a sweep with fused
+    pairs), else time_ms_* (a sliced run)."""
+    plain, renamed = f"time_ms_{stat}", sliced_name(f"time_ms_{stat}")
+    if renamed in df.columns:
+        return df[renamed].fillna(df[plain]) if plain in df.columns else df[renamed]
+    return df[plain]
+
+
+def in_fused_layout(layers: pd.DataFrame) -> pd.DataFrame:
+    """A sliced run's layer rows in a fused run's columns, for one CSV that holds both (a
+    sweep): time_ms_mean stays, its statistics also go under `sliced_name` (what they
+    are), the fused run's interval, flag and group are blank, energy_mj_sliced is energy_mj."""
+    df = layers.rename(columns={c: sliced_name(c) for c in SLICED_STATS if c != "time_ms_mean"})
+    at = df.columns.get_loc("time_ms_mean") + 1
+    df.insert(at, "time_ms_ci95", float("nan"))
+    df.insert(at + 1, "below_resolution", pd.array([pd.NA] * len(df), dtype="boolean"))
+    df.insert(at + 2, "group", pd.array([pd.NA] * len(df), dtype="string"))
+    df.insert(at + 3, sliced_name("time_ms_mean"), df["time_ms_mean"])
+    if "energy_mj" in df.columns:
+        df["energy_mj_sliced"] = df["energy_mj"]
+    return df
+
+
 def with_fused(tables: RunTables, fused: FusedResult,
                energy: FusedEnergy | None = None) -> RunTables:
-    """`tables` of a sliced run plus the fused figures (see docs/measure.md). A
-    layer's energy becomes its power (from its own windows) times its fused time, or,
-    given the prefix ``energy`` of a counter source, the difference of prefix energies."""
-    df = tables.layers.copy()
+    """`tables` of a sliced run turned into a fused run's (see docs/measure.md):
+    time_ms_mean becomes the fused figure (time_ms_ci95, below_resolution beside it), the
+    sliced statistics and totals move to `sliced_name`. A layer's energy becomes its power
+    (from its own windows) times its fused time, or, given the prefix ``energy`` of a
+    counter source, the difference of prefix energies; the totals are one call of the
+    whole model (`_fused_frame_totals`)."""
+    df = tables.layers.rename(columns={c: sliced_name(c) for c in SLICED_STATS})
     n = len(df)
     if len(fused.layers) != n:
         raise ValueError(f"fused result has {len(fused.layers)} layers, the run {n}")
     t_ms = fused.times_ms()
-    df["time_ms_fused"] = t_ms
-    df["time_ms_fused_ci95"] = [layer.ci95_ms for layer in fused.layers]
-    df["below_resolution"] = [layer.below_resolution for layer in fused.layers]
+    at = df.columns.get_loc(sliced_name("time_ms_mean")) if sliced_name("time_ms_mean") \
+        in df.columns else len(df.columns)
+    df.insert(at, "time_ms_mean", t_ms)
+    df.insert(at + 1, "time_ms_ci95", [layer.ci95_ms for layer in fused.layers])
+    df.insert(at + 2, "below_resolution", [layer.below_resolution for layer in fused.layers])
+    labels = [fused.groups[layer.group].label if layer.group is not None else ""
+              for layer in fused.layers]
+    df.insert(at + 3, "group", pd.array([x or pd.NA for x in labels], dtype="string"))
     if "sim_late_runs" in df.columns:  # a late prefix spoils the differences that use it
         df["sim_late_runs"] = df["sim_late_runs"].fillna(0).astype(int) + fused.layer_late_runs()
-    tot = dict(tables.totals)
+    sliced = dict(tables.totals)
+    tot = {k: v for k, v in sliced.items() if k not in SLICED_TOTALS}
+    tot |= {sliced_name(k): v for k, v in sliced.items() if k in SLICED_TOTALS}
     baseline = float(tot.get("baseline_power_w", tables.info.get("extra", {}).get(
         "baseline_power_w", 0.0)) or 0.0)
     if energy is not None:
         e_mj = np.asarray(energy.layer_energy_mj, dtype=float)
         if "energy_mj" in df.columns:
             df["energy_mj_sliced"] = df["energy_mj"]
-            tot["energy_mj_sliced"] = float(df["energy_mj_sliced"].sum())
         with np.errstate(divide="ignore", invalid="ignore"):
             df["power_w"] = np.where(t_ms > 0, e_mj / t_ms, np.nan)
         df["energy_mj"] = e_mj
         df["dynamic_energy_mj"] = e_mj - baseline * t_ms
         df["fps_per_w"] = [1000.0 / e if e > 0 else float("inf") for e in e_mj]
-        tot["energy_mj"] = float(e_mj.sum())
-        tot["dynamic_energy_mj"] = float(df["dynamic_energy_mj"].sum())
         tot["fixed_energy_mj"] = energy.fixed_energy_mj
         tot["whole_energy_mj"] = energy.whole_energy_mj
-        tot["fps_per_w"] = 1000.0 / energy.whole_energy_mj if energy.whole_energy_mj > 0 \
-            else float("inf")
     elif "power_w" in df.columns:
         df["energy_mj_sliced"] = df["energy_mj"]
         power = df["power_w"].to_numpy(dtype=float)
         df["energy_mj"] = power * t_ms
         df["dynamic_energy_mj"] = (power - baseline) * t_ms
         df["fps_per_w"] = [1000.0 / e if e > 0 else float("inf") for e in df["energy_mj"]]
-        tot["energy_mj_sliced"] = float(df["energy_mj_sliced"].sum())
-        tot["energy_mj"] = float(df["energy_mj"].sum())
-        tot["dynamic_energy_mj"] = float(df["dynamic_energy_mj"].sum())
-        tot["fps_per_w"] = 1000.0 / tot["energy_mj"] if tot["energy_mj"] > 0 else float("inf")
     tot.update({
         "fused_layer_sum_ms": fused.layer_sum_ms,
         "fixed_ms": fused.fixed.time_ms,
@@ -265,20 +324,195 @@ def with_fused(tables: RunTables, fused: FusedResult,
     info["fused"] = fused.info()
     if energy is not None:
         info["fused"]["energy"] = energy.info()
-    return RunTables(layers=df, frames=tables.frames, info=info, totals=tot)
+    how = _fused_frame_totals(tot, df, baseline)
+    if how:
+        info["fused"]["fixed_energy"] = how
+    return RunTables(layers=df, frames=tables.frames, info=info, totals=_frame_first(tot))
+
+
+def _fused_frame_totals(tot: dict[str, float], layers: pd.DataFrame, baseline_w: float) -> str:
+    """A fused run's per-frame totals in ``tot``: one call of the whole model, the fixed row
+    plus the layers (which add up to the whole model with prefixes), so that the CSV's rows,
+    the sidecar and every output give one time, energy and FPS/W with W x ms = mJ.
+    Returns how the fixed row's energy was had ('' without a power source)."""
+    fixed_ms = float(tot["fixed_ms"])
+    time_ms = fixed_ms + float(layers["time_ms_mean"].sum())
+    tot["time_ms_mean"] = time_ms
+    tot["time_ms_ci95"] = float(tot.get("whole_ms_ci95", float("nan")))
+    tot["latency_ms_mean"] = time_ms  # one call: no hand-overs between its layers
+    tot["fps"] = 1000.0 / time_ms if time_ms > 0 else float("inf")
+    if "energy_mj" not in layers.columns:
+        return ""
+    if "fixed_energy_mj" in tot:
+        how = "the empty prefix's energy per call, measured as the layers' are"
+    else:
+        # Only per-layer power was measured: the sliced frames' mean power prices the fixed
+        # time (each sliced call pays it, so their power is mostly the fixed cost's).
+        power = float(tot.get(sliced_name("power_w"), float("nan")))
+        how = f"the sliced frames' mean power ({power:.3f} W) x the fixed time"
+        if not np.isfinite(power):
+            t = layers["time_ms_mean"].to_numpy(dtype=float)
+            e = layers["energy_mj"].to_numpy(dtype=float)
+            ok = np.isfinite(e)
+            power = float(e[ok].sum() / t[ok].sum()) if t[ok].sum() > 0 else float("nan")
+            how = f"the layers' mean power ({power:.3f} W) x the fixed time"
+        tot["fixed_energy_mj"] = power * fixed_ms
+    fixed_e = float(tot["fixed_energy_mj"])
+    energy_mj = float(np.nansum(layers["energy_mj"].to_numpy(dtype=float))) + fixed_e
+    tot["energy_mj"] = energy_mj
+    tot["power_w"] = energy_mj / time_ms if time_ms > 0 else float("nan")
+    tot["fps_per_w"] = 1000.0 / energy_mj if energy_mj > 0 else float("inf")
+    if "dynamic_energy_mj" in layers.columns:
+        tot["dynamic_energy_mj"] = float(np.nansum(layers["dynamic_energy_mj"].to_numpy(
+            dtype=float))) + fixed_e - baseline_w * fixed_ms
+    return how
+
+
+#: The per-frame totals a sidecar lists first.
+FRAME_TOTALS = ("time_ms_mean", "time_ms_ci95", "latency_ms_mean", "fps", "power_w",
+                "energy_mj", "dynamic_energy_mj", "fps_per_w")
+
+
+def _frame_first(tot: dict[str, float]) -> dict[str, float]:
+    return {**{k: tot[k] for k in FRAME_TOTALS if k in tot}, **tot}
 
 
 def fixed_row(tables: RunTables) -> pd.DataFrame | None:
-    """The ``kind = "fixed"`` CSV row of a fused run (None for a sliced run)."""
+    """The ``kind = "fixed"`` CSV row of a fused run (None for a sliced run): the fixed
+    cost per call in time_ms_mean, its energy and power where the run has them."""
     tot = tables.totals
     if "fixed_ms" not in tot:
         return None
+    t = float(tot["fixed_ms"])
     row = pd.DataFrame({"kind": ["fixed"], **id_columns(tables.info, 1),
-                        "time_ms_fused": [tot["fixed_ms"]],
-                        "time_ms_fused_ci95": [tot["fixed_ms_ci95"]]})
+                        "time_ms_mean": [t], "time_ms_ci95": [tot["fixed_ms_ci95"]]})
     if "fixed_energy_mj" in tot:
-        row["energy_mj"] = [tot["fixed_energy_mj"]]
+        e = float(tot["fixed_energy_mj"])
+        row["power_w"] = [e / t if t > 0 else float("nan")]
+        row["energy_mj"] = [e]
+        if "dynamic_energy_mj" in tot:
+            row["dynamic_energy_mj"] = [e - float(tot.get("baseline_power_w", 0.0) or 0.0) * t]
     return row
+
+
+def group_rows(tables: RunTables) -> pd.DataFrame | None:
+    """The ``kind = "group"`` CSV rows of a fused run's groups (None: none), from its
+    sidecar: layers reported as one row, their time and interval in time_ms_mean and
+    time_ms_ci95, their label in ``group`` and why in op_types (docs/fused.md, "Rows that
+    alternate"). Not part of the frame: the layers' rows add up to each."""
+    groups = tables.info.get("fused", {}).get("groups") or []
+    if not groups:
+        return None
+    n = len(groups)
+    out = pd.DataFrame({
+        "kind": ["group"] * n, **id_columns(tables.info, n),
+        "op_types": [g["describe"] for g in groups],
+        "time_ms_mean": [g["time_ms"] for g in groups],
+        "time_ms_ci95": [g["ci95_ms"] for g in groups],
+        "below_resolution": [g["below_resolution"] for g in groups],
+        "group": [g["label"] for g in groups]})
+    df = tables.layers
+    if "energy_mj" in df.columns and "group" in df.columns:  # energies add up as times do
+        for col in ("energy_mj", "dynamic_energy_mj"):
+            if col in df.columns:
+                out[col] = [float(df.loc[df["group"] == g["label"], col].sum()) for g in groups]
+        t = out["time_ms_mean"].to_numpy(dtype=float)
+        e = out["energy_mj"].to_numpy(dtype=float)
+        out.insert(out.columns.get_loc("energy_mj"), "power_w",
+                   np.where(t > 0, e / np.where(t > 0, t, 1.0), np.nan))
+    return out
+
+
+@dataclass(frozen=True)
+class FrameFigures:
+    """One frame of a run, from its CSV rows alone (`frame_figures`): the figures the
+    terminal's footer, the sidecar's totals, the report and `plot layers` all give."""
+
+    time_ms: float
+    energy_mj: float | None = None
+    fixed_ms: float | None = None  # a fused run's fixed row, within time_ms
+
+    @property
+    def fps(self) -> float:
+        return 1000.0 / self.time_ms if self.time_ms > 0 else float("inf")
+
+    @property
+    def power_w(self) -> float | None:
+        return None if self.energy_mj is None or self.time_ms <= 0 \
+            else self.energy_mj / self.time_ms  # mJ / ms = W
+
+    @property
+    def fps_per_w(self) -> float | None:
+        return None if self.energy_mj is None or self.energy_mj <= 0 else 1000.0 / self.energy_mj
+
+    def text(self, sep: str = ", ") -> str:
+        """'8.659 ms (115.5 FPS), 34.757 mJ = 4.014 W, 28.77 FPS/W'."""
+        out = f"{self.time_ms:.3f} ms ({self.fps:.1f} FPS)"
+        if self.energy_mj is not None:
+            out += f"{sep}{self.energy_mj:.3f} mJ = {self.power_w:.3f} W, {self.fps_per_w:.2f} FPS/W"
+        return out
+
+
+def frame_figures(rows: pd.DataFrame) -> FrameFigures | None:
+    """A frame of one run from its CSV rows: a fused run's layers plus its fixed row (one
+    call of the whole model), a sliced run's layers plus their hand-overs. None for a fused
+    run's layers without the fixed row (a sweep keeps it in its sidecar)."""
+    kind = rows["kind"] if "kind" in rows.columns else pd.Series("layer", index=rows.index)
+    layers, fixed = rows[kind == "layer"], rows[kind == "fixed"]
+    if layers.empty:
+        return None
+    fused = "time_ms_ci95" in layers.columns and bool(layers["time_ms_ci95"].notna().any())
+    if fused and fixed.empty:
+        return None
+
+    def total(df: pd.DataFrame, col: str) -> float:
+        return float(np.nansum(df[col].to_numpy(dtype=float))) if col in df.columns else 0.0
+
+    fixed_ms = total(fixed, "time_ms_mean") if fused else None
+    time_ms = total(layers, "time_ms_mean") + (fixed_ms if fixed_ms is not None
+                                               else total(layers, "transfer_ms_mean"))
+    if "energy_mj" not in layers.columns or layers["energy_mj"].isna().all():
+        return FrameFigures(time_ms, fixed_ms=fixed_ms)
+    return FrameFigures(time_ms, total(layers, "energy_mj") + total(fixed, "energy_mj"),
+                        fixed_ms)
+
+
+def upgrade_v1_columns(df: pd.DataFrame) -> pd.DataFrame:
+    """Rows (any kind) of a coupprof-layers/1 or coupprof-sweep/1 CSV in today's columns:
+    where the fused method ran, time_ms_fused becomes time_ms_mean and the sliced time_ms_*
+    become time_ms_sliced_*; a sweep's sliced pairs keep their time_ms_mean
+    (`in_fused_layout`). A CSV without fused rows is unchanged."""
+    if "time_ms_fused" not in df.columns:
+        return df
+    sliced_mean = df["time_ms_mean"] if "time_ms_mean" in df.columns else None
+    df = df.rename(columns={c: sliced_name(c) for c in SLICED_STATS}).rename(
+        columns={"time_ms_fused": "time_ms_mean", "time_ms_fused_ci95": "time_ms_ci95"})
+    if sliced_mean is not None:  # a sweep's sliced pair: no fused figure, its own leads
+        df["time_ms_mean"] = df["time_ms_mean"].fillna(sliced_mean)
+    lead = [c for c in ("time_ms_mean", "time_ms_ci95", "below_resolution") if c in df.columns]
+    rest = [c for c in df.columns if c not in lead]
+    at = rest.index(sliced_name("time_ms_mean")) if sliced_name("time_ms_mean") in rest \
+        else len(rest)
+    return df[rest[:at] + lead + rest[at:]]
+
+
+def upgrade_v1_totals(totals: dict[str, float], layers: pd.DataFrame,
+                      info: dict[str, Any]) -> dict[str, float]:
+    """A coupprof-layers/1 fused run's totals (or a sweep/1 fused pair's) in today's keys,
+    given its layer rows in today's columns (`upgrade_v1_columns`): /1 kept the fused
+    layers' energy, dynamic energy and FPS/W, the rest were the sliced frames'."""
+    if "fixed_ms" not in totals or sliced_name("time_ms_mean") in totals:
+        return totals
+    fused_keys = ("energy_mj", "dynamic_energy_mj", "fps_per_w")
+    tot = {k: v for k, v in totals.items() if k not in SLICED_TOTALS or k in fused_keys}
+    tot |= {sliced_name(k): v for k, v in totals.items()
+            if k in SLICED_TOTALS and k not in fused_keys}
+    baseline = float(tot.get("baseline_power_w", (info.get("extra") or {}).get(
+        "baseline_power_w", 0.0)) or 0.0)
+    how = _fused_frame_totals(tot, layers, baseline)
+    if how and isinstance(info.get("fused"), dict):
+        info["fused"].setdefault("fixed_energy", how)
+    return _frame_first(tot)
 
 
 # -- files -------------------------------------------------------------------------
@@ -289,11 +523,15 @@ def default_json_path(csv_path: str | Path) -> Path:
 
 
 def results_frame(tables: RunTables) -> pd.DataFrame:
-    """The tidy CSV's rows: layer rows, the fixed row of a fused run, then frame rows."""
+    """The tidy CSV's rows: layer rows, the fixed row and group rows of a fused run, then
+    frame rows."""
     parts = [tables.layers]
     fixed = fixed_row(tables)
     if fixed is not None:
         parts.append(fixed)
+    groups = group_rows(tables)
+    if groups is not None:
+        parts.append(groups)
     if tables.frames is not None:
         frames = tables.frames.copy()
         for col in ("start_ns", "end_ns", "transfer_start_ns", "transfer_end_ns"):
@@ -332,7 +570,8 @@ def write_tables(tables: RunTables, csv_path: str | Path,
 
 
 def read_tables(csv_path: str | Path, json_path: str | Path | None = None) -> RunTables:
-    """Load a CSV + sidecar written by `write_tables` (for re-rendering or notebooks)."""
+    """Load a CSV + sidecar written by `write_tables` (for re-rendering or notebooks); an
+    older coupprof-layers/1 pair comes back in today's columns (`upgrade_v1_columns`)."""
     csv_p = Path(csv_path)
     json_p = Path(json_path) if json_path is not None else default_json_path(csv_p)
     for p in (csv_p, json_p):
@@ -346,12 +585,20 @@ def read_tables(csv_path: str | Path, json_path: str | Path | None = None) -> Ru
     except (ValueError, OSError) as err:
         raise BadInputError(f"cannot read results {csv_p} / {json_p}: {err}",
                             "re-run `coupprof layers` to write them again") from None
-    if meta.get("format") != SIDE_CAR_FORMAT or "kind" not in df.columns:
-        raise BadInputError(f"{json_p} is not a coupprof layers sidecar",
+    fmt = meta.get("format")
+    if fmt not in (SIDE_CAR_FORMAT, OLD_SIDE_CAR_FORMAT) or "kind" not in df.columns:
+        newer = str(fmt or "").startswith("coupprof-layers/")
+        raise BadInputError(f"{json_p} is " + (f"of format {fmt}, which this coupprof does "
+                                                "not know" if newer else
+                                                "not a coupprof layers sidecar"),
+                            "upgrade coupprof" if newer else
                             "pass the CSV written by `coupprof layers`")
     tot = meta.pop("totals", {})
     for key in ("format", "csv", "raw_rows", "units"):
         meta.pop(key, None)
+    if fmt == OLD_SIDE_CAR_FORMAT:
+        df = upgrade_v1_columns(df)
+        tot = upgrade_v1_totals(tot, df[df["kind"] == "layer"], meta)
 
     df = with_id_columns(df, meta)
 
@@ -451,7 +698,7 @@ def render(tables: RunTables) -> Table:
     A terminal too narrow for it leaves out LESSER_COLUMNS first.
     """
     df, tot = tables.layers, tables.totals
-    if "time_ms_fused" in df.columns:
+    if "time_ms_ci95" in df.columns:
         return render_fused(tables)
     power = [c for c in POWER_COLUMNS if c in df.columns]
     # Light box, one space between columns: the table fits an 80-column terminal.
@@ -521,29 +768,49 @@ def render_fused(tables: RunTables) -> Table:
     for c in power:
         table.add_column(labels[c], justify="right", no_wrap=True)
     table.add_column("flag", no_wrap=True)
+    groups = {g["label"]: g for g in tables.info.get("fused", {}).get("groups") or []}
+    grouped = group_rows(tables)  # the CSV's group rows, as written
+    group_cells = {} if grouped is None else \
+        {r["group"]: r for r in grouped.to_dict("records")}
     for r in df.itertuples(index=False):
         row = r._asdict()
-        low = bool(row["below_resolution"])
-        t, h = float(row["time_ms_fused"]), float(row["time_ms_fused_ci95"])
+        label = row.get("group")
+        member = isinstance(label, str) and label in groups
+        low = bool(row["below_resolution"]) and not member
+        t, h = float(row["time_ms_mean"]), float(row["time_ms_ci95"])
         cells = [str(row["layer"]), short_ops(row["op_types"]),
-                 f"<{t + h:.3f}" if low else _f(t), _f(h), _f(row["time_ms_median"]),
+                 f"<{t + h:.3f}" if low else _f(t), _f(h), _f(row["time_ms_sliced_median"]),
                  _f(row["transfer_ms_mean"]), _kib(row["bytes_in"]), _kib(row["bytes_out"]),
                  _f(row["macs"] / 1e6, 2)]
         cells += ["" if low and c != "power_w" else _f(row[c]) for c in power]
-        cells.append("below resolution" if low else "")
-        table.add_row(*cells)
+        # a group's layer: its share as the prefixes split it; the group's row is the figure
+        cells.append(f"in {label}" if member else "below resolution" if low else "")
+        table.add_row(*cells, style="dim" if member else None)
+        g = groups.get(label) if member else None
+        if g is not None and g["last"] == row["layer"]:
+            gl = bool(g["below_resolution"])
+            gt, gh = float(g["time_ms"]), float(g["ci95_ms"])
+            grow = group_cells.get(g["label"], {})
+            table.add_row(g["label"].replace("layers ", ""), g["describe"].split(", ", 1)[1],
+                          f"<{gt + gh:.3f}" if gl else _f(gt), _f(gh), "", "", "", "", "",
+                          *[_f(grow[c]) if c in grow and not gl else "" for c in power],
+                          "below resolution" if gl else "group", style="bold")
     table.add_section()
-    fixed_e = {"energy_mj": tot.get("fixed_energy_mj")}
+    fixed = fixed_row(tables)  # the CSV's fixed row, as written
+    fixed_cells = fixed.iloc[0].to_dict() if fixed is not None else {}
     table.add_row("fixed", "per call", _f(tot.get("fixed_ms")), _f(tot.get("fixed_ms_ci95")),
                   "", "", "", "", "",
-                  *[_f(fixed_e[c]) if fixed_e.get(c) is not None else "" for c in power], "")
-    lows = int(df["below_resolution"].astype(bool).sum())
+                  *[_f(fixed_cells[c]) if c in fixed_cells else "" for c in power], "")
+    # rows below resolution: layers in no group, and groups
+    in_group = df["group"].notna() if "group" in df.columns else pd.Series(False, index=df.index)
+    lows = int((df["below_resolution"].astype(bool) & ~in_group).sum()) + sum(
+        bool(g["below_resolution"]) for g in groups.values())
+    # One call of the whole model: the sidecar's totals (W x ms = mJ); sliced: its sums.
     table.add_row("total", f"{len(df)} layers + fixed",
-                  _f(tot.get("fused_layer_sum_ms", 0.0) + tot.get("fixed_ms", 0.0)), "",
-                  _f(tot.get("time_ms_median")), _f(tot.get("transfer_ms_mean")), "", "",
-                  _f(tot.get("macs", 0) / 1e6, 2),
-                  *[_f(tot.get("whole_energy_mj")) if c == "energy_mj" and "whole_energy_mj"
-                    in tot else _f(tot.get(c)) for c in power],
+                  _f(tot.get("time_ms_mean")), "",
+                  _f(tot.get("time_ms_sliced_median")), _f(tot.get("transfer_ms_sliced_mean")),
+                  "", "", _f(tot.get("macs", 0) / 1e6, 2),
+                  *[_f(tot.get(c)) for c in power],
                   f"{lows} below resolution" if lows else "", style="bold")
     return table
 
@@ -551,13 +818,26 @@ def render_fused(tables: RunTables) -> Table:
 def _fused_caption(tables: RunTables) -> str:
     tot, fused = tables.totals, tables.info.get("fused", {})
     settings = fused.get("settings", {})
-    whole = tot.get("whole_ms", float("nan"))
-    text = (f"whole model, one call: {whole:.3f} ± {tot.get('whole_ms_ci95', float('nan')):.3f} ms"
-            f" = {1000.0 / whole if whole > 0 else float('inf'):.1f} FPS; "
-            f"{int(tot.get('rounds', 0))} interleaved rounds in {fused.get('elapsed_s', 0):.1f} s"
+    nan = float("nan")
+    # The per-frame figures every output gives (the sidecar's totals, `frame_figures`).
+    text = (f"per frame, one call of the whole model: {tot.get('time_ms_mean', nan):.3f} ± "
+            f"{tot.get('time_ms_ci95', nan):.3f} ms = {tot.get('fps', nan):.1f} FPS")
+    if "energy_mj" in tot:
+        text += (f", {tot['energy_mj']:.3f} mJ = {tot.get('power_w', nan):.3f} W, "
+                 f"{tot.get('fps_per_w', nan):.2f} FPS/W")
+    whole = tot.get("whole_ms", nan)
+    if abs(whole - tot.get("time_ms_mean", nan)) >= 0.0005:  # windows: not the same figure
+        text += f" (the whole model in the rounds: {whole:.3f} ms)"
+    text += (f"; {int(tot.get('rounds', 0))} interleaved rounds in {fused.get('elapsed_s', 0):.1f} s"
             f" (budget {settings.get('budget_s', '?')} s, "
             f"{'every interval within target' if fused.get('converged') else 'budget or rounds spent'})"
             f"; sliced: {tables.info.get('frames', '?')} frames")
+    groups = fused.get("groups") or []
+    if groups:
+        text += (f"; {len(groups)} group{'s' if len(groups) > 1 else ''} of layers reported as "
+                 "one row (docs/fused.md, \"Rows that alternate\")")
+    if any(fused.get("end_ms") or []):
+        text += "; each prefix's end (its outputs reduced, joined, read back) measured and taken out"
     if fused.get("cache") == "cold":
         choice = fused.get("cache_choice") or {}
         llc, weights = choice.get("llc_bytes"), choice.get("weight_bytes")
@@ -574,9 +854,10 @@ def _fused_caption(tables: RunTables) -> str:
                      f"processor's calls x{factor:.3f})")
     if "whole_energy_mj" in tot:
         text += ("; energy = differences of prefix energies per call (each prefix's power "
-                 "run back to back x its time), fixed row included in the total")
+                 "run back to back x its time; the fixed row: the empty prefix's)")
     elif "energy_mj" in tot:
-        text += "; energy = each layer's power x its fused time (fixed row: not included)"
+        text += ("; energy = each layer's power x its fused time; the fixed row's: "
+                 f"{fused.get('fixed_energy', 'priced from the sliced frames')}")
     return text
 
 

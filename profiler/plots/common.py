@@ -23,6 +23,7 @@ from matplotlib.figure import Figure
 from matplotlib.textpath import TextToPath
 
 from profiler.errors import BadInputError
+from profiler.measure.tables import upgrade_v1_columns
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -116,7 +117,7 @@ def read_csv(path: str | Path) -> pd.DataFrame:
         df = pd.read_csv(p, dtype={"freq_level": "Int64", "freq_khz": "Int64"})
     except (ValueError, OSError, pd.errors.ParserError) as err:
         raise BadInputError(f"cannot read {p} as CSV: {err}", "pass a CSV written by coupprof") from None
-    return with_sidecar_ids(df, p)
+    return with_sidecar_ids(upgrade_v1_columns(df), p)  # an older fused CSV: today's columns
 
 
 def sidecar(csv_path: str | Path) -> dict[str, Any]:

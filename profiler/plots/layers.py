@@ -4,7 +4,9 @@ processor) or a sweep CSV, from which one level per processor is taken
 (`level`: "max" — the default, "min" or a level number).
 
 Without power columns (a run without a power source) only the time panel is drawn
-and the figure says why the other two are missing.
+and the figure says why the other two are missing. Each series' legend gives its frame
+(`series_frames`: a fused run's layers plus its fixed row, which has no bar), the figures
+the run's terminal footer, sidecar and report give.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from profiler.errors import BadInputError
-from profiler.measure.tables import short_ops
+from profiler.measure.tables import FrameFigures, frame_figures, short_ops
 from profiler.plots.common import (
     PROCESSOR_COLORS,
     layer_rows,
@@ -33,7 +35,7 @@ from profiler.plots.common import (
 NEEDED = ("processor", "layer", "time_ms_mean")
 PRODUCER = "`coupprof layers` (one CSV per processor) or `coupprof sweep`"
 PANELS = (
-    ("time_ms_mean", "time per frame (ms)\nbar mean, whisker p95"),
+    ("time_ms_mean", "time per frame (ms)"),
     ("energy_mj", "energy per frame (mJ)"),
     ("fps_per_w", "FPS/W (J⁻¹)"),
 )
@@ -64,6 +66,39 @@ def pick_level(rows: pd.DataFrame, level: str | int | None) -> pd.DataFrame:
     return pd.concat(out, ignore_index=True)
 
 
+def _whiskers(sub: pd.DataFrame, mean: pd.Series) -> np.ndarray | None:
+    """(2, layers) whisker lengths: a fused row's 95 % interval both ways, a sliced row's
+    95th percentile above its mean (std bars would dip below zero on skew)."""
+    def col(name: str) -> np.ndarray:
+        if name not in sub.columns:
+            return np.full(len(mean), np.nan)
+        return sub.groupby("layer")[name].mean().reindex(mean.index).to_numpy(dtype=float)
+
+    ci, p95 = col("time_ms_ci95"), col("time_ms_p95")
+    up = np.where(np.isfinite(ci), ci, np.clip(p95 - mean.to_numpy(dtype=float), 0.0, None))
+    down = np.where(np.isfinite(ci), ci, 0.0)
+    if not np.isfinite(up).any():
+        return None
+    return np.vstack([np.nan_to_num(down), np.nan_to_num(up)])
+
+
+def _legend(label: str, frame: FrameFigures | None) -> str:
+    if frame is None:
+        return label
+    label += "\nper frame: " + frame.text(sep="\n")
+    if frame.fixed_ms is not None:
+        label += f"\n(of which fixed per call {frame.fixed_ms:.3f} ms: no bar)"
+    return label
+
+
+def _whisker_text(rows: pd.DataFrame) -> str:
+    fused = "time_ms_ci95" in rows.columns and rows["time_ms_ci95"].notna()
+    if fused is False or not fused.any():
+        return "\nbar mean, whisker p95"
+    return "\nwhisker: 95 % interval" if fused.all() else \
+        "\nwhisker: 95 % interval (fused),\np95 (sliced)"
+
+
 def _series_label(sub: pd.DataFrame, letter: str) -> str:
     label = processor_label(letter)
     if "freq_khz" in sub.columns and sub["freq_khz"].notna().any():
@@ -88,16 +123,36 @@ def _series(rows: pd.DataFrame) -> list[tuple[str, pd.DataFrame, str]]:
     return out
 
 
+def _picked(df: pd.DataFrame, level: str | int | None) -> pd.DataFrame:
+    if "run" in df.columns:
+        return pd.concat([pick_level(sub, level) for _, sub in df.groupby("run", sort=False)],
+                         ignore_index=True)
+    return pick_level(df, level)
+
+
+def series_frames(df: pd.DataFrame, level: str | int | None = "max",
+                  ) -> dict[str, FrameFigures]:
+    """{series label: its frame} (`profiler.measure.tables.frame_figures`) for the
+    series `layers_figure` draws; a series whose frame its rows cannot give (a sweep's
+    fused pair, whose fixed row is in the sidecar; a processor's runs not told apart by
+    a `run` column) is left out."""
+    rows = df[df["kind"].isin(["layer", "fixed"])] if "kind" in df.columns else df
+    out: dict[str, FrameFigures] = {}
+    for label, sub, _ in _series(_picked(rows.reset_index(drop=True), level)):
+        layers = sub[sub["kind"] == "layer"] if "kind" in sub.columns else sub
+        figures = None if layers["layer"].duplicated().any() else frame_figures(sub)
+        if figures is not None:
+            out[label] = figures
+    return out
+
+
 def layers_figure(df: pd.DataFrame, source: str | Path = "the CSV",
                   level: str | int | None = "max") -> Figure:
     """Bars per layer; one series per processor, or per run if `df` has a `run` column."""
     rows = with_fps_per_w(layer_rows(df))
     require(rows, NEEDED, source, "layers", PRODUCER)
-    if "run" in rows.columns:
-        rows = pd.concat([pick_level(sub, level) for _, sub in rows.groupby("run", sort=False)],
-                         ignore_index=True)
-    else:
-        rows = pick_level(rows, level)
+    rows = _picked(rows, level)
+    frames = series_frames(df, level)
     panels = [(c, label) for c, label in PANELS if c in rows.columns and rows[c].notna().any()]
     series = _series(rows)
     procs = series
@@ -113,15 +168,12 @@ def layers_figure(df: pd.DataFrame, source: str | Path = "the CSV",
             per_layer = sub.groupby("layer")[col].mean()
             xs = np.array([pos[int(k)] for k in per_layer.index]) + (j - (len(procs) - 1) / 2) * width
             err = None
-            if col == "time_ms_mean" and "time_ms_p95" in sub.columns:
-                # Whisker up to the 95th percentile (std bars would dip below zero on skew).
-                p95 = sub.groupby("layer")["time_ms_p95"].mean().reindex(per_layer.index).to_numpy()
-                up = np.clip(p95 - per_layer.to_numpy(), 0.0, None)
-                err = np.vstack([np.zeros_like(up), up])
+            if col == "time_ms_mean":
+                err = _whiskers(sub, per_layer)
             ax.bar(xs, per_layer.to_numpy(), width=width * 0.95, yerr=err, capsize=1.5,
-                   error_kw={"elinewidth": 0.6, "alpha": 0.6},
-                   color=color, label=label)
-        ax.set_ylabel(ylabel)
+                   error_kw={"elinewidth": 0.6, "alpha": 0.6}, color=color,
+                   label=_legend(label, frames.get(label)))
+        ax.set_ylabel(ylabel + (_whisker_text(rows) if col == "time_ms_mean" else ""))
         log_if_wide(ax, rows[col], ratio=200.0)
     ops = {}
     if "op_types" in rows.columns:

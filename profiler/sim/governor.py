@@ -8,20 +8,26 @@ limits; devfreq's userspace/ directory comes and goes with the userspace
 governor). The kernel also keeps the time of each change so the frequency that
 is *in effect* lags the write by the modelled transition delay (ARM-CO-UP
 Table 10), which is what the simulated executor and `dvfs-latency` read.
+
+A processor whose profile names the ``sim-driver`` governor has no tree: its clock is
+picked by `SimDriver` from its own recent load, as an NVIDIA GPU's driver picks its SM
+clock, and coupprof may read it but not set it (`SimDriverGovernor`).
 """
 
 from __future__ import annotations
 
 import atexit
+import random
 import shutil
 import tempfile
 import threading
 import time
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from governors.base import Governor, SavedState
+from governors.base import Check, Governor, SavedState
 from governors.cpufreq import CpufreqGovernor
 from governors.devfreq import DevfreqGovernor
 from governors.sysfs_io import SysfsIO
@@ -29,6 +35,8 @@ from profiler.boards.model import Board, ProcessorSpec
 from profiler.errors import BoardError
 from profiler.sim import model as sim_model
 
+#: The governor kind of a simulated processor whose clock its driver picks (read only).
+DRIVER_KIND = "sim-driver"
 CPU_GOVERNORS = "userspace performance powersave ondemand schedutil"
 DEV_GOVERNORS = "userspace powersave performance simple_ondemand"
 
@@ -257,8 +265,11 @@ Levels = tuple[int | None, int | None]
 
 
 def level_reader(board: Board, proc: ProcessorSpec) -> Callable[[], Levels]:
-    """The frequencies in effect now for `proc` and its host, from their sim governors."""
+    """The frequencies in effect now for `proc` and its host, from their sim governors
+    (a ``sim-driver`` processor's: its driver's pick)."""
     def reader(p: ProcessorSpec | None) -> Callable[[], int | None]:
+        if p is not None and p.governor is not None and p.governor.kind == DRIVER_KIND:
+            return SimDriver.shared(board, p).effective_khz
         if p is None or not p.has_dvfs or p.governor is None or p.governor.kind != "sim":
             return lambda: None
         gov = SimGovernor(p, SimTree.shared(board))
@@ -268,3 +279,159 @@ def level_reader(board: Board, proc: ProcessorSpec) -> Callable[[], Levels]:
     own = reader(proc)
     host = reader(board.processors.get(proc.host)) if proc.host else (lambda: None)
     return lambda: (own(), host())
+
+
+def busy_sink(board: Board, proc: ProcessorSpec) -> Callable[[int, int, int], None] | None:
+    """Where a call on `proc` reports what it does (start, work and whole time in ns): its
+    driver's (`SimDriver.busy`) for a ``sim-driver`` processor, else None."""
+    if proc.governor is None or proc.governor.kind != DRIVER_KIND:
+        return None
+    return SimDriver.shared(board, proc).busy
+
+
+# -- a clock the driver picks -----------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class DriverPolicy:
+    """How `SimDriver` picks the level. Every ``poll_s`` it looks at the calls that began
+    in the last ``window_s``: where they kept the processor occupied for ``occupied`` of
+    that time or more and it worked for ``sustained`` of their time or more, the top
+    level; otherwise the clock wanders one level up or down per poll among the levels
+    under the top (a seeded draw: a lightly loaded GPU's clock is its power manager's
+    business; on an H100 it spread over 345-885 MHz within one table, docs/fused.md).
+
+    A call's work is its modelled time less its fixed costs (dispatch and
+    synchronisation, while the processor waits on the host). On the simulated board's G
+    the default model's whole calls work 0.61-0.62 of their time at every level, a fused
+    table's rounds 0.46-0.53 over any 1.5 s (docs/fused.md, "The accelerator's clock"),
+    so the frames of a run go to the top and the rounds wander below it. The share is of
+    the calls' modelled time, so a slow or busy host does not move it."""
+
+    poll_s: float = 0.1
+    window_s: float = 1.5
+    sustained: float = 0.57
+    occupied: float = 0.5
+    seed: int = 0
+
+
+class SimDriver:
+    """The clock of a ``sim-driver`` processor, picked from its load (`DriverPolicy`).
+
+    The executor reports each call (`busy`: when it began, its work and its whole
+    modelled time); `effective_khz` makes the decisions due since the last one, in
+    order, and gives the level in effect. One per board and processor in a process
+    (`shared`), as one driver owns a device."""
+
+    _shared: dict[tuple[str, str], SimDriver] = {}
+
+    def __init__(self, proc: ProcessorSpec, policy: DriverPolicy | None = None,
+                 clock_ns: Callable[[], int] = time.perf_counter_ns) -> None:
+        if not proc.freqs_khz:
+            raise BoardError(f"simulated processor {proc.letter} has governor "
+                             f"'{DRIVER_KIND}' but no freqs_khz for its driver to pick from")
+        self.proc = proc
+        self.policy = policy or DriverPolicy()
+        self.clock_ns = clock_ns
+        self.levels = tuple(proc.freqs_khz)
+        self._level = len(self.levels) // 2  # where it boots, as SimTree's
+        self._tick_ns: int | None = None
+        self._calls: deque[tuple[int, int, int]] = deque()  # (t0, work, whole) ns
+        self._rng = random.Random(self.policy.seed)
+        self._lock = threading.Lock()
+
+    @classmethod
+    def shared(cls, board: Board, proc: ProcessorSpec) -> SimDriver:
+        key = (board.name, proc.letter)
+        got = cls._shared.get(key)
+        if got is None:
+            got = cls._shared[key] = cls(proc)
+        return got
+
+    def busy(self, t0_ns: int, work_ns: int, call_ns: int) -> None:
+        """A call began at ``t0_ns``: it works ``work_ns`` of its ``call_ns``."""
+        with self._lock:
+            self._calls.append((t0_ns, max(work_ns, 0), max(call_ns, 0)))
+
+    def load(self, now_ns: int) -> tuple[float, float]:
+        """(occupied, work share) of the calls that began in the window before
+        ``now_ns``: their time over the window's, their work over their time."""
+        with self._lock:
+            return self._load(now_ns)
+
+    def effective_khz(self, now_ns: int | None = None) -> int:
+        """The clock in effect at ``now_ns`` (default: now)."""
+        now = self.clock_ns() if now_ns is None else now_ns
+        with self._lock:
+            self._decide_until(now)
+            return self.levels[self._level]
+
+    def _load(self, now_ns: int) -> tuple[float, float]:
+        w = int(self.policy.window_s * 1e9)
+        while self._calls and self._calls[0][0] < now_ns - w:
+            self._calls.popleft()
+        mine = [c for c in self._calls if c[0] <= now_ns]
+        whole = sum(c[2] for c in mine)
+        return min(whole / w, 1.0), (sum(c[1] for c in mine) / whole if whole else 0.0)
+
+    def _decide_until(self, now_ns: int) -> None:
+        poll = int(self.policy.poll_s * 1e9)
+        if self._tick_ns is None:
+            self._tick_ns = now_ns
+            return
+        due = (now_ns - self._tick_ns) // poll
+        if due > 1000:  # idle for minutes: only the last decisions can matter
+            self._tick_ns += (due - 1000) * poll
+            due = 1000
+        top = len(self.levels) - 1
+        for _ in range(max(due, 0)):
+            self._tick_ns += poll
+            occupied, share = self._load(self._tick_ns)
+            if occupied >= self.policy.occupied and share >= self.policy.sustained:
+                self._level = top
+            else:
+                step = self._rng.choice((-1, 1))
+                self._level = min(max(self._level + step, 0), max(top - 1, 0))
+
+
+class SimDriverGovernor(Governor):
+    """The ``sim-driver`` governor: reads the clock `SimDriver` picks, and cannot set it
+    (`settable` is False: `governors.writable_governor` refuses ``--freq``, as for an
+    NVIDIA GPU's)."""
+
+    kind = DRIVER_KIND
+    settable = False
+
+    def __init__(self, proc: ProcessorSpec, driver: SimDriver) -> None:
+        super().__init__(proc, SysfsIO(Path(".")), "", clock_ns=driver.clock_ns)
+        self.driver = driver
+        self.method = "driver"
+
+    def state_files(self) -> list[str]:
+        return []
+
+    def save(self) -> SavedState:
+        return SavedState(self.kind, Path(), {})
+
+    def _begin(self) -> None:
+        raise BoardError(f"cannot set frequencies: processor {self.letter}'s clock is "
+                         "picked by its (simulated) driver from its load", "drop --freq")
+
+    def _write_khz(self, freq_khz: int) -> None:
+        self._begin()
+
+    def read_khz(self) -> int | None:
+        return self.driver.effective_khz()
+
+    def effective_khz(self, now_ns: int | None = None) -> int:
+        return self.driver.effective_khz(now_ns)
+
+    def _restore(self, saved: SavedState) -> None:
+        pass
+
+    def checks(self) -> list[Check]:
+        return [Check(f"{self.letter}: clock picked by the simulated driver from its load "
+                      "(read only)", True)]
+
+    def describe(self) -> str:
+        return f"{DRIVER_KIND} (clock picked by the simulated driver from the load; read only)"

@@ -21,11 +21,11 @@ from typing import Any
 from profiler.boards.model import Board, ProcessorSpec
 from profiler.boards.profiles import ProfileChecker
 from profiler.errors import BoardError
-from profiler.sim.perf import PowerParams, TimingParams
+from profiler.sim.perf import CUT_EFFECTS, PowerParams, TimingParams
 from profiler.sim.work import COMPUTE_KINDS
 
 # timing keys that a runtime fixes rather than a fit (perf.TimingParams says what they default to)
-OPTIONAL_TIMING = {"winograd_min_in_channels"}
+OPTIONAL_TIMING = {"winograd_min_in_channels", *CUT_EFFECTS}
 
 
 @dataclass(frozen=True)
@@ -57,6 +57,8 @@ def check_model_tables(c: ProfileChecker, key: str, s: dict[str, Any]) -> None:
         raise c.fail(f"{key}.timing.roofline_p", "must be at least 1")
     if timing["memory_clock_share"] > 1:
         raise c.fail(f"{key}.timing.memory_clock_share", "must be in [0, 1]")
+    if timing.get("fuse_share", 0) > 1:
+        raise c.fail(f"{key}.timing.fuse_share", "must be in [0, 1]")
     for k in ("act_gb_s", "weight_gb_s", "stream_gb_s"):
         if timing[k] <= 0:
             raise c.fail(f"{key}.timing.{k}", "must be positive")

@@ -3,7 +3,10 @@
 A call's time is a fixed per-call cost (part of it on the host CPU for G and N) plus, per
 operator, a soft roofline of compute (MACs at a per-kind rate, lower on small maps) and
 memory time, plus the weights that do not fit the cluster's cache; compute scales with
-the clock, memory mostly does not. A call's power is the idle power plus static and
+the clock, memory mostly does not. Where a call is cut costs too: the outputs it hands
+out are read back (G, N) or joined (a CPU cluster on several threads) at its end, and a
+convolution and the element-wise op it feeds are one kernel only inside one call. A
+call's power is the idle power plus static and
 dynamic power (C_eff V^2 f scaled by how compute-bound the call is) and the host's share.
 Everything is vectorised over operators; `profiler.calibrate.fit` fits the parameters,
 the executor prices each sub-model with them.
@@ -13,7 +16,7 @@ The formulas: profiler/sim/README.md ("The model").
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, fields
 
 import numpy as np
@@ -21,6 +24,8 @@ import numpy as np
 from profiler.sim.work import COMPUTE_KINDS, KINDS, OpWork
 
 _KIND_INDEX = {k: i for i, k in enumerate(KINDS)}
+#: `TimingParams` a runtime fixes, not a fit: what a call's end and its kernels cost.
+CUT_EFFECTS = ("readback_us", "readback_gb_s", "fuse_share", "join_gb_s")
 
 
 @dataclass(frozen=True)
@@ -41,6 +46,22 @@ class TimingParams:
     # get_convolution_method run a 3x3 stride-1 conv with Cin <= 16 (NEON), < 16 (OpenCL)
     # as im2col + GEMM). 0: every 3x3 stride-1 conv is Winograd-priced.
     winograd_min_in_channels: float = 0.0
+    # Not fitted either: what a call's end and the runtime's kernels cost, by where a call
+    # is cut (profile values and where they come from: data/boards/sim.toml; the
+    # effects: profiler/sim/README.md, "Where a call is cut"). 0: none.
+    # G, N: each output tensor handed out of a call is read back at its end, a
+    # synchronised download of its own ...
+    readback_us: float = 0.0
+    # ... at this rate (GB/s; 0: its bytes cost nothing).
+    readback_gb_s: float = 0.0
+    # G, N: an element-wise op linked into the convolution that feeds it in the same call
+    # (`profiler.slicing.fusion`): this share of the intermediate's write and read and of
+    # the element-wise op's dispatch is saved.
+    fuse_share: float = 0.0
+    # CPU clusters on several threads: the outputs a call hands out were written by its
+    # workers and reach the caller at the join, at this rate for the (T - 1) / T written
+    # on other cores than the caller's (GB/s; 0: free).
+    join_gb_s: float = 0.0
     macs_per_cycle: dict[str, float] = field(default_factory=lambda: dict.fromkeys(COMPUTE_KINDS, 4.0))
 
     def to_table(self) -> dict[str, object]:
@@ -49,6 +70,9 @@ class TimingParams:
         rule = int(d.pop("winograd_min_in_channels"))
         if rule:
             d["winograd_min_in_channels"] = rule
+        for name in CUT_EFFECTS:  # runtime effects, left out where off
+            if not d[name]:
+                del d[name]
         d["macs_per_cycle"] = {k: self.macs_per_cycle[k] for k in COMPUTE_KINDS}
         return d
 
@@ -91,20 +115,33 @@ class Works:
     weight_bytes: np.ndarray
     out_pixels: np.ndarray
     in_channels: np.ndarray
+    # in the call (`work.model_works`): outputs handed out, their bytes, bytes linked on chip
+    out_tensors: np.ndarray
+    out_bytes: np.ndarray
+    fused_in_bytes: np.ndarray
+    fused_out_bytes: np.ndarray
 
     @classmethod
     def of(cls, works: Sequence[OpWork]) -> Works:
+        def col(get: Callable[[OpWork], float]) -> np.ndarray:
+            return np.array([get(w) for w in works], dtype=np.float64)
+
         return cls(
             np.array([_KIND_INDEX[w.kind] for w in works], dtype=np.int64),
-            np.array([w.macs for w in works], dtype=np.float64),
-            np.array([w.act_bytes for w in works], dtype=np.float64),
-            np.array([w.weight_bytes for w in works], dtype=np.float64),
-            np.array([max(w.out_pixels, 1) for w in works], dtype=np.float64),
-            np.array([w.in_channels for w in works], dtype=np.float64))
+            col(lambda w: w.macs), col(lambda w: w.act_bytes), col(lambda w: w.weight_bytes),
+            col(lambda w: max(w.out_pixels, 1)), col(lambda w: w.in_channels),
+            col(lambda w: w.out_tensors), col(lambda w: w.out_bytes),
+            col(lambda w: w.fused_in_bytes), col(lambda w: w.fused_out_bytes))
+
+    @classmethod
+    def concat(cls, parts: Sequence[Works]) -> Works:
+        """Many `Works` as one (operators in order)."""
+        if not parts:
+            return cls.of([])
+        return cls(*(np.concatenate([getattr(p, f.name) for p in parts]) for f in fields(cls)))
 
     def take(self, idx: np.ndarray) -> Works:
-        return Works(self.kind[idx], self.macs[idx], self.act_bytes[idx],
-                     self.weight_bytes[idx], self.out_pixels[idx], self.in_channels[idx])
+        return Works(*(getattr(self, f.name)[idx] for f in fields(self)))
 
     def __len__(self) -> int:
         return len(self.kind)
@@ -113,16 +150,18 @@ class Works:
 @dataclass(frozen=True)
 class TimeSplit:
     """A call's modelled time in ms, split by what bounds it (arrays or floats):
-    computing, moving activations, streaming weights, fixed costs."""
+    computing, moving activations, streaming weights, fixed costs, and the call's end
+    (read-back, join: what its outputs cost, `TimingParams.readback_us`)."""
 
     compute_ms: np.ndarray
     memory_ms: np.ndarray
     overhead_ms: np.ndarray
     weights_ms: np.ndarray | float = 0.0
+    end_ms: np.ndarray | float = 0.0
 
     @property
     def total_ms(self) -> np.ndarray:
-        return self.compute_ms + self.memory_ms + self.weights_ms + self.overhead_ms
+        return self.compute_ms + self.memory_ms + self.weights_ms + self.overhead_ms + self.end_ms
 
 
 _FC = _KIND_INDEX["fc"]
@@ -134,8 +173,11 @@ _COMPUTE = np.array([k in COMPUTE_KINDS for k in KINDS])
 
 
 def op_split(p: TimingParams, w: Works, f_ghz: np.ndarray | float, fh_ghz: np.ndarray | float,
-             f_max_ghz: float) -> TimeSplit:
-    """Per operator (broadcast against f/fh arrays of the same length, or scalars)."""
+             f_max_ghz: float, threads: int = 1) -> TimeSplit:
+    """Per operator (broadcast against f/fh arrays of the same length, or scalars), in
+    the call `w` was taken from (`work.model_works`): its share of the call's end
+    (`end_ms`: its outputs handed out) and of its linked kernels (``fuse_share``).
+    ``threads``: the call's interpreter threads (a CPU cluster's join)."""
     f = np.asarray(f_ghz, dtype=np.float64)
     fh = np.asarray(fh_ghz, dtype=np.float64)
     kind = np.where((w.kind == _WINOGRAD) & (w.in_channels < p.winograd_min_in_channels),
@@ -147,10 +189,13 @@ def op_split(p: TimingParams, w: Works, f_ghz: np.ndarray | float, fh_ghz: np.nd
     comp = np.where(_COMPUTE[w.kind], w.macs / (rate * occ * f) / 1e6, 0.0)
     m = p.memory_clock_share
     mscale = (1.0 - m) + m * f_max_ghz / f
+    # a linked pair keeps its intermediate on chip: the producer does not write it, the
+    # element-wise op does not read it (fused_*_bytes are 0 where nothing is linked)
+    act = w.act_bytes - p.fuse_share * (w.fused_in_bytes + w.fused_out_bytes)
     # bytes / (GB/s) = ns; / 1e6 -> ms
     mem = np.where(is_fc, w.weight_bytes / p.stream_gb_s,
                    np.where(w.kind == _REDUCE, w.act_bytes / p.stream_gb_s,
-                            w.act_bytes / p.act_gb_s)) / 1e6
+                            act / p.act_gb_s)) / 1e6
     mem = np.where(w.kind == _VIEW, 0.0, mem) * mscale
     spill = np.maximum(w.weight_bytes - p.weight_cache_kb * 1024.0, 0.0)
     wts = np.where(is_fc, 0.0, spill / p.weight_gb_s / 1e6) * mscale
@@ -160,8 +205,24 @@ def op_split(p: TimingParams, w: Works, f_ghz: np.ndarray | float, fh_ghz: np.nd
     # the p-norm, computed relative to the sum so large p cannot overflow
     roof = np.where(both > 0, safe * ((comp / safe) ** pw + (mem / safe) ** pw) ** (1.0 / pw), 0.0)
     share = np.where(both > 0, comp / safe, 0.0)
-    overhead = (p.op_kcycles / f + p.host_op_kcycles / fh) / 1e3 + 0.0 * comp
-    return TimeSplit(roof * share, roof * (1.0 - share), overhead, wts)
+    # a linked element-wise op runs inside its producer's kernel: no dispatch of its own
+    dispatch = 1.0 - p.fuse_share * (w.fused_in_bytes > 0)
+    overhead = (p.op_kcycles / f + p.host_op_kcycles / fh) / 1e3 * dispatch + 0.0 * comp
+    return TimeSplit(roof * share, roof * (1.0 - share), overhead, wts,
+                     end_ms(p, w, threads) + 0.0 * comp)
+
+
+def end_ms(p: TimingParams, w: Works, threads: int = 1) -> np.ndarray:
+    """Per operator, what its outputs handed out of the call cost at the call's end: a
+    GPU's or NPU's read-back (``readback_us`` each, plus their bytes at
+    ``readback_gb_s``), a multi-threaded CPU call's join (the share its workers wrote,
+    at ``join_gb_s``). Where a call is cut decides which outputs it hands out."""
+    t = w.out_tensors * p.readback_us / 1e3
+    if p.readback_gb_s > 0:
+        t = t + w.out_bytes / p.readback_gb_s / 1e6
+    if p.join_gb_s > 0 and threads > 1:
+        t = t + w.out_bytes * (1.0 - 1.0 / threads) / p.join_gb_s / 1e6
+    return np.asarray(t, dtype=np.float64)
 
 
 def call_overhead_ms(p: TimingParams, f_ghz: np.ndarray | float,
@@ -173,19 +234,19 @@ def call_overhead_ms(p: TimingParams, f_ghz: np.ndarray | float,
 
 
 def call_split(p: TimingParams, w: Works, f_ghz: float, fh_ghz: float,
-               f_max_ghz: float) -> TimeSplit:
+               f_max_ghz: float, threads: int = 1) -> TimeSplit:
     """One call of the sub-model whose operators are `w`: its whole time, split."""
-    s = op_split(p, w, f_ghz, fh_ghz, f_max_ghz)
+    s = op_split(p, w, f_ghz, fh_ghz, f_max_ghz, threads)
     return TimeSplit(np.sum(s.compute_ms), np.sum(s.memory_ms),
                      np.sum(s.overhead_ms) + call_overhead_ms(p, f_ghz, fh_ghz),
-                     np.sum(s.weights_ms))
+                     np.sum(s.weights_ms), np.sum(s.end_ms))
 
 
 def activity(pp: PowerParams, s: TimeSplit) -> np.ndarray:
     """Share of full dynamic power a call draws on average (compute-bound = 1)."""
     t = s.total_ms
     busy = (s.compute_ms + pp.activity_memory * s.memory_ms + pp.activity_weights * s.weights_ms
-            + pp.activity_overhead * s.overhead_ms)
+            + pp.activity_overhead * (s.overhead_ms + s.end_ms))
     return np.where(t > 0, busy / np.where(t > 0, t, 1.0), 0.0)
 
 

@@ -4,7 +4,7 @@
 
 - the profile loader: the check of each processor's ``[processors.X.sim]`` model tables;
 - `governors.make_governor`: kind ``sim`` (`SimGovernor` on the board's shared tree, or
-  the caller's own);
+  the caller's own) and ``sim-driver`` (`SimDriverGovernor`: a clock its driver picks);
 - `profiler.executors.make_executor`: every processor of a simulated board
   (`sim_executor`, paced to the modelled speed);
 - `profiler.power.sources`: ``--power sim`` and ``sim:ina260`` (virtual loggers on a pty).
@@ -25,7 +25,7 @@ from profiler.boards.profiles import register_sim_table_check
 from profiler.executors.factory import SIMULATED, register_executor_kind
 from profiler.power.sources import register_source
 from profiler.sim.executor import sim_executor
-from profiler.sim.governor import SimGovernor, SimTree
+from profiler.sim.governor import DRIVER_KIND, SimDriver, SimDriverGovernor, SimGovernor, SimTree
 from profiler.sim.model import check_model_tables
 from profiler.sim.sources import build_sim_source
 
@@ -38,10 +38,17 @@ def _governor(board: Board, proc: ProcessorSpec, sysfs_root: Path,
     return SimGovernor(proc, tree or SimTree.shared(board))
 
 
+def _driver_governor(board: Board, proc: ProcessorSpec, sysfs_root: Path,
+                     tree: object | None) -> Governor:
+    # no tree: the driver's pick is read, never written
+    return SimDriverGovernor(proc, SimDriver.shared(board, proc))
+
+
 def register() -> None:
     """Plug the simulated board's roles into the factories."""
     register_sim_table_check(check_model_tables)
     register_governor_kind("sim", _governor)
+    register_governor_kind(DRIVER_KIND, _driver_governor)
     register_executor_kind(SIMULATED, sim_executor)
     # After the real loggers in `auto` (it detects nothing: it is chosen by name).
     register_source("sim", build_sim_source, order=90)

@@ -15,15 +15,22 @@ ARM-CO-UP's measurements) does differently:
 - ``view``: concatenation, reshape, split and the like, which such runtimes lay out in
   place (sub-tensors) and so cost nothing but their dispatch;
 - ``elementwise``: everything else (ADD, activations, softmax, ...), memory traffic only.
+
+Three of an operator's figures depend on the call it runs in (`model_works` of a set of
+operators): the outputs it hands out of the call (read back at the call's end on a GPU
+or NPU, synchronised at a multi-threaded call's end), and the bytes it keeps on chip when
+a GPU or NPU runtime links an element-wise op into the convolution that feeds it
+(`profiler.slicing.fusion`; only when both run in the same call).
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
-from profiler.slicing.costs import OpFeatures, op_features
+from profiler.slicing.costs import OpFeatures, op_features, tensor_bytes
+from profiler.slicing.fusion import fused_input
 from profiler.slicing.graph import ModelView
 
 #: Kinds whose MACs are priced at a per-kind rate (MACs per cycle).
@@ -44,6 +51,13 @@ class OpWork:
     weight_bytes: int  # constant tensors read (weights, biases)
     out_pixels: int  # H x W of the output map (1 when it has none)
     in_channels: int = 0  # a convolution's input channels per group; 0 for other ops
+    # In the call it runs in (`model_works`): its output tensors handed out of the call,
+    # and their bytes; the bytes of its input linked from its producer's kernel, and of
+    # its output linked into its consumer's (kept on chip, `profiler.slicing.fusion`).
+    out_tensors: int = 0
+    out_bytes: int = 0
+    fused_in_bytes: int = 0
+    fused_out_bytes: int = 0
 
 
 def kind_of(f: OpFeatures) -> str:
@@ -92,5 +106,21 @@ def op_work(g: ModelView, i: int) -> OpWork:
 
 
 def model_works(g: ModelView, ops: Iterable[int] | None = None) -> list[OpWork]:
-    """The work of operators `ops` (default: all of subgraph 0), in order."""
-    return [op_work(g, i) for i in (range(g.num_ops) if ops is None else ops)]
+    """The work of operators `ops` (default: all of subgraph 0), in order, as one call
+    runs them: the outputs each hands out of the call (read by an operator outside `ops`,
+    or an output of the model) and the pairs linked into one kernel within it."""
+    order = list(range(g.num_ops) if ops is None else ops)
+    inside = set(order)
+    linked = {i: fused_input(g, i, inside) for i in order}
+    into = {g.producer[t]: t for t in linked.values() if t is not None}  # producer -> tensor
+    out: list[OpWork] = []
+    for i in order:
+        leaving = [t for t in g.op_outputs(i)
+                   if t in g.outputs or any(c not in inside for c in g.consumers.get(t, []))]
+        t_in, t_out = linked[i], into.get(i)
+        out.append(replace(
+            op_work(g, i), out_tensors=len(leaving),
+            out_bytes=sum(tensor_bytes(g, t) for t in leaving),
+            fused_in_bytes=tensor_bytes(g, t_in) if t_in is not None else 0,
+            fused_out_bytes=tensor_bytes(g, t_out) if t_out is not None else 0))
+    return out

@@ -15,7 +15,8 @@ A sweep therefore costs close to the sum of the frames it runs
 Per pair: set the level and wait until it is in effect, run the frames (with the
 power session's markers, if any), for a processor measured with the fused method
 (`profiler.measure.fused`, the default for G and N) also the interleaved prefix rounds (the
-prefixes are loaded once per processor), append the layer rows to ``sweep.csv`` and
+prefixes are loaded once per processor), append the layer rows (a sliced pair of a sweep
+with fused pairs in their columns, `profiler.measure.tables.in_fused_layout`) to ``sweep.csv`` and
 rewrite ``sweep.json`` (a fused pair's entry holds its fixed per-call row, rounds and
 budget). Which pairs are left to do is `profiler.sweep.plan`; the
 files and reading them back, `profiler.sweep.schema`.
@@ -41,6 +42,7 @@ from profiler.measure.hardware import governors_for, host_governor, host_level
 from profiler.measure.layers import LayerSettings, Levels, ModelUnderTest, ProcessorLayers
 from profiler.measure.method import Method
 from profiler.measure.results import LAYER_END, TRANSFER_START, LayerTimings
+from profiler.measure.tables import in_fused_layout
 from profiler.sweep.plan import Pair, ResumeState, resume_state
 from profiler.sweep.schema import CSV_NAME, JSON_NAME, make_output_dir, sidecar_key
 
@@ -49,9 +51,6 @@ if TYPE_CHECKING:
     from profiler.executors.base import Executor
     from profiler.power.session import PowerResult, PowerSession
     from profiler.slicing.specs import SlicedModel
-
-# Columns a fused pair adds; a sliced pair of a sweep that has fused pairs leaves them blank.
-FUSED_COLUMNS = ("time_ms_fused", "time_ms_fused_ci95", "below_resolution")
 
 # -- settings and results ------------------------------------------------------------
 
@@ -342,10 +341,8 @@ class Sweep:
                     on_power_error=power_failed)
                 tables = m.tables()
                 rows = tables.layers
-                if m.fused is None and any_fused:  # one CSV: a sliced pair's fused cells blank
-                    rows = rows.assign(**{c: float("nan") for c in FUSED_COLUMNS})
-                    if "energy_mj" in rows.columns:  # a sliced pair's energy is the sliced one
-                        rows["energy_mj_sliced"] = rows["energy_mj"]
+                if m.fused is None and any_fused:  # one CSV: a sliced pair in fused columns
+                    rows = in_fused_layout(rows)
                 job.output.csv.append(rows)
                 self._record(job, PairResult(
                     pair, m.level.effective_khz if m.level else None,

@@ -29,9 +29,17 @@ import pandas as pd
 from profiler.boards.model import PROCESSOR_LETTERS
 from profiler.errors import BadInputError
 from profiler.measure.freq_trace import FreqTrace
-from profiler.measure.tables import ID_COLUMNS, NULLABLE_INT_COLUMNS
+from profiler.measure.tables import (
+    ID_COLUMNS,
+    NULLABLE_INT_COLUMNS,
+    upgrade_v1_columns,
+    upgrade_v1_totals,
+)
 
-SWEEP_FORMAT = "coupprof-sweep/1"
+SWEEP_FORMAT = "coupprof-sweep/2"
+# /1 (before issue 26): a fused pair's time_ms_mean held the sliced figure, time_ms_fused
+# the fused one; `read_sweep` maps such a sweep to /2, `--resume` does not continue it.
+OLD_SWEEP_FORMAT = "coupprof-sweep/1"
 CSV_NAME = "sweep.csv"
 JSON_NAME = "sweep.json"
 
@@ -148,6 +156,11 @@ def read_sidecar(path: Path) -> dict[str, Any] | None:
         raise BadInputError(f"cannot read {path}: {err}",
                             "delete it (the CSV alone is enough to resume) or use another -o DIR"
                             ) from None
+    if meta.get("format") == OLD_SWEEP_FORMAT:
+        raise BadInputError(f"{path} was written by an older coupprof ({OLD_SWEEP_FORMAT}: "
+                            "a fused pair's time_ms_mean was its sliced time), so this sweep "
+                            "cannot be resumed into it",
+                            "use another -o DIR (report, plot, predict and explore still read it)")
     if meta.get("format") != SWEEP_FORMAT:
         raise BadInputError(f"{path} is not a coupprof sweep sidecar", "use another -o DIR")
     return meta
@@ -162,8 +175,9 @@ FRAME_MS_MEANING = ("ms/frame: a fused pair's one call of the whole model (its l
 
 
 def frame_ms(totals: dict[str, Any]) -> float:
-    """A pair's time per frame from its totals (`FRAME_MS_MEANING`)."""
-    return float(totals.get("whole_ms", totals["latency_ms_mean"]))
+    """A pair's time per frame from its totals (`FRAME_MS_MEANING`): latency_ms_mean, which
+    for a fused pair is its fixed row plus its layers (`profiler.measure.tables`)."""
+    return float(totals["latency_ms_mean"])
 
 
 @dataclass
@@ -205,7 +219,7 @@ class SweepData:
         rows = []
         for p in self.meta.get("pairs", {}).values():
             totals = p.get("totals", {})
-            if "latency_ms_mean" not in totals and "whole_ms" not in totals:
+            if "latency_ms_mean" not in totals:
                 continue
             rows.append({"processor": p["processor"], "freq_level": p.get("level"),
                          "freq_khz": p.get("effective_khz") or p.get("freq_khz"),
@@ -258,11 +272,22 @@ def read_sweep(path: str | Path) -> SweepData:
     if not set(ID_COLUMNS) <= set(df.columns):
         raise BadInputError(f"{csv_p} lacks the columns {', '.join(sorted(set(ID_COLUMNS) - set(df.columns)))}",
                             "pass a CSV written by `coupprof sweep`")
+    if meta.get("format") == OLD_SWEEP_FORMAT or "time_ms_fused" in df.columns:
+        df = upgrade_v1_columns(df)
+        for pair in meta.get("pairs", {}).values():
+            if "totals" in pair:
+                level = pair.get("level")
+                rows = df[(df["processor"].astype(str) == str(pair["processor"]))
+                          & (df["freq_level"].isna() if level is None
+                             else df["freq_level"] == int(level))]
+                if "kind" in rows.columns:
+                    rows = rows[rows["kind"] == "layer"]
+                pair["totals"] = upgrade_v1_totals(pair["totals"], rows, pair)
     return SweepData(df, meta)
 
 
 __all__ = [
-    "CSV_NAME", "JSON_NAME", "SWEEP_FORMAT", "PairKey", "SweepCSV", "SweepData",
+    "CSV_NAME", "JSON_NAME", "OLD_SWEEP_FORMAT", "SWEEP_FORMAT", "PairKey", "SweepCSV", "SweepData",
     "make_output_dir", "new_sidecar", "read_sidecar", "read_sweep", "read_sweep_csv",
     "sidecar_key",
 ]

@@ -63,11 +63,13 @@ def check_tflite_bytes(data: bytes, name: str = "model") -> None:
                          "re-download or re-export the model")
 
 
-def parse_model(data: bytes, name: str = "model") -> schema.ModelT:
-    """Unpack flatbuffer bytes into a mutable `ModelT`."""
+def parse_model(data: bytes, name: str = "model", *, copy: bool = True) -> schema.ModelT:
+    """Unpack flatbuffer bytes into a mutable `ModelT`. ``copy`` False: its buffers'
+    arrays are read-only views of ``data`` rather than of a copy (a model's worth of
+    memory less, for a reader that only builds new models from it)."""
     check_tflite_bytes(data, name)
     try:
-        model = schema.ModelT.InitFromPackedBuf(bytearray(data), 0)
+        model = schema.ModelT.InitFromPackedBuf(bytearray(data) if copy else data, 0)
     except Exception as err:  # flatbuffers raises IndexError/struct.error on bad offsets
         raise ModelError(f"{name} is truncated or corrupt ({type(err).__name__}: {err})",
                          "re-download or re-export the model") from None
@@ -87,9 +89,13 @@ def serialize_model(model: schema.ModelT) -> bytes:
     packed = copy.copy(model)
     if model.buffers is not None:
         packed.buffers = [_AlignedBuffer(buf) for buf in model.buffers]
-    builder = flatbuffers.Builder(1024)
+    # sized for the buffers' data up front, and copied out once: a model of 100 MB would
+    # otherwise pass through a doubling 128 MB buffer and two copies of its output
+    data = sum(len(buf.data) for buf in model.buffers or [] if buf.data is not None)
+    builder = flatbuffers.Builder(min(data + data // 64 + (1 << 16),
+                                      flatbuffers.Builder.MAX_BUFFER_SIZE))
     builder.Finish(packed.Pack(builder), file_identifier=FILE_IDENTIFIER)
-    return bytes(builder.Output())
+    return bytes(memoryview(builder.Bytes)[builder.Head():])
 
 
 @dataclass(frozen=True)

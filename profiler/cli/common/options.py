@@ -99,6 +99,16 @@ def positive_float(text: str) -> float:
     return value
 
 
+def nonneg_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not math.isfinite(value) or value < 0:
+        raise argparse.ArgumentTypeError(f"{text} must be 0 or more")
+    return value
+
+
 def add_board_args(p: argparse.ArgumentParser) -> None:
     """--board and --sysfs-root."""
     p.add_argument("--board", default=None, metavar="NAME|PATH",
@@ -184,15 +194,22 @@ def add_method_options(p: argparse.ArgumentParser, *, method_help: str | None = 
                    "fixed per-call cost dwarfs small layers; sliced for CPU clusters)")
     m.add_argument("--budget-s", type=positive_float, default=budget_s, metavar="S",
                    help=f"{budget_help} (default: {budget_s:g})")
-    m.add_argument("--target-ms", type=float, default=0.02, metavar="MS",
-                   help="fused: stop once every 95 %% half-width is within this many ms or "
-                   "--target-rel of the layer (default: 0.02)")
+    m.add_argument("--target-ms", type=nonneg_float, default=None, metavar="MS",
+                   help="fused: stop once every row's 95 %% half-width is within this many "
+                   "ms or --target-rel of the row (default: a twentieth of the mean layer, the "
+                   "whole model less the fixed row over the layers)")
     m.add_argument("--target-rel", type=float, default=0.02, metavar="R",
                    help="fused: relative target (default: 0.02 = 2 %%)")
     m.add_argument("--min-rounds", type=positive_int, default=10, metavar="N",
                    help="fused: measured rounds at least (default: 10)")
     m.add_argument("--max-rounds", type=positive_int, default=10_000, metavar="N",
                    help="fused: measured rounds at most (default: 10000)")
+    m.add_argument("--loaded-mb", type=nonneg_float, default=192.0, metavar="MB",
+                   help="fused: the most MiB of prefix models loaded at once; a deep "
+                   "model's prefixes hold about n/2 copies of its weights, so beyond this "
+                   "they are built, loaded and measured in blocks of consecutive prefixes "
+                   "(ResNet50 224: 1.16 GB of prefixes, under 1 GB of peak RSS in blocks; "
+                   "0: all at once; default: 192)")
     if not window:
         p.set_defaults(window=0, lead=6, cache="warm")
         return
