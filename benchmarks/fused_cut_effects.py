@@ -23,11 +23,9 @@ from dataclasses import replace
 
 import numpy as np
 
-import profiler.sim.platform  # noqa: F401 - registers the sim's governor and executor
 from governors import RestoreGuard
 from governors.factory import make_governor
 from profiler import zoo
-from profiler.boards.profiles import load_board
 from profiler.executors.factory import make_executor
 from profiler.measure.fused import (
     Estimate,
@@ -37,6 +35,7 @@ from profiler.measure.fused import (
     fused_profiler,
     layer_estimates,
 )
+from profiler.platform import choose_board
 from profiler.sim import model as sim_model
 from profiler.sim import perf
 from profiler.sim.work import model_works
@@ -83,7 +82,7 @@ def main() -> None:
     ap.add_argument("--min-rounds", type=int, default=8)
     ap.add_argument("--methods", default="old,new")
     a = ap.parse_args()
-    board = load_board("sim")
+    board = choose_board("sim")
     data = zoo.default_model_path().read_bytes() if a.model == "default" \
         else zoo.build(a.model, size=a.size)
     sliced = slice_model(data, cache_dir=False)
