@@ -30,7 +30,7 @@ from profiler.clock import Clock, perf_clock
 from profiler.errors import BadInputError
 from profiler.executors.base import overrun_ns, return_freed_memory
 from profiler.measure.cpu_cache import Evictor, last_level_cache_bytes
-from profiler.measure.method import Method
+from profiler.measure.method import LOADED_MB_DEFAULT, Method
 
 if TYPE_CHECKING:  # types only: importing profiler.executors loads LiteRT's runtimes
     from profiler.boards.model import ProcessorKind
@@ -79,7 +79,7 @@ class FusedSettings:
     # the most memory the prefixes loaded at once may hold, in MiB (`held_bytes`; 0: all
     # of them at once); more are measured in blocks (`FusedProfiler`; docs/fused.md,
     # "Memory")
-    loaded_mb: float = 384.0
+    loaded_mb: float = LOADED_MB_DEFAULT
 
     def __post_init__(self) -> None:
         if self.min_rounds < 3:

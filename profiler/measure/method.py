@@ -40,3 +40,9 @@ class Method(str, Enum):
 
 #: --method's choices, as plain strings (argparse prints them in its messages).
 METHODS: tuple[str, ...] = tuple(m.value for m in Method)
+
+
+#: The fused method's default bound on the prefix models loaded at once, in MiB
+#: (`--loaded-mb`; docs/fused.md, "Memory"): ResNet50 224 in 14 blocks, MobileNetV1 224
+#: in one.
+LOADED_MB_DEFAULT = 384.0

@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from profiler.measure.method import METHODS
+from profiler.measure.method import LOADED_MB_DEFAULT, METHODS
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -204,12 +204,12 @@ def add_method_options(p: argparse.ArgumentParser, *, method_help: str | None = 
                    help="fused: measured rounds at least (default: 10)")
     m.add_argument("--max-rounds", type=positive_int, default=10_000, metavar="N",
                    help="fused: measured rounds at most (default: 10000)")
-    m.add_argument("--loaded-mb", type=nonneg_float, default=192.0, metavar="MB",
+    m.add_argument("--loaded-mb", type=nonneg_float, default=LOADED_MB_DEFAULT, metavar="MB",
                    help="fused: the most MiB of prefix models loaded at once; a deep "
                    "model's prefixes hold about n/2 copies of its weights, so beyond this "
                    "they are built, loaded and measured in blocks of consecutive prefixes "
                    "(ResNet50 224: 1.16 GB of prefixes, under 1 GB of peak RSS in blocks; "
-                   "0: all at once; default: 192)")
+                   "0: all at once; default: %(default)g)")
     if not window:
         p.set_defaults(window=0, lead=6, cache="warm")
         return
