@@ -1,10 +1,11 @@
 """Where coupprof's files are: the data shipped in the package, and the source checkout.
 
-- **Package data** (board profiles, the default model) ships inside the package as
-  ``profiler.data``: in a checkout that is the top-level ``data/`` folder (pyproject's
-  ``package-dir``), in an installed wheel ``site-packages/profiler/data/``. It is read
-  through ``importlib.resources``, so every way of installing finds it; a checkout
-  run without installing (``PYTHONPATH=.``) reads ``data/`` directly.
+- **Package data** (board profiles, example devices files, the default model) ships
+  inside the package as ``profiler.data``: in a checkout that is the top-level ``data/``
+  folder (pyproject's ``package-dir``), in an installed wheel
+  ``site-packages/profiler/data/``. It is read through ``importlib.resources``, so every
+  way of installing finds it; a checkout run without installing (``PYTHONPATH=.``) reads
+  ``data/`` directly.
 - **The source checkout** holds what no wheel ships: the firmware and its simavr rig
   (``firmware/``), benchmarks, notebooks, validation data. It is ``$COUPPROF_SOURCE_DIR``
   when set, else the folder above the ``profiler`` package, which is the checkout in an
@@ -44,6 +45,11 @@ def data_dir() -> Path:
 def boards_dir() -> Path:
     """The bundled board profiles (``*.toml``)."""
     return data_dir() / "boards"
+
+
+def devices_dir() -> Path:
+    """The example devices files (``*.toml``), found by name: ``--devices sim2``."""
+    return data_dir() / "devices"
 
 
 def default_model_file() -> Path:

@@ -1,0 +1,1 @@
+"""Several devices running one model over MPI: devices files, device mappings, links."""
