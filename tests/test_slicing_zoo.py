@@ -22,6 +22,9 @@ PAPER_LAYERS = {
     "squeezenet1_0": 26,
     "alexnet": 8,  # 5 conv, 3 fc
     "alexnet_bvlc": 8,  # grouped convs stay one CONV_2D each
+    "vgg19": 19,  # 16 convs, 3 fc
+    "resnet101": 105,  # conv1, 33 bottlenecks x 3 convs, 4 projection shortcuts, fc
+    "densenet121": 121,  # conv1, 58 dense layers x 2 convs, 3 transitions, fc6
 }
 NAMES = [e.name for e in zoo.list_models()]
 

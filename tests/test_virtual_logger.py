@@ -180,6 +180,27 @@ def test_full_transmit_buffer_drops_samples_and_says_so(host_and_logger) -> None
     assert host.dec.counters.lost_frames == 0
 
 
+@pytest.mark.parametrize("host_and_logger", [{"tx_buffer_bytes": 1024}], indirect=True)
+def test_a_stall_of_the_whole_process_drops_nothing_the_serial_buffer_holds(host_and_logger) -> None:
+    """The host process holds the GIL for tens of ms (a full garbage collection does):
+    the host reads nothing and the logger's thread does not run. The firmware, on its own
+    chip, would have sent on into the host's serial buffer (here the pty's, ~8-14 KiB)
+    meanwhile; the burst the thread makes up on waking fills that buffer first, so only
+    a stall longer than both buffers hold drops samples (at 8 kHz 1 KiB lasts 12 ms)."""
+    host, vl = host_and_logger
+    host.command(P.encode_command(P.Command.START), P.Command.START)
+    host.run_for(0.05)  # streaming, the pty drained
+    t0 = time.perf_counter()
+    sum(range(2_000_000))  # one C call: the GIL is not handed over until it returns
+    held_s = time.perf_counter() - t0
+    host.run_for(0.05)
+    host.command(P.encode_command(P.Command.STOP), P.Command.STOP)
+    status = [m for m in host.messages if isinstance(m, P.Status)][-1]
+    assert held_s > 0.015  # longer than the tx buffer alone holds
+    assert status.samples_dropped == 0
+    assert host.all("samples").size == status.samples_total
+
+
 # ----------------------------------------------------------------------------- faults
 
 

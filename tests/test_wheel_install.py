@@ -35,6 +35,7 @@ else:  # pragma: no cover
 REPO = Path(__file__).resolve().parents[1]
 # Every bundled profile and the default model must ship; read from the checkout's data/.
 BOARD_FILES = sorted(p.name for p in (REPO / "data" / "boards").glob("*.toml"))
+DEVICES_FILES = sorted(p.name for p in (REPO / "data" / "devices").glob("*.toml"))
 MODEL_FILE = "mobilenet_v1_0.25_128.tflite"
 DEFAULT_MODEL_LAYERS = 15  # the default model's layer groups (README's worked example)
 INSTALL_TIMEOUT_S = 600
@@ -50,7 +51,8 @@ def test_pyproject_lists_every_package() -> None:
     subpackage missing from it would be left out of the wheel."""
     listed = set(_pyproject()["tool"]["setuptools"]["packages"])
     found = set(find_packages(str(REPO), include=["profiler*", "governors*"]))
-    data = {"profiler.data", "profiler.data.boards", "profiler.data.models"}
+    data = {"profiler.data", "profiler.data.boards", "profiler.data.devices",
+            "profiler.data.models"}
     assert listed == found | data, (
         f"add to [tool.setuptools] packages in pyproject.toml: {sorted(found - listed)}; "
         f"no such package: {sorted(listed - found - data)}")
@@ -110,6 +112,8 @@ def test_wheel_holds_the_package_data_and_nothing_else_from_data(artifacts: Arti
     names = zipfile.ZipFile(artifacts.wheel).namelist()
     boards = sorted(Path(n).name for n in names if n.startswith("profiler/data/boards/"))
     assert boards == BOARD_FILES
+    devices = sorted(Path(n).name for n in names if n.startswith("profiler/data/devices/"))
+    assert devices == DEVICES_FILES and "sim2.toml" in devices
     assert f"profiler/data/models/{MODEL_FILE}" in names
     assert "profiler/data/__init__.py" in names
     assert not [n for n in names if "validation" in n], "data/validation must stay out"

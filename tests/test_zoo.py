@@ -41,6 +41,9 @@ SMALL: dict[str, dict[str, Any]] = {
     "squeezenet1_0": {"size": 64},
     "alexnet": {"size": 67, "fc_width": 64},
     "alexnet_bvlc": {"size": 67, "fc_width": 64},
+    "vgg19": {"size": 32, "alpha": 0.125, "fc_width": 64},
+    "resnet101": {"size": 32},
+    "densenet121": {"size": 64},
 }
 
 

@@ -1,8 +1,10 @@
-"""`coupprof boards`: list the board profiles; `coupprof boards show NAME|PATH`: print one.
+"""`coupprof boards`: list the board profiles; `coupprof boards show NAME|PATH`: print one;
+`coupprof boards --devices FILE`: the devices of a devices file and the links between them.
 
 `show` prints the processors (cores, host, governor, accelerator) and the DVFS
 levels in MHz (with mV where known), laid out like ARM-CO-UP's Table 9. Showing a
 profile by path validates it: an invalid file fails with the key and the problem.
+`--devices` only reads (no host is contacted): `coupprof doctor --devices` checks them.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from profiler.boards.profiles import (
     user_profiles,
 )
 from profiler.cli import command_help
+from profiler.cli.common.devices import add_devices_option
 from profiler.cli.common.options import add_board_args, add_wide_option
 from profiler.cli.common.output import Output
 from profiler.cli.common.plumbing import sysfs_root
@@ -34,6 +37,7 @@ from profiler.platform import choose_board
 
 if TYPE_CHECKING:
     from profiler.cli.common.options import Subparsers
+    from profiler.devices.spec import DeviceSet
 
 
 def register(subparsers: Subparsers) -> None:
@@ -42,12 +46,15 @@ def register(subparsers: Subparsers) -> None:
         help=command_help(__name__),
         description="Without arguments: list the bundled board profiles (and `host`, read "
         "from this machine's /sys), marking the detected one. `coupprof boards show NAME|PATH` "
-        "prints a board's processors and DVFS levels in MHz; a PATH is validated.",
+        "prints a board's processors and DVFS levels in MHz; a PATH is validated. "
+        "`coupprof boards --devices FILE` lists a devices file's devices and links.",
     )
     p.add_argument("action", nargs="?", choices=("list", "show"), default="list",
                    help="list (default) or show")
     p.add_argument("name", nargs="?", default=None, metavar="NAME|PATH",
                    help="board to show (default: the detected board, else sim)")
+    add_devices_option(p, "list its devices (host, board, processors, power, marker, "
+                       "cores) and the links between them")
     add_board_args(p)
     add_wide_option(p)
     p.set_defaults(func=run)
@@ -56,6 +63,16 @@ def register(subparsers: Subparsers) -> None:
 def run(args: argparse.Namespace) -> int:
     root = sysfs_root(args)
     out = Output.of(args)
+    if args.devices is not None:
+        from profiler.devices.spec import read_devices
+
+        if args.action != "list" or args.name:
+            raise BadInputError("--devices lists a devices file's devices: give no "
+                                "list/show NAME with it", "run `coupprof boards --devices FILE`")
+        devices = read_devices(args.devices)
+        out.table(devices_table(devices), drop=("sysfs root", "marker"), wrap={"board": 24})
+        out.table(links_table(devices))
+        return 0
     if args.action == "list":
         if args.name:
             raise BadInputError(f"`boards list` takes no NAME (got {args.name!r})",
@@ -163,3 +180,55 @@ def board_tables(board: Board) -> list[Table]:
                         "-".join(f"{v:g}" for v in s.get("dvfs_delay_down_us", ())))
         tables.append(sim)
     return tables
+
+
+def devices_table(devices: DeviceSet) -> Table:
+    """A row per device, in rank order; a board that does not load says why."""
+    from profiler.devices.check import default_specs, load_device_board
+
+    t = Table(title=f"devices in {devices.path}", box=box.SIMPLE_HEAD,
+              caption="`coupprof doctor --devices FILE` checks that each can be reached")
+    roots = any(d.sysfs_root for d in devices.devices)
+    for col in ("device", "host", "board", "processors", "power", "marker", "cores",
+                *(("sysfs root",) if roots else ())):
+        t.add_column(col)
+    for d in devices.devices:
+        try:
+            b = load_device_board(d)
+            procs = " ".join(b.processors)
+            board = b.name + (" [simulated]" if b.simulated else "")
+            simulated = b.simulated
+        except ProfilerError as err:
+            procs, board, simulated = "-", f"{d.board}: INVALID: {err.message}", False
+        power, marker = default_specs(d, simulated)
+        power += "" if d.power else " (default)"
+        marker += "" if d.marker else " (default)"
+        t.add_row(d.name, d.host + (" (local)" if d.local else ""), escape(board), procs,
+                  escape(power), escape(marker),
+                  format_cpu_list(list(d.cores)) if d.cores else "any",
+                  *((d.sysfs_root or "",) if roots else ()))
+    return t
+
+
+def links_table(devices: DeviceSet) -> Table:
+    """Every pair of devices and the link between them (its own, else the default)."""
+    t = Table(title="links (a simulated link adds latency + bytes / bandwidth to the real "
+              "hand-over)", box=box.SIMPLE_HEAD)
+    for col in ("link", "latency ms", "bandwidth MB/s", "from"):
+        t.add_column(col, justify="right" if col in ("latency ms", "bandwidth MB/s") else "left")
+    names = devices.names
+    for i, a in enumerate(names):
+        for b in names[i + 1:]:
+            link = devices.link(a, b)
+            if link.simulated:
+                lat = f"{link.latency_ms:g}"
+                bw = "unlimited" if link.bandwidth_mb_s is None else f"{link.bandwidth_mb_s:g}"
+                source = ("its own [[link]]" if frozenset((a, b)) in devices.links
+                          else "the default [[link]]")
+            else:
+                lat = bw = "as measured"
+                source = "no simulated link: the real one"
+            t.add_row(f"{a} - {b}", lat, bw, escape(source))
+    if len(names) < 2:
+        t.add_row("(one device: no links)", "", "", "")
+    return t

@@ -11,6 +11,10 @@ On the simulated board it says whether `--board host` would measure real hardwar
 (profiler.boards.hostprobe). On a real board it prints the udev rule and group that let
 a normal user profile it without sudo (profiler.platform.access); ``--udev`` prints only
 the rule file.
+
+``--devices FILE`` checks a devices file's devices instead (profiler.devices.check): each
+host reached, board profile found, power and marker specs valid; a line per problem and
+exit 2 (bad input, or a host that cannot be reached).
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from rich import box
+from rich.markup import escape
 from rich.table import Table
 
 from governors import make_governor
@@ -35,6 +40,7 @@ from profiler.boards.hostprobe import probe_host
 from profiler.boards.model import Board
 from profiler.boards.profiles import detect_board, read_model_string
 from profiler.cli import command_help
+from profiler.cli.common.devices import add_devices_option
 from profiler.cli.common.options import add_board_args, stdout_console
 from profiler.cli.common.plumbing import sysfs_root
 from profiler.errors import BadInputError, ProfilerError
@@ -43,6 +49,7 @@ from profiler.platform.access import DEFAULT_GROUP, AccessPlan, plan_access
 
 if TYPE_CHECKING:
     from profiler.cli.common.options import Subparsers
+    from profiler.devices.check import DevicesReport
 
 
 @dataclass(frozen=True)
@@ -86,6 +93,15 @@ def register(subparsers: Subparsers) -> None:
     p.add_argument("--no-identify", action="store_true",
                    help="list serial ports without sending IDENTIFY")
     p.add_argument("--strict", action="store_true", help="exit 1 when any problem is found")
+    dev = p.add_argument_group(
+        "several devices",
+        "Check a devices file's devices instead of this machine: a remote host must resolve "
+        "and answer on TCP port 22 (MPI starts ranks over ssh), its board profile must "
+        "exist, its power and marker specs must be valid. Exit 2 on bad input or when a "
+        "host cannot be reached.")
+    add_devices_option(dev, "check that each of its devices can be used")
+    dev.add_argument("--timeout-s", type=float, default=2.0, metavar="S",
+                     help="how long a remote host's ssh port has to answer (default 2)")
     acc = p.add_argument_group(
         "least privilege",
         "On a real board doctor prints a udev rule and a group that let a normal user write "
@@ -103,6 +119,8 @@ def register(subparsers: Subparsers) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.devices is not None:
+        return run_devices(args)
     root = sysfs_root(args)
     if args.udev:
         board = choose_board(args.board, root, letters=())
@@ -132,6 +150,35 @@ def run(args: argparse.Namespace) -> int:
     if plan is not None:  # unwrapped: rule lines are long and must stay whole
         out.print(render_access(plan), highlight=False, markup=False, soft_wrap=True)
     return 1 if args.strict and report.problems else 0
+
+
+def run_devices(args: argparse.Namespace) -> int:
+    from profiler.devices.check import check_devices
+    from profiler.devices.spec import read_devices
+
+    if args.timeout_s <= 0:
+        raise BadInputError(f"--timeout-s {args.timeout_s:g} is not > 0", "give seconds, e.g. 2")
+    report = check_devices(read_devices(args.devices), timeout_s=args.timeout_s)
+    stdout_console().print(render_devices(report))
+    for device, check in report.problems:
+        who = "MPI" if device is None else f"device {device.name} ({device.host})"
+        print(f"coupprof doctor: {who}: {check.detail}" + (f"; {check.fix}" if check.fix else ""),
+              file=sys.stderr)
+    if not report.problems:
+        stdout_console().print(f"all {len(report.reports)} devices can be used")
+    return report.exit_code
+
+
+def render_devices(report: DevicesReport) -> Table:
+    t = Table(title=f"coupprof doctor: devices in {report.devices.path}", box=box.SIMPLE_HEAD)
+    for col in ("device", "item", "status", "detail"):
+        t.add_column(col, overflow="fold")
+    mark = {True: "ok", False: "PROBLEM", None: "-"}
+    t.add_row("", report.mpi.what, mark[report.mpi.ok], escape(report.mpi.detail))
+    for r in report.reports:
+        for i, c in enumerate(r.checks):
+            t.add_row(r.device.name if i == 0 else "", c.what, mark[c.ok], escape(c.detail))
+    return t
 
 
 def render_access(plan: AccessPlan) -> str:

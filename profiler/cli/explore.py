@@ -23,6 +23,7 @@ from rich import box
 from rich.table import Table
 
 from profiler.cli import command_help
+from profiler.cli.common.devices import add_devices_option
 from profiler.cli.common.options import (
     add_board_args,
     add_output_options,
@@ -38,6 +39,8 @@ if TYPE_CHECKING:
 
 SIDECAR_FORMAT = "coupprof-explore/1"
 MEASURED_FORMAT = "coupprof-explore-measured/1"  # explore --measure's CSV
+DEVICES_FORMAT = "coupprof-explore-devices/1"  # explore --devices' CSV
+DEVICES_MEASURED_FORMAT = "coupprof-explore-devices-measured/1"
 
 
 def register(subparsers: Subparsers) -> None:
@@ -54,15 +57,15 @@ def register(subparsers: Subparsers) -> None:
         "with the `coupprof run` line for each, writes a Pareto CSV; --measure K runs the "
         "top K and prints measured beside predicted.",
     )
-    p.add_argument("--sweep", required=True, type=Path, metavar="DIR",
+    p.add_argument("--sweep", default=None, type=Path, metavar="DIR",
                    help="directory written by `coupprof sweep -o DIR` (or its sweep.csv)")
     p.add_argument("--transfers", type=Path, default=None, metavar="CSV",
                    help="`coupprof transfer-matrix` CSV (without it: hand-overs between "
                    "processors count 0 and are listed)")
     p.add_argument("--delays", default=None, metavar="CSV[,CSV...]",
                    help="`coupprof dvfs-latency` CSVs (without them: level changes cost nothing)")
-    p.add_argument("--mode", choices=("switch", "pipeline"), default="switch",
-                   help="switch (default) or pipeline")
+    p.add_argument("--mode", choices=("switch", "pipeline"), default=None,
+                   help="switch (default) or pipeline (default with --devices)")
     p.add_argument("--latency-ms", type=positive_float, default=None, metavar="MS",
                    help="switch: the latency bound for the least-energy search")
     p.add_argument("--objective", choices=("energy", "latency", "fps-per-w", "fps"),
@@ -86,8 +89,9 @@ def register(subparsers: Subparsers) -> None:
     s.add_argument("--method", choices=("auto", "exact", "nsga2"), default="auto",
                    help="pipeline: exact enumeration, NSGA-II, or auto (exact up to "
                    "--exact-limit points)")
-    s.add_argument("--exact-limit", type=positive_int, default=2_000_000, metavar="N",
-                   help="pipeline: largest space enumerated exactly (default 2,000,000)")
+    s.add_argument("--exact-limit", type=positive_int, default=None, metavar="N",
+                   help="pipeline: largest space enumerated exactly (default 2,000,000; "
+                   "with --devices, splits: 50,000)")
     s.add_argument("--population", type=positive_int, default=100,
                    help="NSGA-II population (default 100)")
     s.add_argument("--generations", type=positive_int, default=100,
@@ -103,6 +107,22 @@ def register(subparsers: Subparsers) -> None:
                    help="Dask scheduler (tcp://HOST:PORT) whose workers each drive one board")
     m.add_argument("--model", type=Path, default=None,
                    help="model to run for --measure (default: the sweep's)")
+    d = p.add_argument_group(
+        "across devices", "AutoDiCE's search (docs/devices.md): one cut per device boundary "
+        "and one processor per part, for throughput, the most energy per frame on one "
+        "device and the most memory on one device; the whole space where it is small "
+        "(--exact-limit), else NSGA-II (--population, --generations, --seed). Example: "
+        "coupprof explore --devices devices.toml --layers-dir tables/ --links "
+        "coupprof-out/transfers-devices-MODEL.csv [--measure 2 --model MODEL]")
+    add_devices_option(d, "search split points across its devices, from per-device layer "
+                       "tables (instead of --sweep)")
+    d.add_argument("--layers", action="append", default=None, metavar="DEVICE=CSV|DIR[,...]",
+                   help="with --devices: a device's layer tables (repeatable, one per device)")
+    d.add_argument("--layers-dir", type=Path, default=None, metavar="DIR",
+                   help="with --devices: each device's layer tables in DIR/DEVICE/")
+    d.add_argument("--links", type=Path, default=None, metavar="CSV",
+                   help="with --devices: `coupprof transfer-matrix --devices`'s link table "
+                   "(without it, the devices file's simulated links price the cuts)")
     m.add_argument("--frames", type=positive_int, default=60,
                    help="measured frames per candidate (default 60: a short pipeline run measures its fill)")
     p.set_defaults(func=run)
@@ -132,6 +152,12 @@ def run(args: argparse.Namespace) -> int:
     from profiler.sweep.schema import read_sweep
 
     out = Output.of(args)
+    if args.devices is not None:
+        return _devices(args, out)
+    if args.sweep is None:
+        raise BadInputError("explore needs --sweep (or --devices with per-device tables)",
+                            "pass --sweep DIR written by `coupprof sweep -o DIR`")
+    args.mode = args.mode or "switch"
     if args.cluster and not args.measure:
         raise BadInputError("--cluster spreads --measure over Dask workers, but no --measure "
                             "was given", "add --measure K")
@@ -232,8 +258,8 @@ def _pipeline(args: argparse.Namespace, tables: CostTables
     if objective is None:
         raise BadInputError(f"--objective {args.objective} is a switch objective",
                             "use --objective fps-per-w or fps in pipeline mode")
-    res = search_pipeline(tables, args.exact_limit, args.population, args.generations,
-                          args.seed, args.method)
+    res = search_pipeline(tables, args.exact_limit or 2_000_000, args.population,
+                          args.generations, args.seed, args.method)
     best = pick(res.front, args.min_fps, objective)
     if best is None:
         top = max(e.throughput_fps for e in res.front)
@@ -348,3 +374,93 @@ def _err(pred: float | None, meas: float | None) -> str:
 
     e = error_pct(pred, meas)
     return "-" if math.isnan(e) else f"{e:.1f}"
+
+
+def _devices(args: argparse.Namespace, out: Output) -> int:
+    """--devices: split points and processors across devices (`profiler.devices.explore`)."""
+    import pandas as pd
+
+    from profiler.cli.common.devices import read_device_tables, read_links, render_splits
+    from profiler.devices.explore import DeviceSearch, search_splits, single_devices, split_row
+    from profiler.devices.spec import read_devices
+    from profiler.errors import BadInputError
+    from profiler.measure.results import environment
+
+    for flag, value in (("--sweep", args.sweep), ("--transfers", args.transfers),
+                        ("--delays", args.delays), ("--levels", args.levels),
+                        ("--compare", args.compare), ("--cluster", args.cluster),
+                        ("--latency-ms", args.latency_ms), ("--objective", args.objective),
+                        ("--min-fps", args.min_fps)):
+        if value:
+            raise BadInputError(f"{flag} is not taken with --devices", f"leave out {flag}")
+    devices = read_devices(args.devices)
+    mode = args.mode or "pipeline"
+    costs = read_device_tables(args.layers, args.layers_dir, devices, devices.names,
+                               str(args.model.stem) if args.model else None)
+    procs = [v.strip().upper() for v in args.processors.split(",")] if args.processors else None
+    search = DeviceSearch(devices, devices.names, costs, read_links(args.links, costs), mode,
+                          {n: list(procs) for n in devices.names} if procs else {})
+    # a split costs ~0.1 ms (a pipeline point far less): 50,000 is seconds
+    res = search_splits(search, args.method, args.exact_limit or 50_000, args.population,
+                        args.generations, args.seed)
+    for note in res.notes:
+        say(note)
+    model = str(args.model or "")
+    rows = [split_row(ev, i, "front", mode, str(args.devices), model)
+            for i, ev in enumerate(res.front, 1)]
+    shown = {r["order"] for r in rows}
+    for ev in sorted(single_devices(search), key=lambda e: -e.throughput_fps):
+        if ev.order not in shown:
+            rows.append(split_row(ev, len(rows) + 1, "single", mode, str(args.devices), model))
+    top = rows[:args.top] + [r for r in rows[args.top:] if r["kind"] == "single"]
+    out.table(render_splits(top, f"explore across {len(devices.names)} devices, {mode} mode",
+                            f"{res.describe()} ({res.seconds:.2f} s)"),
+              wrap={"order": 28})
+    fastest = max(res.front, key=lambda e: e.throughput_fps)
+    single = max((r for r in rows if r["kind"] == "single"),
+                 key=lambda r: r["throughput_fps"], default=None)
+    line = f"fastest split: {fastest.order} at {fastest.throughput_fps:.2f} FPS"
+    if single is not None:
+        line += (f"; the fastest single device: {single['order']} at "
+                 f"{single['throughput_fps']:.2f} FPS")
+    out.line(line)
+    stem = Path(model).stem if model else "devices"
+    default_csv = Path("coupprof-out") / f"explore-devices-{stem}-{mode}.csv"
+    doc = {"format": DEVICES_FORMAT, "devices_file": str(args.devices), "mode": mode,
+           "method": res.method, "evaluations": res.evaluations, "space": res.space,
+           "search_seconds": res.seconds, "proof": res.describe(),
+           "layers": {k: c.sources for k, c in costs.items()},
+           "link_table": str(args.links or ""), **environment()}
+    written = out.save(pd.DataFrame(rows), doc, default_csv)
+    out.wrote(written, f"{len(rows)} candidates")
+    if args.measure:
+        _measure_devices(args, rows[:args.measure], mode, written.csv or default_csv, out)
+    return 0
+
+
+def _measure_devices(args: argparse.Namespace, rows: list[dict[str, Any]], mode: str,
+                     path: Path, out: Output) -> None:
+    """The top K measured with `coupprof run --devices`'s machinery, beside predicted."""
+    from profiler.cli.common.devices import render_measured_splits
+    from profiler.devices.run import DevicesRunConfig, part_rows, run_devices
+    from profiler.errors import BadInputError
+
+    if args.model is None:
+        raise BadInputError("--measure runs the model across the devices", "pass --model")
+    measured = []
+    for r in rows:
+        say(f"measuring #{r['rank']} {r['order']} across devices")
+        run = run_devices(DevicesRunConfig(args.devices, r["order"], mode, args.model,
+                                           path.parent / f"{path.stem}-run{r['rank']}",
+                                           frames=args.frames))
+        if run.exit_code != 0:
+            raise run.error or BadInputError(f"measuring {r['order']} failed (exit "
+                                             f"{run.exit_code})", "see the ranks' lines")
+        measured.append((r, part_rows(run)))
+    table, doc_rows = render_measured_splits(measured)
+    out.table(table)
+    mpath = path.with_name(path.stem + "-measured.csv")
+    _write(doc_rows, mpath, mpath.with_suffix(".json"),
+           {"devices_file": str(args.devices), "model_path": str(args.model), "mode": mode,
+            "frames": args.frames, "explore_csv": path.name}, fmt=DEVICES_MEASURED_FORMAT)
+    out.line(f"wrote {mpath} and {mpath.with_suffix('.json')}")

@@ -22,6 +22,7 @@ from rich import box
 from rich.table import Table
 
 from profiler.cli import command_help
+from profiler.cli.common.devices import add_devices_option
 from profiler.cli.common.options import (
     add_board_args,
     add_output_options,
@@ -33,6 +34,7 @@ from profiler.measure.method import METHODS, Method
 
 #: The --json file's format (`coupprof report` finds it by this).
 PREDICT_FORMAT = "coupprof-predict/1"
+PREDICT_DEVICES_FORMAT = "coupprof-predict-devices/1"
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -64,16 +66,18 @@ def register(subparsers: Subparsers) -> None:
     p.add_argument("--mode", choices=("switch", "pipeline"), default=None,
                    help="switch or pipeline (required with --order; one processor is one "
                    "stage, so --single needs none)")
-    p.add_argument("--layers", required=True, metavar="CSV|DIR[,...]",
+    p.add_argument("--layers", action="append", default=None, metavar="CSV|DIR[,...]",
                    help="layer tables (with their .json sidecars), one per processor (and "
                    "level, with --freq); the folder `coupprof layers` wrote them into "
                    "(coupprof-out: the tables of the processors --order names); or a "
-                   "`coupprof sweep` directory holding them all")
+                   "`coupprof sweep` directory holding them all. With --devices: "
+                   "DEVICE=CSV|DIR[,...], once per device (each device's own tables)")
     p.add_argument("--model", "-m", default=None, metavar="NAME",
                    help="with a folder of layer tables: which model's, by its file name "
                    "(e.g. mobilenet_v1_0.25_128); needed when the folder holds several")
-    p.add_argument("--transfers", type=Path, default=None, metavar="CSV",
-                   help="transfer table; without it, hand-overs at processor changes count 0")
+    p.add_argument("--transfers", action="append", default=None, metavar="CSV",
+                   help="transfer table; without it, hand-overs at processor changes count "
+                   "0. With --devices: DEVICE=CSV, each device's own (repeatable)")
     p.add_argument("--freq", default=None, metavar="SPEC",
                    help="pick the tables measured at these levels (SPEC as in `coupprof run`; "
                    "needs the board)")
@@ -92,6 +96,21 @@ def register(subparsers: Subparsers) -> None:
                    "empty, as `coupprof run --frames N` measures it (default: the steady "
                    "state, every queue before the slowest stage full)")
     add_output_options(p, csv=None, json="also write the prediction as JSON")
+    d = p.add_argument_group(
+        "across devices", "One model across several boards (docs/devices.md): --order "
+        "names a device and its processors per run of layers, each device's part is priced "
+        "on its own tables and the cuts on the links. Example: coupprof predict --devices "
+        "devices.toml --order 'd0:B8 d1:G7' --mode pipeline --layers d0=d0-out/ "
+        "--layers d1=d1-out/ --links coupprof-out/transfers-devices-MODEL.csv")
+    add_devices_option(d, "price --order across its devices (--order 'd0:B4G3 d1:B8')")
+    d.add_argument("--layers-dir", type=Path, default=None, metavar="DIR",
+                   help="with --devices: each device's layer tables in DIR/DEVICE/ (as "
+                   "--layers DEVICE=DIR/DEVICE)")
+    d.add_argument("--links", type=Path, default=None, metavar="CSV",
+                   help="with --devices: the link table of `coupprof transfer-matrix "
+                   "--devices` (measured cuts as measured, others on each link's fit; "
+                   "without it, a simulated link of the devices file prices them, a real "
+                   "one counts 0)")
     p.set_defaults(func=run)
 
 
@@ -107,8 +126,15 @@ def run(args: argparse.Namespace) -> int:
     from profiler.mapping.transfer import read_transfer_csv
 
     out = Output.of(args)
+    if args.devices is not None:
+        return _devices(args, out)
+    if args.layers_dir is not None or args.links is not None:
+        raise BadInputError("--layers-dir and --links price a mapping across devices",
+                            "add --devices FILE")
+    if not args.layers:
+        raise BadInputError("--layers is required", "pass the layer tables: --layers CSV,...")
     wanted = None if args.single else [c for c in args.order.upper() if c.isalpha()]
-    costs = read_layer_tables([s for s in args.layers.split(",") if s.strip()],
+    costs = read_layer_tables([s for s in ",".join(args.layers).split(",") if s.strip()],
                               processors=wanted, model=args.model,
                               note=lambda line: say(f"predict: {line}"))
     n_layers = int(costs.table["layer"].max()) + 1
@@ -130,7 +156,7 @@ def run(args: argparse.Namespace) -> int:
             f"(tables: {', '.join(sorted(set(costs.table['processor'])))})",
             f"add `coupprof layers --processor {missing[0]} --csv ...` to --layers")
     plan = parse_freq(args.freq, mapping, board) if board is not None else None
-    transfers = read_transfer_csv(args.transfers) if args.transfers else None
+    transfers = read_transfer_csv(_one(args.transfers)) if args.transfers else None
     clock_notes: list[str] = []
     if args.clock:
         costs, clock_notes = priced_at_clocks(
@@ -176,7 +202,8 @@ def run(args: argparse.Namespace) -> int:
         out.line(line)
     if args.json:
         out.save_json({"format": PREDICT_FORMAT, **pred.to_dict(), "layers": costs.sources,
-                       "transfers": str(args.transfers or "")}, args.json)
+                       "transfers": str(_one(args.transfers) if args.transfers else "")},
+                      args.json)
         out.line(_wrote_json(out, args.json))
     return 0
 
@@ -218,7 +245,7 @@ def _single(args: argparse.Namespace, costs: LayerCosts, n_layers: int, out: Out
         from profiler.cli.common.plumbing import choose_board
 
         board = choose_board(args, letters)
-    transfers = read_transfer_csv(args.transfers) if args.transfers else None
+    transfers = read_transfer_csv(_one(args.transfers)) if args.transfers else None
     rows = []
     for letter in letters:
         mapping = parse_order(letter * n_layers, n_layers, board)
@@ -250,5 +277,61 @@ def _single(args: argparse.Namespace, costs: LayerCosts, n_layers: int, out: Out
                   for letter, level, pred in rows]
         out.save_json({"format": PREDICT_FORMAT, "single": single, "best": best[0],
                        "layers": costs.sources}, args.json)
+        out.line(_wrote_json(out, args.json))
+    return 0
+
+
+def _one(paths: list[str]) -> Path:
+    """One board's --transfers: one table."""
+    from profiler.errors import BadInputError
+
+    if len(paths) > 1:
+        raise BadInputError("--transfers is given more than once",
+                            "one board takes one transfer table (several: with --devices, "
+                            "DEVICE=CSV each)")
+    return Path(paths[0])
+
+
+def _devices(args: argparse.Namespace, out: Output) -> int:
+    """--devices: the mapping priced across devices (`profiler.devices.predict`)."""
+    from profiler.cli.common.devices import (
+        read_device_tables,
+        read_device_transfers,
+        read_links,
+        render_device_prediction,
+    )
+    from profiler.devices.predict import predict_devices
+    from profiler.devices.spec import parse_device_order, read_devices
+    from profiler.errors import BadInputError
+
+    if args.single or not args.order:
+        raise BadInputError("--devices prices one --order across devices",
+                            "give --order 'd0:B4G3 d1:B8'")
+    if args.mode is None:
+        raise BadInputError("--order needs --mode", "add --mode switch or --mode pipeline")
+    for flag, value in (("--freq", args.freq), ("--clock", args.clock),
+                        ("--frames", args.frames)):
+        if value:
+            raise BadInputError(f"{flag} is not taken with --devices (each device's tables "
+                                "are priced as measured)", f"leave out {flag}")
+    devices = read_devices(args.devices)
+    used = list(dict.fromkeys(tok.partition(":")[0] for tok in args.order.split()))
+    for name in used:
+        devices.device(name)
+    costs = read_device_tables(args.layers, args.layers_dir, devices, used, args.model)
+    n_layers = max(int(c.table["layer"].max()) + 1 for c in costs.values())
+    mapping = parse_device_order(args.order, n_layers, devices)
+    pred = predict_devices(mapping, args.mode, costs, read_links(args.links, costs), devices,
+                           transfers=read_device_transfers(args.transfers, devices),
+                           method=Method(args.method))
+    table, lines = render_device_prediction(pred)
+    out.table(table)
+    for line in lines:
+        out.line(line)
+    if args.json:
+        out.save_json({"format": PREDICT_DEVICES_FORMAT, **pred.to_dict(),
+                       "devices_file": str(args.devices),
+                       "layers": {k: c.sources for k, c in costs.items()},
+                       "link_table": str(args.links or "")}, args.json)
         out.line(_wrote_json(out, args.json))
     return 0

@@ -90,7 +90,13 @@ def register(subparsers: Subparsers) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("--order", required=True, metavar="LETTERS",
-                   help="processor per layer, e.g. GGBBBBNN (L little, B big, G GPU, N NPU)")
+                   help="processor per layer, e.g. GGBBBBNN (L little, B big, G GPU, N NPU); "
+                   "with --devices, DEVICE:ORDER per device part, e.g. 'd0:B4G3 d1:B8'")
+    p.add_argument("--devices", type=Path, default=None, metavar="FILE",
+                   help="run the model across the devices FILE lists (or a bundled one by "
+                   "name, e.g. sim2: docs/devices.md), one "
+                   "MPI rank per device part, each measured on its own board and power "
+                   "source; needs MPI: pip install 'coupprof[devices]'")
     p.add_argument("--mode", choices=("switch", "pipeline"), required=True,
                    help="switch: one frame at a time; pipeline: stages run concurrently")
     p.add_argument("--freq", default=None, metavar="SPEC", help="DVFS SPEC (see below)")
@@ -293,6 +299,8 @@ def run(args: argparse.Namespace) -> int:
     from profiler.tflite.model_io import sha256_bytes
 
     quiet_native_exit()
+    if args.devices is not None:
+        return run_on_devices(args)
     out = Output.of(args)
     method = Method(args.method or Method.FUSED)
     letters = [c for c in args.order.upper() if c.isalpha()]
@@ -506,3 +514,87 @@ def _power_meta(run: MappedRun, meter: PowerSession | None) -> dict[str, Any] | 
     if run.power_error is not None:
         out["error"] = str(run.power_error)
     return out
+
+
+# -- across devices (--devices) ------------------------------------------------------------
+
+#: run's options that a devices file sets per device, or that only a one-board run has
+_NOT_WITH_DEVICES = ("board", "sysfs_root", "power", "marker", "layers", "transfers")
+
+
+def run_on_devices(args: argparse.Namespace) -> int:
+    """`coupprof run --devices FILE`: one rank per device part (`profiler.devices.run`)."""
+    import signal
+
+    from profiler.devices.run import DevicesRunConfig, part_rows, run_devices, sidecar
+    from profiler.errors import BadInputError
+
+    given = [f"--{k.replace('_', '-')}" for k in _NOT_WITH_DEVICES if getattr(args, k, None)]
+    if given:
+        raise BadInputError(f"{', '.join(given)} cannot go with --devices",
+                            "set each device's board, power and marker in the devices file")
+    out = Output.of(args)
+    if args.model is None:
+        from profiler.zoo import default_model_path
+
+        args.model = default_model_path()
+    model = Path(args.model)
+    default_csv = Path("coupprof-out") / f"run-devices-{model.stem}.csv"
+    csv = out.csv_path(default_csv)
+    ranks_dir = (csv or default_csv).with_suffix(".ranks")
+    result = run_devices(DevicesRunConfig(
+        args.devices, args.order, args.mode, model, ranks_dir, frames=args.frames,
+        warmup=args.warmup, granularity=args.granularity, cuts=args.cuts,
+        method=args.method or Method.FUSED, freq=args.freq, queue_depth=args.queue_depth,
+        seed=args.seed))
+    rows = part_rows(result)
+    out.table(_devices_table(result.mode_title(model.name), rows))
+    df = pd.DataFrame(rows).astype({"rank": "Int64", "first_layer": "Int64",
+                                    "last_layer": "Int64"})
+    out.wrote(out.save(df, sidecar(result), default_csv), f"{len(df)} rows")
+    say(f"run: each rank's own record, as it went: {ranks_dir}")
+    for p in result.parts:
+        if p.restored and not all(p.restored.values()):
+            say(f"run: warning: device {p.device}: levels not restored "
+                f"({', '.join(d for d, ok in p.restored.items() if not ok)})")
+    code = result.exit_code
+    if code == 4:
+        first = result.first_dead
+        dead = [first] if first is not None else [p for p in result.parts if not p.finished]
+        print(f"coupprof run: error: the rank of {', '.join(p.device for p in dead)} stopped "
+              "before the end; MPI stopped the others"
+              f"{', every device' + chr(39) + 's levels are restored' if result.all_restored else ''}"
+              f" and what each measured is kept ({ranks_dir})", file=sys.stderr)
+    elif code == 130:
+        sig = signal.Signals(result.launched.signalled or signal.SIGINT).name
+        print(f"coupprof run: interrupted ({sig}): the ranks were stopped"
+              f"{', every device' + chr(39) + 's levels are restored' if result.all_restored else ''}"
+              f" and what each measured is kept ({ranks_dir})", file=sys.stderr)
+    elif result.error is not None:
+        print(f"coupprof run: error: {result.error}", file=sys.stderr)
+    for device, err in result.power_errors.items():
+        print(f"coupprof run: error: device {device}: {err} (timings kept; no energy)",
+              file=sys.stderr)
+    return code
+
+
+def _devices_table(title: str, rows: list[dict[str, Any]]) -> Table:
+    t = Table(title=title, box=box.SIMPLE_HEAD, title_justify="left")
+    for col in ("device", "layers", "stages ms", "mJ/frame", "peak RSS MB", "tensor MB",
+                "in B/frame", "out B/frame", "link ms", "restored"):
+        t.add_column(col, justify="left" if col in ("device", "layers", "stages ms") else "right")
+    for r in rows:
+        if r["kind"] == "total":
+            continue
+        t.add_row(r["device"], f"{r['first_layer']}-{r['last_layer']}", r["stage_ms"] or "-",
+                  _f(r["energy_mj"]), _f(r["peak_rss_mb"], 1), _f(r["tensor_mb"], 2),
+                  f"{r['bytes_in']:.0f}", f"{r['bytes_out']:.0f}",
+                  _f(r["link_real_ms"] + (0 if math.isnan(r["link_added_ms"])
+                                          else r["link_added_ms"])), r["restored"])
+    tot = rows[-1]
+    t.caption = (f"throughput {_f(tot['throughput_fps'], 2)} fps, latency "
+                 f"{_f(tot['latency_ms_mean'])} ms mean, {_f(tot['latency_ms_p95'])} ms p95 "
+                 f"({tot['frames_done']} frames out), energy {_f(tot['energy_mj'])} mJ a frame "
+                 "over all devices")
+    t.caption_justify = "left"
+    return t

@@ -27,6 +27,7 @@ from rich import box
 from rich.table import Table
 
 from profiler.cli import command_help
+from profiler.cli.common.devices import add_devices_option, render_links
 from profiler.cli.common.options import (
     add_method_options,
     add_multi_processor_options,
@@ -92,6 +93,14 @@ def register(subparsers: Subparsers) -> None:
         "fused: the same, plus readout_ms, the producer's extra read-back of the boundary's "
         "tensors in full, which fused layer tables leave out")
     add_output_options(p, csv="./coupprof-out/transfers-MODEL.csv", trace=True)
+    add_devices_option(p, "instead of processors of one board, time each boundary handed "
+                       "from one device to another over MPI (one rank per device; "
+                       "--frames, --warmup, --boundaries, --model as above) and fit "
+                       "latency + bytes / bandwidth per device pair; writes "
+                       "transfers-devices-MODEL.csv and a sidecar with the fitted links, "
+                       "for `coupprof predict --devices --links`. Example: coupprof "
+                       "transfer-matrix --devices devices.toml --model vgg19.tflite "
+                       "--frames 10")
     p.set_defaults(func=run)
 
 
@@ -178,6 +187,8 @@ def run(args: argparse.Namespace) -> int:
     from profiler.tflite.model_io import sha256_bytes
 
     quiet_native_exit()
+    if args.devices is not None:
+        return _devices(args)
     out = Output.of(args)
     wanted = [t.strip().upper() for t in (args.processors or "").split(",") if t.strip()]
     board = choose_board(args, wanted)
@@ -227,4 +238,43 @@ def run(args: argparse.Namespace) -> int:
             **environment()}
     written = out.save(df, transfer_sidecar(matrix, None, info), default_csv)
     out.wrote(written, f"{len(df)} rows", trace=trace_dir)
+    return 0
+
+
+def _devices(args: argparse.Namespace) -> int:
+    """--devices: the links between devices, measured over MPI and fitted."""
+    from profiler.devices.link_probe import boundaries_of, measure_links
+    from profiler.devices.linkfit import fit_probe, links_sidecar
+    from profiler.devices.spec import read_devices
+    from profiler.measure.results import environment
+    from profiler.tflite.model_io import sha256_bytes
+
+    for flag, value in (("--power", args.power), ("--freq", args.freq),
+                        ("--processors", args.processors), ("--method", args.method)):
+        if value:
+            raise BadInputError(f"{flag} is for one board's processors; with --devices the "
+                                "links between devices are timed", f"leave out {flag}")
+    out = Output.of(args)
+    devices = read_devices(args.devices)
+    with task_progress(out.progress) as bar:
+        model, data, sliced = load_model(args, bar)
+    bounds = boundaries_of(sliced, _boundaries(args.boundaries))
+    if not bounds:
+        raise BadInputError(f"{model} has no boundary to hand over",
+                            "use a model with more layers, or --granularity op")
+    say(f"timing {len(bounds)} boundaries between {len(devices.devices)} devices over MPI, "
+        f"{args.frames} hand-overs each")
+    probe = measure_links(devices, bounds, reps=args.frames, warmup=args.warmup,
+                          seed=args.seed, echo=not args.quiet)
+    fitted = fit_probe(probe.rows)
+    for t in render_links(probe.rows, fitted, devices, model.stem):
+        out.table(t)
+    info = {"devices_file": str(args.devices), "devices": devices.names,
+            "model_path": str(model.resolve()), "model_sha256": sha256_bytes(data),
+            "granularity": sliced.granularity, "cuts": list(sliced.cuts),
+            "layers": len(sliced.layers), "reps": args.frames, "warmup": args.warmup,
+            "one_clock": probe.one_clock, "probe_wall_s": probe.wall_s, **environment()}
+    default_csv = Path("coupprof-out") / f"transfers-devices-{model.stem}.csv"
+    written = out.save(probe.rows, links_sidecar(fitted, info, devices), default_csv)
+    out.wrote(written, f"{len(probe.rows)} rows")
     return 0

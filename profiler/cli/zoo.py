@@ -34,7 +34,8 @@ def register(subparsers: Subparsers) -> None:
         "zoo",
         help=command_help(__name__),
         description="Architecture-faithful .tflite models (MobileNetV1 FP32/int8, ResNet-50, "
-        "GoogLeNet, SqueezeNet 1.0/1.1, AlexNet) with seeded weights, for profiling; "
+        "GoogLeNet, SqueezeNet 1.0/1.1, AlexNet; VGG-19, ResNet-101 and DenseNet-121, "
+        "AutoDiCE's three) with seeded weights, for profiling; "
         "--list also names the ones that build ARM-CO-UP's five CNNs, with their layer cuts.",
         epilog=EXAMPLES,
         formatter_class=argparse.RawDescriptionHelpFormatter,

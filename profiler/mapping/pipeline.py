@@ -54,6 +54,7 @@ MODES = ("switch", "pipeline")
 APART = ("auto", "always", "never")  # MappingRunConfig.apart
 Progress = Callable[[int, int], None]
 FrameInputs = Callable[[int], dict[int, np.ndarray]]  # frame -> {model input tensor: array}
+FrameSink = Callable[[int, dict[int, np.ndarray], int], None]  # frame, tensors, done_ns
 _STOP = None
 
 
@@ -168,6 +169,11 @@ class MappingRunConfig:
     activity: Activity | None = None  # told when each stage's processor works (sim power)
     clock: Clock = perf_clock
     progress: Progress | None = None  # (frames done, total), warm-up included
+    # Each finished frame (warm-up included), in the driver's thread: its id, the tensors
+    # its last stage forwards and when it was done. A part of a model on one of several
+    # devices hands its boundary tensors on from here (`profiler.devices.rank`); its
+    # frames come from `inputs`.
+    sink: FrameSink | None = None
     # Stages in a process of their own (`profiler.mapping.stage_process`): "auto" for a Pipeline
     # stage whose executor holds the GIL while it runs; "always" (tests); "never".
     apart: str = "auto"
@@ -594,6 +600,7 @@ class _Driver:
         self._lock = threading.Lock()
         self.source_error: BaseException | None = None
         self.on_done: Callable[[int], None] | None = None  # after each completion
+        self.sink = config.sink
 
     def _source(self, ids: Sequence[int]) -> None:
         try:
@@ -639,6 +646,8 @@ class _Driver:
     def _took(self, msg: _Msg) -> None:
         """A finished frame: record it (and its outputs, when kept)."""
         self.done[msg.frame] = msg.sent_ns
+        if self.sink is not None:
+            self.sink(msg.frame, msg.tensors, msg.sent_ns)
         if self.on_done is not None:
             self.on_done(msg.frame)
         if self.output_ids is not None:
@@ -679,8 +688,10 @@ def _measure(driver: _Driver, config: MappingRunConfig) -> _Energy:
 
 @contextlib.contextmanager
 def _gc_paused() -> Iterator[None]:
-    """As the layer runner does: no garbage-collector pauses in measured frames."""
-    gc.collect()
+    """As the layer runner does: no garbage-collector pauses in measured frames, and only
+    the young generations collected first (a full collection starves a streaming
+    capture's reader; docs/power.md)."""
+    gc.collect(1)
     was_enabled = gc.isenabled()
     gc.disable()
     try:

@@ -54,6 +54,9 @@ T = TypeVar("T")
 #: noted: half the 10 % a prediction is meant to hold to.
 RESOLUTION_REL = 0.05
 
+#: A layer table's sizes, kept where it has them (`profiler.devices.predict`'s memory)
+SIZE_COLUMNS = ("param_bytes", "bytes_in", "bytes_out")
+
 LAYER_FIX = ("pass the CSVs written by `coupprof layers` (one per processor), with their "
              ".json, the folder they are in (coupprof-out), or a `coupprof sweep` directory")
 
@@ -495,7 +498,7 @@ def read_layer_tables(paths: Sequence[str | Path], *, processors: Sequence[str] 
                     fixed_e[key] = float(rt.totals["fixed_energy_mj"])
                 if "whole_ms_ci95" in rt.totals:
                     whole[key] = (float(rt.totals["whole_ms"]), float(rt.totals["whole_ms_ci95"]))
-            for col in ("energy_mj", "dynamic_energy_mj"):
+            for col in ("energy_mj", "dynamic_energy_mj", *SIZE_COLUMNS):
                 if col in df.columns:
                     part[col] = df[col].to_numpy()
             if "baseline_power_w" in rt.totals:
@@ -524,7 +527,7 @@ def read_layer_tables(paths: Sequence[str | Path], *, processors: Sequence[str] 
                                  # blank: the table has no hand-over time (imported ones)
                                  "transfer_ms": df["transfer_ms_mean"].fillna(0.0)
                                  if "transfer_ms_mean" in df.columns else 0.0})
-            for col in ("energy_mj", "dynamic_energy_mj"):
+            for col in ("energy_mj", "dynamic_energy_mj", *SIZE_COLUMNS):
                 if col in df.columns:
                     part[col] = df[col]
         frames.append(part)

@@ -186,9 +186,12 @@ class LayerRunner:
                 progress(f + 1, total)
         ts = np.empty((frames, len(self._steps), 4), dtype=np.int64)
         over = np.zeros((frames, len(self._steps)), dtype=np.int64)
-        # As timeit does: no garbage-collector pauses inside a timed window.
+        # As timeit does: no garbage-collector pauses inside a timed window. Only the
+        # young generations are collected first (what the warmup left): a full collection
+        # holds the GIL for as long as the whole heap takes to scan, and a power capture's
+        # reader thread, streaming by now, is starved meanwhile (docs/power.md).
         gc_was_enabled = gc.isenabled()
-        gc.collect()
+        gc.collect(1)
         gc.disable()
         try:
             for f in range(frames):

@@ -175,6 +175,14 @@ class SimTree:
             atexit.register(tree.remove)
         return tree
 
+    @classmethod
+    def share_at(cls, board: Board, root: Path) -> SimTree:
+        """Make this process's tree for `board` (what `shared` returns) live at `root`, kept
+        after the process ends: a simulated board that is one of several devices, whose
+        levels are checked (and restored, if its process died) from outside it."""
+        tree = cls._shared[board.name] = cls(board, root)
+        return tree
+
     def remove(self) -> None:
         if self._own_dir:
             shutil.rmtree(self.root, ignore_errors=True)
@@ -182,7 +190,10 @@ class SimTree:
     def _build(self, proc: ProcessorSpec) -> None:
         assert proc.governor is not None
         d = self.root / proc.governor.path
-        if d.exists():
+        if d.exists():  # a kept tree, opened again (`share_at`): as its files say now
+            cpu = (d / "scaling_cur_freq").exists()
+            cur = int((d / ("scaling_cur_freq" if cpu else "cur_freq")).read_text())
+            self.kernel.register(d, proc, cur if cpu else cur // 1000)
             return
         freqs = list(proc.freqs_khz)
         if not freqs:

@@ -361,12 +361,30 @@ class VirtualLogger(PtyDevice):
         kept: list[int] = []  # frame ids (< n_sf: sample frame, else edge) in send order
         for i in order:
             size = sf_len if i < n_sf else P.FRAME_OVERHEAD + P.EDGE_LEN
+            if size > room and kept:
+                # After a stall of this thread the frames come all at once; the firmware
+                # would have sent them as they completed, into the host's serial buffer
+                # (the pty's) as far as it had room. So that buffer fills first.
+                self._queue_frames(full, edges, kept)
+                kept = []
+                self._flush()
+                room = self.tx_buffer_bytes - len(self._tx)
             if size > room:
-                # Transmit buffer full: the firmware drops the samples, no seq used.
+                # Both buffers full: the firmware drops the samples, no seq used.
                 self.counters.samples_dropped += per if i < n_sf else 0
                 continue
             room -= size
             kept.append(i)
+        if kept:
+            self._queue_frames(full, edges, kept)
+
+    def _queue_frames(self, full: np.ndarray, edges: list[tuple[int, int, int]],
+                      kept: list[int]) -> None:
+        """Encode the frames ``kept`` (ids as in _emit_stream) with the next seqs, in that
+        order, and queue them, with the injected faults."""
+        per = P.MAX_SAMPLES_PER_FRAME
+        n_sf = full.size // per
+        sf_len = P.FRAME_OVERHEAD + 1 + P.SAMPLE_BYTES * per
         seqs = {i: (self._seq + j) % P.SEQ_MODULO for j, i in enumerate(kept)}
         self._seq = (self._seq + len(kept)) % P.SEQ_MODULO
         sample_ids = [i for i in kept if i < n_sf]

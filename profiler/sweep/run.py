@@ -275,9 +275,10 @@ class Sweep:
         job.output.meta.setdefault("environment", {}).update(job.env)
         govs = self._governors(todo)
         hosts = self._host_levels(todo)
-        # The runner collects garbage before each run's timed frames; with everything
-        # alive so far frozen, that collection scans only what each pair adds (a full
-        # one costs tens of ms per pair with pandas and LiteRT loaded).
+        # The runner collects the young generations before each run's timed frames;
+        # with everything alive so far frozen, even a later full collection scans only
+        # what each pair adds (a full one costs tens of ms per pair with pandas and
+        # LiteRT loaded).
         gc.collect()
         gc.freeze()
         guarded = [*govs.values(), *(g for g, _ in hosts.values())]

@@ -18,10 +18,12 @@ from typing import Any
 from profiler.errors import BadInputError
 from profiler.resources import default_model_file
 from profiler.zoo.arch.alexnet import alexnet, alexnet_bvlc
+from profiler.zoo.arch.densenet import densenet121
 from profiler.zoo.arch.googlenet import googlenet
 from profiler.zoo.arch.mobilenet import mobilenet_v1
-from profiler.zoo.arch.resnet import resnet50, resnet50_slim
+from profiler.zoo.arch.resnet import resnet50, resnet50_slim, resnet101
 from profiler.zoo.arch.squeezenet import squeezenet, squeezenet1_0
+from profiler.zoo.arch.vgg import vgg19
 from profiler.zoo.emit import draw_constants, to_bytes, to_model
 from profiler.zoo.graph import GraphBuilder
 
@@ -137,6 +139,26 @@ register(_entry(
     "conv5 in 2 groups, 4096-wide fc6/fc7 (a 250 MB file)",
     alexnet_bvlc, {"size": _size(227, 67), "classes": CLASSES, "lrn": LRN,
                    "fc_width": Param(4096, "width of fc6/fc7", 1)}))
+
+# AutoDiCE's three (docs/devices.md), at the layouts of the ONNX model zoo's versions.
+register(_entry(
+    "vgg19",
+    "VGG-19 as the ONNX zoo's vgg19: 16 3x3 convs in 5 blocks, each closed by a 2x2 max "
+    "pool, 3 FC layers (143.7 M parameters, a 575 MB file; alpha/fc_width shrink it)",
+    vgg19, {"size": _size(224, 32), "classes": CLASSES,
+            "alpha": Param(1.0, "width multiplier of the convs (never below 8 channels)", 0.01),
+            "fc_width": Param(4096, "width of the two hidden FC layers", 1)}))
+register(_entry(
+    "resnet101",
+    "ResNet-101 v1 as the ONNX zoo's resnet101-v1 (MXNet Gluon; Keras' layout): stages "
+    "of 3, 4, 23, 3 bottlenecks, stride on the first 1x1 conv, FC classifier",
+    resnet101, {"size": _size(224, 32), "classes": CLASSES}))
+register(_entry(
+    "densenet121",
+    "DenseNet-121 as the ONNX zoo's densenet-121: dense blocks of 6, 12, 24, 16 layers "
+    "(1x1 + 3x3 conv, growth 32, CONCATENATION), transitions halving the channels, "
+    "1x1 conv classifier",
+    densenet121, {"size": _size(224, 29), "classes": CLASSES}))
 
 
 def list_models() -> list[ZooEntry]:

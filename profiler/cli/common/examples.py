@@ -24,6 +24,7 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
     ),
     "transfer-matrix": (
         "coupprof transfer-matrix --processors B,G --frames 10 --csv tm.csv",
+        "coupprof transfer-matrix --devices devices.toml --frames 10 --csv links.csv",
     ),
     "run": (
         "coupprof run --order B8G7 --mode pipeline --frames 50",
@@ -32,6 +33,8 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
     "predict": (
         "coupprof layers -p B --csv B.csv && coupprof layers -p G --csv G.csv",
         "coupprof predict --order B8G7 --mode pipeline --layers B.csv,G.csv",
+        "coupprof predict --devices devices.toml --order 'd0:B8 d1:G7' --mode pipeline "
+        "--layers d0=B.csv,G.csv --layers d1=B.csv,G.csv --links links.csv",
     ),
     "sweep": (
         "coupprof sweep --processors B,G --freqs 1,4 --frames 10 -o sweep-BG",
@@ -40,6 +43,8 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
     "explore": (
         "coupprof explore --sweep sweep-BG --transfers tm.csv --mode pipeline",
         "coupprof explore --sweep sweep-BG --transfers tm.csv --latency-ms 30",
+        "coupprof explore --devices devices.toml --layers d0=B.csv,G.csv "
+        "--layers d1=B.csv,G.csv --links links.csv",
     ),
     "plot": (
         "coupprof plot efficiency sweep-BG -o efficiency.png",
@@ -58,6 +63,7 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
     "boards": (
         "coupprof boards",
         "coupprof boards show sim",
+        "coupprof boards --devices sim2",
     ),
     "pin": (
         "coupprof pin -p B --freq 3 -- coupprof layers -p B --frames 20",
@@ -68,6 +74,7 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
     "doctor": (
         "coupprof doctor",
         "coupprof doctor --board sim",
+        "coupprof doctor --devices sim2",
     ),
 }
 
