@@ -28,6 +28,7 @@ import resource
 import signal
 import sys
 import threading
+import time
 import traceback
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager, suppress
@@ -420,10 +421,20 @@ def _stop_on_signals(govs: dict[str, Governor], saved: dict[str, dict[str, Any]]
     the rank now, not after its stage threads, which may wait on partners already gone."""
 
     def stop_now(signum: int, _frame: FrameType | None) -> None:
-        for dom, gov in govs.items():
-            with suppress(ProfilerError):
-                gov.restore(_unstate(saved[dom]))
-        log.write("restored", governors=read_back(govs, saved) if govs else {})
+        # the launcher's signal comes twice (through mpiexec and straight to the rank): a
+        # second one must not cut this restore short, nor a stage thread's write undo it
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, signal.SIG_IGN)
+        back: dict[str, bool] = {}
+        for attempt in range(5):
+            for dom, gov in govs.items():
+                with suppress(ProfilerError):
+                    gov.restore(_unstate(saved[dom]))
+            back = read_back(govs, saved) if govs else {}
+            if all(back.values()):
+                break
+            time.sleep(0.02 * (attempt + 1))
+        log.write("restored", governors=back)
         log.write("error", message=f"stopped by {signal.Signals(signum).name}", exit_code=130)
         log.close()
         os._exit(130 if signum == signal.SIGINT else 143)
