@@ -28,11 +28,10 @@ from profiler.devices.linkfit import LinkTable, price_handover
 from profiler.devices.predict import cut_bytes
 from profiler.devices.spec import DeviceMapping, DevicePart, DeviceSet
 from profiler.errors import BadInputError
+from profiler.explore.nsga import nsga2_minimize
 from profiler.mapping.predict import LayerCosts
 from profiler.mapping.queueing import QUEUE_DEPTH, pipeline_latency_ms
 from profiler.mapping.spec import Mapping
-
-PYMOO_FIX = "pip install 'coupprof[explore]'   (or: pip install 'pymoo>=0.6')"
 
 
 @dataclass(frozen=True)
@@ -336,17 +335,6 @@ def search_splits(s: DeviceSearch, method: str = "auto", exact_limit: int = 50_0
 
 def _nsga2(s: DeviceSearch, size: int, pop_size: int, generations: int,
            seed: int, t0: float) -> DeviceFront:
-    try:
-        from pymoo.algorithms.moo.nsga2 import NSGA2
-        from pymoo.core.problem import Problem
-        from pymoo.operators.crossover.pntx import TwoPointCrossover
-        from pymoo.operators.mutation.pm import PM
-        from pymoo.operators.repair.rounding import RoundingRepair
-        from pymoo.operators.sampling.rnd import IntegerRandomSampling
-        from pymoo.optimize import minimize
-    except ImportError:
-        raise BadInputError("searching this many splits needs pymoo, which is not installed",
-                            PYMOO_FIX) from None
     d, n = len(s.names), s.n_layers
     upper = np.array([n] * (d - 1) + [len(s.processors[name]) - 1 for name in s.names])
     cache: dict[Split, SplitEvaluation] = {}
@@ -359,21 +347,8 @@ def _nsga2(s: DeviceSearch, size: int, pop_size: int, generations: int,
             ev = cache[sp] = evaluate_split(s, sp)
         return ev.objectives()
 
-    class Splits(Problem):
-        def __init__(self) -> None:
-            super().__init__(n_var=len(upper), n_obj=3, xl=0, xu=upper, vtype=int)
-
-        def _evaluate(self, X: np.ndarray, out: dict[str, Any], *args: Any,
-                      **kwargs: Any) -> None:
-            out["F"] = np.array([cost(x) for x in X])
-
-    # integer genes: a cut moves by rounded polynomial mutation, a processor flips
-    algorithm = NSGA2(pop_size=pop_size, sampling=IntegerRandomSampling(),
-                      crossover=TwoPointCrossover(),
-                      mutation=PM(prob=1.0, eta=3.0, vtype=float, repair=RoundingRepair()),
-                      eliminate_duplicates=True)
-    res = minimize(Splits(), algorithm, ("n_gen", generations), seed=seed, verbose=False)
-    n_eval = int(res.algorithm.evaluator.n_eval)
+    n_eval = nsga2_minimize(cost, upper, 3, pop_size=pop_size, generations=generations,
+                            seed=seed, what="searching this many splits")
     return DeviceFront(pareto(list(cache.values())), "NSGA-II", n_eval, size,
                        time.perf_counter() - t0,
                        [f"{len(cache):,} distinct splits costed by NSGA-II"])

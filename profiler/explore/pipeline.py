@@ -17,14 +17,12 @@ import itertools
 import math
 import time
 from dataclasses import dataclass, field
-from typing import Any
 
 import numpy as np
 
 from profiler.errors import BadInputError
+from profiler.explore.nsga import PYMOO_FIX, nsga2_minimize
 from profiler.explore.space import Candidate, CostTables, Evaluation, evaluate, stages_of
-
-PYMOO_FIX = "pip install 'coupprof[explore]'   (or: pip install 'pymoo>=0.6')"
 
 
 @dataclass
@@ -271,17 +269,6 @@ def nsga2_front(t: CostTables, pop_size: int = 100, generations: int = 100, seed
                 polish: bool = True) -> PipelineResult:
     """The front NSGA-II finds (pymoo), from ``pop_size`` x ``generations`` evaluations,
     then (``polish``) a Pareto local search around it."""
-    try:
-        from pymoo.algorithms.moo.nsga2 import NSGA2
-        from pymoo.core.problem import Problem
-        from pymoo.operators.crossover.pntx import TwoPointCrossover
-        from pymoo.operators.mutation.pm import PM
-        from pymoo.operators.repair.rounding import RoundingRepair
-        from pymoo.operators.sampling.rnd import IntegerRandomSampling
-        from pymoo.optimize import minimize
-    except ImportError:
-        raise BadInputError("pipeline search over this many points needs pymoo, which is "
-                            "not installed", PYMOO_FIX) from None
     if t.energy_mj is None:
         raise BadInputError("the layer tables have no energy_mj, so there is no FPS/W front",
                             "sweep with a power source (--power)")
@@ -296,22 +283,8 @@ def nsga2_front(t: CostTables, pop_size: int = 100, generations: int = 100, seed
             ev = cache[c] = evaluate(t, c)
         return -ev.throughput_fps, -(ev.fps_per_w or 0.0)
 
-    class Mapping(Problem):
-        def __init__(self) -> None:
-            super().__init__(n_var=len(upper), n_obj=2, xl=0, xu=upper, vtype=int)
-
-        def _evaluate(self, X: np.ndarray, out: dict[str, Any], *args: Any,
-                      **kwargs: Any) -> None:
-            out["F"] = np.array([cost(x) for x in X])
-
-    # Integer genes: two-point crossover keeps runs of layers (stages) together;
-    # polynomial mutation, rounded, moves a layer to another unit or a level by a step.
-    algorithm = NSGA2(pop_size=pop_size, sampling=IntegerRandomSampling(),
-                      crossover=TwoPointCrossover(),
-                      mutation=PM(prob=1.0, eta=3.0, vtype=float, repair=RoundingRepair()),
-                      eliminate_duplicates=True)
-    res = minimize(Mapping(), algorithm, ("n_gen", generations), seed=seed, verbose=False)
-    n_eval = int(res.algorithm.evaluator.n_eval)
+    n_eval = nsga2_minimize(cost, upper, 2, pop_size=pop_size, generations=generations,
+                            seed=seed, what="pipeline search over this many points")
     n_nsga = len(cache)
     front = _front(list(cache.values()))
     polish_evals = 0
