@@ -31,6 +31,7 @@ from rich import box
 from rich.table import Table
 
 from profiler.cli import command_help
+from profiler.cli.common.devices import add_devices_option
 from profiler.cli.common.options import (
     add_method_options,
     add_multi_processor_options,
@@ -92,11 +93,9 @@ def register(subparsers: Subparsers) -> None:
     p.add_argument("--order", required=True, metavar="LETTERS",
                    help="processor per layer, e.g. GGBBBBNN (L little, B big, G GPU, N NPU); "
                    "with --devices, DEVICE:ORDER per device part, e.g. 'd0:B4G3 d1:B8'")
-    p.add_argument("--devices", type=Path, default=None, metavar="FILE",
-                   help="run the model across the devices FILE lists (or a bundled one by "
-                   "name, e.g. sim2: docs/devices.md), one "
-                   "MPI rank per device part, each measured on its own board and power "
-                   "source; needs MPI: pip install 'coupprof[devices]'")
+    add_devices_option(p, "run the model across its devices (or a bundled file by name, "
+                       "e.g. sim2), one MPI rank per device part, each measured on its own "
+                       "board and power source; needs MPI: pip install 'coupprof[devices]'")
     p.add_argument("--mode", choices=("switch", "pipeline"), required=True,
                    help="switch: one frame at a time; pipeline: stages run concurrently")
     p.add_argument("--freq", default=None, metavar="SPEC", help="DVFS SPEC (see below)")

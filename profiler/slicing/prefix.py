@@ -324,16 +324,23 @@ def _slice_corners(sub: schema.ModelT) -> None:
         begin_t = _const_int32(sub, sg, np.zeros(len(shape), dtype=np.int32), f"coupprof_begin_{t}")
         size_t = _const_int32(sub, sg, np.array(size, dtype=np.int32), f"coupprof_size_{t}")
         out_t = _new_tensor(sg, tensor, size, f"coupprof_corner_{t}")
-        op = schema.OperatorT()
-        op.opcodeIndex = code
-        op.inputs = [t, begin_t, size_t]
-        op.outputs = [out_t]
-        op.builtinOptionsType = schema.BuiltinOptions.SliceOptions
-        op.builtinOptions = schema.SliceOptionsT()
-        sg.operators.append(op)
+        _append_op(sg, code, [t, begin_t, size_t], out_t,
+                   schema.BuiltinOptions.SliceOptions, schema.SliceOptionsT())
         new_outs.append(out_t)
     sg.outputs = new_outs
     sub.signatureDefs = [signature(sg.tensors, list(sg.inputs), new_outs)]
+
+
+def _append_op(sg: schema.SubGraphT, opcode: int, inputs: list[int], output: int,
+               options_type: int, options: object) -> None:
+    """Append one builtin operator with one output to ``sg``."""
+    op = schema.OperatorT()
+    op.opcodeIndex = opcode
+    op.inputs = inputs
+    op.outputs = [output]
+    op.builtinOptionsType = options_type
+    op.builtinOptions = options
+    sg.operators.append(op)
 
 
 def _new_tensor(sg: schema.SubGraphT, like: schema.TensorT, shape: list[int], name: str) -> int:
@@ -367,15 +374,10 @@ def _reduce_outputs(sub: schema.ModelT, above_bytes: int) -> int:
         axes_t = _const_int32(sub, sg, np.array(axes, dtype=np.int32), f"coupprof_axes_{t}")
         kept = [d for i, d in enumerate(shape) if i not in axes]
         red_t = _new_tensor(sg, tensor, kept, f"coupprof_mean_{t}")
-        op = schema.OperatorT()
-        op.opcodeIndex = mean_code
-        op.inputs = [t, axes_t]
-        op.outputs = [red_t]
-        op.builtinOptionsType = schema.BuiltinOptions.ReducerOptions
         opts = schema.ReducerOptionsT()
         opts.keepDims = False
-        op.builtinOptions = opts
-        sg.operators.append(op)
+        _append_op(sg, mean_code, [t, axes_t], red_t, schema.BuiltinOptions.ReducerOptions,
+                   opts)
         new_outs.append(red_t)
         count += 1
     sg.outputs = new_outs
@@ -402,27 +404,17 @@ def _join_outputs(sub: schema.ModelT) -> int:
         size = int(np.prod([int(d) for d in tensor.shape])) if tensor.shape is not None else 1
         shape_t = _const_int32(sub, sg, np.array([1, size], dtype=np.int32), f"coupprof_flat_shape_{t}")
         flat_t = _new_tensor(sg, tensor, [1, size], f"coupprof_flat_{t}")
-        op = schema.OperatorT()
-        op.opcodeIndex = reshape
-        op.inputs = [t, shape_t]
-        op.outputs = [flat_t]
-        op.builtinOptionsType = schema.BuiltinOptions.ReshapeOptions
         opts = schema.ReshapeOptionsT()
         opts.newShape = [1, size]
-        op.builtinOptions = opts
-        sg.operators.append(op)
+        _append_op(sg, reshape, [t, shape_t], flat_t, schema.BuiltinOptions.ReshapeOptions,
+                   opts)
         flat.append(flat_t)
     total = sum(int(sg.tensors[t].shape[1]) for t in flat)
     out_t = _new_tensor(sg, tensors[0], [1, total], "coupprof_joined")
-    op = schema.OperatorT()
-    op.opcodeIndex = _opcode(sub, schema.BuiltinOperator.CONCATENATION)
-    op.inputs = flat
-    op.outputs = [out_t]
-    op.builtinOptionsType = schema.BuiltinOptions.ConcatenationOptions
     cat = schema.ConcatenationOptionsT()
     cat.axis = 1
-    op.builtinOptions = cat
-    sg.operators.append(op)
+    _append_op(sg, _opcode(sub, schema.BuiltinOperator.CONCATENATION), flat, out_t,
+               schema.BuiltinOptions.ConcatenationOptions, cat)
     sg.outputs = [out_t]
     sub.signatureDefs = [signature(sg.tensors, list(sg.inputs), [out_t])]
     return len(outs)
