@@ -9,6 +9,7 @@ closed one) and a name that never resolves (`.invalid`, RFC 6761).
 
 from __future__ import annotations
 
+import os
 import socket
 import subprocess
 from pathlib import Path
@@ -16,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from profiler.devices.check import BAD_INPUT, UNREACHABLE, check_devices, reach, reach_all
-from profiler.devices.launch import mpi_installed
+from profiler.devices.launch import launch, mpi_installed
 from profiler.devices.spec import parse_devices, read_devices
 from profiler.errors import BadInputError
 from tests.cli_runs import COUPPROF
@@ -167,6 +168,8 @@ PARSE_ERRORS = [
     ("[[device]]\nname = 'd0'\n[[device]]\nname = 'd0'\n", "device 'd0' is listed twice"),
     ("[[device]]\nname = 'd0'\nhost = 5\n", "device 1 (d0): host must be a string"),
     ("[[device]]\nname = 'd0'\ncores = [-1]\n", "cores must be a list of host core numbers"),
+    ("[[device]]\nname = 'd0'\nenv = { GPU = 1 }\n", "env must be a table of strings"),
+    ("[[device]]\nname = 'd0'\nenv = 'DRI_PRIME=1'\n", "env must be a table of strings"),
     ("[[device]]\nname = 'd0'\n[[link]]\nlatency = 1\n", "link 1: unknown key(s) latency"),
     ("[[device]]\nname = 'd0'\n[[link]]\nlatency_ms = -1\n", "latency_ms must be a number >= 0"),
     ("[[device]]\nname = 'd0'\n[[link]]\nbandwidth_mb_s = 0\n", "bandwidth_mb_s must be a number > 0"),
@@ -192,3 +195,30 @@ def test_devices_file_errors_reach_the_cli_as_one_line_exit_2(tmp_path: Path, co
     assert res.returncode == 2
     assert res.stderr.count("\n") == 1 and says in res.stderr and "Traceback" not in res.stderr
     assert res.stdout == ""
+
+
+def test_a_devices_env_reaches_its_rank_from_the_start(tmp_path: Path) -> None:
+    """Each rank sees its own device's variables in its *start-up* environment
+    (/proc/self/environ, what the dynamic loader read), not only in os.environ; the
+    other rank does not see them."""
+    if not mpi_installed():
+        pytest.skip("MPI not installed (the devices extra)")
+    devices = parse_devices(
+        "[[device]]\nname = 'd0'\nenv = { COUPPROF_T_GPU = 'pci-0000_00_07_0', "
+        "LD_LIBRARY_PATH = '/opt/vk' }\n[[device]]\nname = 'd1'\n"
+        "env = { COUPPROF_T_GPU = 'pci-0000_00_06_0' }\n")
+    assert devices.devices[0].env == (("COUPPROF_T_GPU", "pci-0000_00_07_0"),
+                                       ("LD_LIBRARY_PATH", "/opt/vk"))
+    probe = tmp_path / "probe_env.py"
+    probe.write_text(
+        "import os, sys\n"
+        "start = dict(e.split('=', 1) for e in open('/proc/self/environ').read().split('\\0') if e)\n"
+        "rank = os.environ['PMI_RANK']\n"
+        "open(sys.argv[1] + '/env-' + rank, 'w').write(\n"
+        "    start.get('COUPPROF_T_GPU', '-') + ' ' + start.get('LD_LIBRARY_PATH', '-'))\n")
+    res = launch("probe_env", [str(tmp_path)], 2, envs=[dict(d.env) for d in devices.devices],
+                 env={"PYTHONPATH": f"{tmp_path}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"},
+                 timeout_s=60, echo=False)
+    assert res.ok, res.log
+    assert (tmp_path / "env-0").read_text() == "pci-0000_00_07_0 /opt/vk"
+    assert (tmp_path / "env-1").read_text() == "pci-0000_00_06_0 -"

@@ -40,7 +40,7 @@ MPI_FIX = "pip install 'coupprof[devices]'"
 #: variables a rank keeps from the launcher's environment (the rest is dropped)
 KEPT_ENV = ("PATH", "HOME", "USER", "LOGNAME", "LANG", "LC_ALL", "LC_CTYPE", "TMPDIR",
             "PYTHONPATH", "VIRTUAL_ENV", "TERM")
-KEPT_PREFIXES = ("COUPPROF_",)
+KEPT_PREFIXES = ("COUPPROF_", "MPI4PY_")  # mpi4py's own settings: which libmpi, its rc
 #: Hydra's own lines about a rank's end (shown only in `LaunchResult.log`)
 _HYDRA_NOISE = re.compile(r"^(=+|=\s.*|YOUR APPLICATION TERMINATED.*|This typically refers.*|"
                           r"Please see the FAQ.*|\[mpiexec@.*|\s*)$")
@@ -117,6 +117,7 @@ def rank_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
 
 def command(module: str, args: Sequence[str], ranks: int, *,
             cores: Sequence[Sequence[int]] | None = None, hosts: Sequence[str] | None = None,
+            envs: Sequence[Mapping[str, str]] | None = None,
             status_dir: Path | None = None, mpiexec: Path | None = None) -> list[str]:
     """The `mpiexec` command line `launch` runs (MPMD: one ``-n 1`` block per rank)."""
     exe = mpiexec or require_mpi()
@@ -132,18 +133,23 @@ def command(module: str, args: Sequence[str], ranks: int, *,
             shim += ["--pin", ",".join(str(c) for c in cores[r])]
         if status_dir is not None:
             shim += ["--status-dir", str(status_dir)]
+        for key, value in (envs[r] if envs else {}).items():
+            shim += ["--env", f"{key}={value}"]
         cmd += [*shim, "--", module, *args]
     return cmd
 
 
 def launch(module: str, args: Sequence[str], ranks: int, *,
            cores: Sequence[Sequence[int]] | None = None, hosts: Sequence[str] | None = None,
-           env: Mapping[str, str] | None = None, timeout_s: float | None = None,
+           env: Mapping[str, str] | None = None,
+           envs: Sequence[Mapping[str, str]] | None = None, timeout_s: float | None = None,
            status_dir: Path | None = None, echo: bool = True) -> LaunchResult:
     """Run ``python -m module *args`` as ``ranks`` MPI ranks and wait for them.
 
     ``cores[r]``: host cores rank r is pinned to (empty: any); ``hosts[r]``: its host
     (MPI must reach it); ``env``: added to the ranks' clean environment (`rank_env`);
+    ``envs[r]``: added to rank r's alone (the shim sets it and starts again, so that the
+    dynamic loader sees it too: ``LD_LIBRARY_PATH``, a Vulkan layer's choice of GPU);
     ``timeout_s``: then the ranks' process group is killed (``timed_out``);
     ``status_dir``: where the ranks' exit codes are written (default: a temporary
     directory); ``echo``: the ranks' output goes on to stderr as it comes (Hydra's
@@ -151,7 +157,7 @@ def launch(module: str, args: Sequence[str], ranks: int, *,
     """
     if ranks < 1:
         raise ValueError(f"need at least one rank, not {ranks}")
-    for what, seq in (("cores", cores), ("hosts", hosts)):
+    for what, seq in (("cores", cores), ("hosts", hosts), ("envs", envs)):
         if seq is not None and len(seq) != ranks:
             raise ValueError(f"{what} has {len(seq)} entries for {ranks} ranks")
     exe = require_mpi()
@@ -165,8 +171,8 @@ def launch(module: str, args: Sequence[str], ranks: int, *,
         for r in range(ranks):
             (status_dir / f"rank-{r}.exit").unlink(missing_ok=True)
             (status_dir / f"rank-{r}.pid").unlink(missing_ok=True)
-        cmd = command(module, args, ranks, cores=cores, hosts=hosts, status_dir=status_dir,
-                      mpiexec=exe)
+        cmd = command(module, args, ranks, cores=cores, hosts=hosts, envs=envs,
+                      status_dir=status_dir, mpiexec=exe)
         return _run(cmd, ranks, rank_env(env), timeout_s, status_dir, echo)
 
 
@@ -268,12 +274,18 @@ def _exit_code(path: Path) -> int | None:
 
 
 def _shim(argv: list[str]) -> int:
-    """``--rank R [--pin CORES] [--status-dir DIR] -- MODULE ARGS``: pin, run MODULE as
-    ``__main__``, write the exit code."""
+    """``--rank R [--pin CORES] [--status-dir DIR] [--env K=V ...] -- MODULE ARGS``: set
+    the rank's own variables (starting again where they are not yet set), pin, run MODULE
+    as ``__main__``, write the exit code."""
     import runpy
 
     sep = argv.index("--")
     opts, rest = argv[:sep], argv[sep + 1:]
+    own = dict(opts[i + 1].split("=", 1) for i, o in enumerate(opts) if o == "--env")
+    if any(os.environ.get(k) != v for k, v in own.items()):
+        # exec, not os.environ: glibc reads LD_LIBRARY_PATH once, at the process's start
+        os.execve(sys.executable, [sys.executable, "-m", "profiler.devices.launch", *argv],
+                  {**os.environ, **own})
     rank = int(opts[opts.index("--rank") + 1])
     if "--pin" in opts:
         os.sched_setaffinity(0, {int(c) for c in opts[opts.index("--pin") + 1].split(",")})

@@ -103,7 +103,8 @@ def measure_links(devices: DeviceSet, boundaries: Sequence[BoundaryTensors], *,
                            for b in boundaries]}))
         res = launch("profiler.devices.link_probe", [str(plan), str(out)],
                      len(devices.devices), cores=[list(d.cores) for d in devices.devices],
-                     hosts=[d.host for d in devices.devices], timeout_s=timeout_s, echo=echo)
+                     hosts=[d.host for d in devices.devices],
+                     envs=[dict(d.env) for d in devices.devices], timeout_s=timeout_s, echo=echo)
         if not res.ok or not out.is_file():
             why = "timed out" if res.timed_out else f"ranks {res.failed} failed"
             raise ProfilerError(f"the link probe {why} (mpiexec exit {res.returncode})",
@@ -121,6 +122,9 @@ def _devices_toml(devices: DeviceSet) -> str:
         lines += ["[[device]]", f"name = {json.dumps(d.name)}", f"host = {json.dumps(d.host)}"]
         if d.cores:
             lines.append(f"cores = {list(d.cores)}")
+        if d.env:
+            lines.append("env = { " + ", ".join(f"{k} = {json.dumps(v)}" for k, v in d.env)
+                         + " }")
     for pair, link in [(None, devices.default_link), *devices.links.items()]:
         lines.append("[[link]]")
         if pair is not None:

@@ -232,6 +232,7 @@ def run_devices(config: DevicesRunConfig) -> DevicesRun:
     parts_dev = [devices.device(p.device) for p in dmap.parts]
     launched = launch("profiler.devices.rank", [str(job_path.resolve())], n,
                       cores=[d.cores for d in parts_dev], hosts=[d.host for d in parts_dev],
+                      envs=[dict(d.env) for d in parts_dev],
                       timeout_s=config.timeout_s, status_dir=out / "ranks")
     parts = []
     for r, (p, d) in enumerate(zip(dmap.parts, parts_dev, strict=True)):

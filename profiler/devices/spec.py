@@ -43,6 +43,8 @@ class Device:
     marker: str | None = None     # a --marker SPEC
     sysfs_root: str | None = None  # its own sysfs tree (simulated boards on one machine)
     cores: tuple[int, ...] = ()   # host cores its rank is pinned to (empty: any)
+    # variables set in its rank's environment before it starts (e.g. which GPU it uses)
+    env: tuple[tuple[str, str], ...] = ()
 
     @property
     def local(self) -> bool:
@@ -125,6 +127,17 @@ def _cores(value: object, where: str) -> tuple[int, ...]:
     return tuple(value)
 
 
+def _env(value: object, where: str) -> tuple[tuple[str, str], ...]:
+    if value is None:
+        return ()
+    if (not isinstance(value, dict)
+            or not all(isinstance(k, str) and re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", k)
+                       and isinstance(v, str) for k, v in value.items())):
+        raise BadInputError(f"{where}: env must be a table of strings, e.g. "
+                            "env = { DRI_PRIME = \"pci-0000_00_07_0\" }", DEVICES_FIX)
+    return tuple(sorted(value.items()))
+
+
 def parse_devices(text: str, path: Path | None = None) -> DeviceSet:
     """Read a devices file's text; every mistake is one `BadInputError` line."""
     where = str(path) if path else "devices file"
@@ -142,7 +155,7 @@ def parse_devices(text: str, path: Path | None = None) -> DeviceSet:
     devices: list[Device] = []
     for k, row in enumerate(rows):
         at = f"{where}: device {k + 1}"
-        keys = {"name", "host", "board", "power", "marker", "sysfs_root", "cores"}
+        keys = {"name", "host", "board", "power", "marker", "sysfs_root", "cores", "env"}
         if set(row) - keys:
             raise BadInputError(f"{at}: unknown key(s) {', '.join(sorted(set(row) - keys))}",
                                 DEVICES_FIX)
@@ -156,7 +169,8 @@ def parse_devices(text: str, path: Path | None = None) -> DeviceSet:
                 raise BadInputError(f"{at} ({name}): {key} must be a string", DEVICES_FIX)
         devices.append(Device(name, row.get("host", "localhost"), row.get("board", "sim"),
                               row.get("power"), row.get("marker"), row.get("sysfs_root"),
-                              _cores(row.get("cores"), f"{at} ({name})")))
+                              _cores(row.get("cores"), f"{at} ({name})"),
+                              _env(row.get("env"), f"{at} ({name})")))
     default = Link()
     links: dict[frozenset[str], Link] = {}
     link_rows = doc.get("link", [])
