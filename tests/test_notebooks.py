@@ -100,7 +100,8 @@ def test_notebooks_have_a_parameters_cell_and_no_stored_outputs() -> None:
     names = sorted(p.name for p in NOTEBOOKS.glob("*.ipynb"))
     assert names == ["01_layer_profiles.ipynb", "02_dvfs_sweep.ipynb", "03_transfer_matrix.ipynb",
                      "04_real_rk3399pro.ipynb",  # 04 runs in tests/test_import_notebook.py
-                     "05_explore.ipynb"]  # 05 runs in tests/test_explore_notebook.py
+                     "05_explore.ipynb",  # 05 runs in tests/test_explore_notebook.py
+                     "06_several_boards.ipynb"]  # 06 in tests/test_devices_notebook.py
     for name in names:
         nb = nbformat.read(NOTEBOOKS / name, as_version=4)
         nbformat.validate(nb)
