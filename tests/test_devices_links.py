@@ -50,6 +50,16 @@ def test_probe_recovers_a_simulated_link() -> None:
     # a run sees the real local transfer on top of the model, at every size
     total = fitted.fits[frozenset(("d0", "d1"))]
     assert all(total.time_ms(n) > added.time_ms(n) for n in sizes)
+    # Each hand-over's energy on both devices, from each one's own virtual logger, against
+    # its simulated board's true energy over the same windows; longer hand-overs cost more.
+    timed = rows[rows["pass"] != "added"]
+    for side in ("src", "dst"):
+        got, truth = timed[f"energy_mj_{side}"], timed[f"true_energy_mj_{side}"]
+        assert (truth > 0).all()
+        assert np.allclose(got, truth, rtol=0.02), (side, list(got), list(truth))
+    link = rows[rows["pass"] == "link"]
+    assert link["energy_mj_dst"].iloc[-1] > 5 * link["energy_mj_dst"].iloc[0]
+    assert rows.loc[rows["pass"] == "added", "energy_mj_src"].isna().all()
 
 
 def _table(path: Path, t_ms: np.ndarray) -> None:

@@ -11,13 +11,18 @@ clock every rank reads; across hosts, as the round trip less b's own time before
 acknowledgement and half an empty round trip. How much later b's consumer thread wakes
 is kept apart (``wake_ms_median``). Where the link is simulated, each boundary is also
 timed with the model off (the real local transfer), so the fit can say what the link
-added. What is timed: docs/devices.md ("Link tables").
+added. Where every device is on this host and has a streaming power source, each rank
+also captures its own power through the probe (its marker high while a frame is in
+flight), and each hand-over's energy on the sending and on the receiving device is its
+power integrated over the hand-over's window (``energy_mj_src``, ``energy_mj_dst``).
+What is timed and measured: docs/devices.md ("Link tables").
 
 Run by hand: ``mpiexec -n 2 python -m profiler.devices.link_probe PLAN.json OUT.json``.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
 import tempfile
@@ -30,7 +35,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from profiler.devices.spec import DeviceSet, Link, parse_devices
+from profiler.devices.spec import Device, DeviceSet, Link, parse_devices
 from profiler.errors import BadInputError, ProfilerError
 
 ACK_TAG = 3
@@ -78,11 +83,13 @@ class ProbeResult:
 
 def measure_links(devices: DeviceSet, boundaries: Sequence[BoundaryTensors], *,
                   reps: int = 20, warmup: int = 3, timeout_s: float | None = 600.0,
-                  seed: int = 0, echo: bool = True, one_clock: bool | None = None
-                  ) -> ProbeResult:
+                  seed: int = 0, echo: bool = True, one_clock: bool | None = None,
+                  energy: bool = True) -> ProbeResult:
     """Run the probe over MPI, one rank per device, and read its rows back.
     ``one_clock``: time on the one host clock (default: where every device is local),
-    else by round trips, as across hosts."""
+    else by round trips, as across hosts. ``energy``: each hand-over's energy on both
+    devices, from their own power sources, where the hand-overs are timed on one clock
+    (the rows' ``energy_mj_*`` are NaN otherwise)."""
     from profiler.devices.launch import launch
 
     if len(devices.devices) < 2:
@@ -97,7 +104,7 @@ def measure_links(devices: DeviceSet, boundaries: Sequence[BoundaryTensors], *,
         out = Path(tmp) / "out.json"
         plan.write_text(json.dumps({
             "devices": _devices_toml(devices), "reps": reps, "warmup": warmup, "seed": seed,
-            "one_clock": one_clock,
+            "one_clock": one_clock, "energy": bool(energy and one_clock),
             "boundaries": [{"boundary": b.boundary, "tensors": [[list(s), d] for s, d in
                                                                 b.tensors]}
                            for b in boundaries]}))
@@ -119,7 +126,11 @@ def _devices_toml(devices: DeviceSet) -> str:
         return devices.path.read_text()
     lines = []
     for d in devices.devices:
-        lines += ["[[device]]", f"name = {json.dumps(d.name)}", f"host = {json.dumps(d.host)}"]
+        lines += ["[[device]]", f"name = {json.dumps(d.name)}", f"host = {json.dumps(d.host)}",
+                  f"board = {json.dumps(d.board)}"]
+        for key in ("power", "marker", "sysfs_root"):
+            if getattr(d, key) is not None:
+                lines.append(f"{key} = {json.dumps(getattr(d, key))}")
         if d.cores:
             lines.append(f"cores = {list(d.cores)}")
         if d.env:
@@ -146,11 +157,90 @@ def _rows(samples: list[dict[str, Any]]) -> pd.DataFrame:
                      "time_ms_std": float(ms.std(ddof=1)) if ms.size > 1 else 0.0,
                      "reps": int(ms.size),
                      # the consumer's thread wakes this long after the link delivers
-                     "wake_ms_median": float(np.median(s["wake_ms"]))})
+                     "wake_ms_median": float(np.median(s["wake_ms"])),
+                     # each device's energy over a hand-over: the mean of the repetitions
+                     # (a window is shorter than a logger's update; its mean is unbiased)
+                     **{f"energy_mj_{side}": _mean(s.get(f"energy_mj_{side}"))
+                        for side in ("src", "dst")},
+                     **{f"true_energy_mj_{side}": _mean(s.get(f"true_energy_mj_{side}"))
+                        for side in ("src", "dst")}})
     return pd.DataFrame(rows)
 
 
+def _mean(values: list[float] | None) -> float:
+    return float(np.mean(values)) if values else float("nan")
+
+
 # -- what one rank runs -------------------------------------------------------------
+
+
+RowKey = tuple[int, str, str, str]  # a row's boundary, src, dst and pass
+
+
+def _key(row: dict[str, Any]) -> RowKey:
+    return (int(row["boundary"]), str(row["src"]), str(row["dst"]), str(row["pass"]))
+
+
+class _Meter:
+    """One rank's power capture through the probe: the marker high while a frame is in
+    flight on this rank, and the frames' hand-over windows integrated afterwards."""
+
+    def __init__(self, device: Device) -> None:
+        from profiler.measure.hardware import open_power
+        from profiler.platform import choose_board
+
+        self.board = choose_board(device.board, device.sysfs_root)
+        self.session, _ = open_power(self.board, device.power, device.marker,
+                                     sysfs_root=Path(device.sysfs_root)
+                                     if device.sysfs_root and not self.board.simulated
+                                     else None)
+        if self.session is not None and not self.session.streaming:
+            self.session = None  # a counter cannot resolve a hand-over of a millisecond
+        self.capture: Any = None
+        self.windows: list[tuple[int, int, RowKey, str]] = []  # t0, t1, its row, side
+        self.energy: dict[tuple[RowKey, str], list[float]] = {}  # per row and side, in order
+
+    def __enter__(self) -> _Meter:
+        if self.session is not None:
+            self.session.__enter__()
+            self.capture = self.session.capture().start()
+        return self
+
+    def mark(self, level: int) -> None:
+        if self.capture is not None:
+            self.capture.mark(level)
+
+    def window(self, t0_ns: int, t1_ns: int, key: RowKey, side: str) -> None:
+        self.windows.append((t0_ns, t1_ns, key, side))
+
+    def __exit__(self, *exc: object) -> None:
+        if self.capture is None or self.session is None:
+            return
+        try:
+            self.capture.stop()
+            if self.windows:
+                t0 = np.array([w[0] for w in self.windows], dtype=np.int64)
+                t1 = np.array([w[1] for w in self.windows], dtype=np.int64)
+                att = self.capture.windows_on_host(t0[None, :], t1[None, :])
+                truth = _truth(self.board)
+                for k, (a, b, key, side) in enumerate(self.windows):
+                    self.energy.setdefault((key, f"energy_mj_{side}"), []).append(
+                        float(att.window_energy_mj[0, k]))
+                    if truth is not None:
+                        self.energy.setdefault((key, f"true_energy_mj_{side}"), []).append(
+                            float(truth.true_energy_mj(int(a), int(b))))
+        finally:
+            self.session.__exit__(*exc)
+
+
+def _truth(board: Any) -> Any:
+    """The simulated board's live power model (its true energy), else None."""
+    if not board.simulated:
+        return None
+    from profiler.sim.power import current
+
+    return current(board)
+
 
 
 def _spin(req: Any) -> None:
@@ -179,7 +269,7 @@ def _ping_ms(comm: Any, me: int, other: int, sender: bool, n: int = 20) -> float
 
 
 def _pair(comm: Any, rank: int, a: int, b: int, link: Link, plan: dict[str, Any],
-          names: list[str]) -> list[dict[str, Any]]:
+          names: list[str], meter: _Meter | None = None) -> list[dict[str, Any]]:
     """Rank a sends every boundary to rank b; b's rows (a's round trips folded in).
 
     Where the link is simulated, its frames and the same frames with its model off
@@ -205,15 +295,28 @@ def _pair(comm: Any, rank: int, a: int, b: int, link: Link, plan: dict[str, Any]
             tx = TensorSender(comm, b, [k for k, _, _ in specs])
             data = {k: _random(s, d, rng) for k, s, d in specs}
             trips: list[float] = []
+            posted: list[int] = []
             for f, _ in frames:
+                if meter is not None:
+                    meter.mark(1)
                 t0 = perf_clock()
+                posted.append(t0)
                 tx.send(f, data)
                 # the acknowledgement says the frame arrived (its sends are done by then
                 # as far as this frame is concerned; the sender keeps their buffers)
                 _spin(comm.Irecv(ack, source=b, tag=ACK_TAG))
                 trips.append((perf_clock() - t0) / 1e6)
+                if meter is not None:
+                    meter.mark(0)
             tx.flush()
             comm.send(trips, dest=b, tag=ACK_TAG + 100)
+            # the receiver's rows, and when each frame was let through, for this side's
+            # energy over the same windows (one clock: the ranks' times compare)
+            theirs, ready_ns = comm.recv(source=b, tag=ACK_TAG + 101)
+            if meter is not None:
+                for key, ks in theirs:
+                    for k in ks:
+                        meter.window(posted[k], ready_ns[k], key, "src")
             continue
 
         def receiver(w: int, specs: list[tuple[int, tuple[int, ...], str]] = specs
@@ -225,11 +328,15 @@ def _pair(comm: Any, rank: int, a: int, b: int, link: Link, plan: dict[str, Any]
         direct: list[float] = []
         held: list[float] = []
         woke: list[float] = []
+        spans: list[tuple[int, int]] = []  # (sent, let through), host ns
         nbytes = 0
         rx = receiver(frames[0][1])
         for k in range(len(frames)):
             got = rx.take()
             t_take = perf_clock()
+            if meter is not None:
+                meter.mark(1)
+            spans.append((int(got.sent_ns), int(got.ready_ns)))
             rx.join()
             nbytes = got.nbytes
             direct.append((got.ready_ns - got.sent_ns) / 1e6)
@@ -239,16 +346,27 @@ def _pair(comm: Any, rank: int, a: int, b: int, link: Link, plan: dict[str, Any]
                 time.sleep(POST_S)  # its receives posted before the next frame comes
             held.append((perf_clock() - t_take) / 1e6)
             comm.Send(np.array([k], dtype=np.int64), dest=a, tag=ACK_TAG)
+            if meter is not None:
+                meter.mark(0)
         trips = comm.recv(source=a, tag=ACK_TAG + 100)
+        windows: list[tuple[RowKey, list[int]]] = []  # each row's frames
         by_pass: dict[str, list[float]] = {}
         for w, (what, _) in enumerate(passes):
             mine = [k for k, (f, ww) in enumerate(frames) if ww == w and f >= warmup]
             times = [direct[k] for k in mine] if one_clock else \
                 [trips[k] - held[k] - woke[k] - half_ping for k in mine]
             by_pass[what] = times
-            rows.append({"boundary": int(bd["boundary"]), "src": names[a], "dst": names[b],
-                         "bytes": nbytes, "tensors": len(specs), "pass": what,
-                         "time_ms": times, "wake_ms": [woke[k] for k in mine]})
+            row = {"boundary": int(bd["boundary"]), "src": names[a], "dst": names[b],
+                   "bytes": nbytes, "tensors": len(specs), "pass": what,
+                   "time_ms": times, "wake_ms": [woke[k] for k in mine]}
+            rows.append(row)
+            windows.append((_key(row), mine))
+        # each row's hand-over windows: this side's, and the sender's over the same frames
+        if meter is not None:
+            for key, ks in windows:
+                for k in ks:
+                    meter.window(spans[k][0], spans[k][1], key, "dst")
+        comm.send((windows, [e for _, e in spans]), dest=a, tag=ACK_TAG + 101)
         if "local" in by_pass:  # what the link added, each repetition's frames paired
             rows.append({"boundary": int(bd["boundary"]), "src": names[a], "dst": names[b],
                          "bytes": nbytes, "tensors": len(specs), "pass": "added",
@@ -280,15 +398,29 @@ def main(argv: list[str]) -> int:
     if size != len(names):
         print(f"link probe: {size} ranks for {len(names)} devices", file=sys.stderr)
         return 2
+    meter = None
+    if plan.get("energy"):
+        try:
+            meter = _Meter(devices.device(names[rank]))
+        except ProfilerError as err:  # its hand-overs are still timed
+            print(f"link probe: device {names[rank]}: no energy ({err})", file=sys.stderr)
     rows: list[dict[str, Any]] = []
-    for a in range(size):
-        for b in range(a + 1, size):
-            if rank in (a, b):
-                rows += _pair(comm, rank, a, b, devices.link(names[a], names[b]), plan, names)
-            comm.Barrier()
-    gathered = comm.gather(rows, root=0)
+    with meter if meter is not None else contextlib.nullcontext():
+        for a in range(size):
+            for b in range(a + 1, size):
+                if rank in (a, b):
+                    rows += _pair(comm, rank, a, b, devices.link(names[a], names[b]), plan,
+                                  names, meter)
+                comm.Barrier()
+    energy = list(meter.energy.items()) if meter is not None else []
+    gathered = comm.gather((rows, energy), root=0)
     if rank == 0 and gathered is not None:
-        out_path.write_text(json.dumps([r for part in gathered for r in part]))
+        found: dict[RowKey, dict[str, list[float]]] = {}
+        for _, part in gathered:
+            for (key, column), values in part:
+                found.setdefault(key, {})[column] = values
+        out = [r | found.get(_key(r), {}) for part, _ in gathered for r in part]
+        out_path.write_text(json.dumps(out))
     return 0
 
 

@@ -188,7 +188,24 @@ def render_links(rows: pd.DataFrame, fitted: FittedLinks, devices: DeviceSet, mo
             grp["src"], grp["dst"], what, grp["time_ms_median"], strict=True)}
         t2.add_row(str(b), f"{int(grp['bytes'].iloc[0]) / 1024:.1f}",
                    *[_f(cell.get((p, w))) for p in pairs for w in passes])
-    return [t, t2]
+    tables = [t, t2]
+    linked = rows[rows["pass"] == "link"] if "pass" in rows.columns else rows
+    if "energy_mj_src" in rows.columns and linked["energy_mj_src"].notna().any():
+        t3 = Table(title="energy per hand-over (mJ, mean), on the sending and the receiving "
+                   "device, each from its own power source", box=box.SIMPLE_HEAD,
+                   title_justify="left", caption="over each hand-over's window: from the "
+                   "sends' posting to the receiver letting the tensors through",
+                   caption_justify="left")
+        for col in ("b", "KiB", *[f"{p} {side}" for p in pairs for side in ("src", "dst")]):
+            t3.add_column(col, justify="right")
+        for b, grp in linked.groupby("boundary", sort=True):
+            got = {f"{s}->{d}": (es, ed) for s, d, es, ed in zip(
+                grp["src"], grp["dst"], grp["energy_mj_src"], grp["energy_mj_dst"],
+                strict=True)}
+            t3.add_row(str(b), f"{int(grp['bytes'].iloc[0]) / 1024:.1f}",
+                       *[_f(got.get(p, (None, None))[k]) for p in pairs for k in (0, 1)])
+        tables.append(t3)
+    return tables
 
 
 def _pm(v: float, ci: float) -> str:
