@@ -152,6 +152,29 @@ def test_pipeline_two_boards(cache: Path, tmp_path: Path) -> None:
     assert run.all_restored
 
 
+def test_a_counter_source_gives_each_devices_energy_over_its_frames(cache: Path,
+                                                                   tmp_path: Path) -> None:
+    """An energy counter (as a GPU's NVML or a CPU's RAPL keeps one; here the simulated
+    board's, `sim:counter`) is read over the measured frames once on every device, whose
+    neighbours run exactly those frames: no repeats. Against each board's true energy over
+    the counter's window: the counter reads as of its last 1 ms refresh, up to 1 ms of
+    about 600 ms here (0.2 %)."""
+    counted = TWO.replace('cores = [0]', 'cores = [0]\npower = "sim:counter"').replace(
+        'cores = [1]', 'cores = [1]\npower = "sim:counter"')
+    f = tmp_path / "devices.toml"
+    f.write_text(counted)
+    run = run_devices(DevicesRunConfig(f, ORDER, "pipeline", default_model_path(),
+                                       tmp_path / "out", frames=100, warmup=1, freq="4"))
+    assert run.exit_code == 0, run.launched.log[-20:]
+    d0, d1, total = part_rows(run)
+    for r in (d0, d1):
+        assert r["frames_done"] == 100
+        assert r["energy_mj"] == pytest.approx(r["true_energy_mj"], rel=0.005), r
+    for p in run.parts:
+        assert p.result is not None and p.result["power_source"] == "sim:counter"
+    assert total["energy_mj"] == pytest.approx(d0["energy_mj"] + d1["energy_mj"])
+
+
 def test_simulated_link_in_frame_latency(cache: Path, tmp_path: Path) -> None:
     linked = TWO + f"""
 [[link]]

@@ -183,9 +183,9 @@ def _specs(device: Device, board: Board | None) -> list[Check]:
         except ProfilerError as err:
             return [Check.failed("power", err), marker_check]
         if session is not None and not session.streaming:
-            return [Check("power", False, f"power source {power!r} is a counter, which "
-                          "repeats frames to fill its window", "give the device a streaming "
-                          "source (sim, arduino:PORT)", BAD_INPUT), marker_check]
+            return [Check("power", True, f"{power} (a counter: energy over the measured "
+                          "frames, so give enough of them for many counter updates)"),
+                    marker_check]
         return [Check("power", True, power), marker_check]
     why = (f"its hardware is on {device.host}" if not device.local else
            "no board to build it for" if board is None else "its marker is invalid")

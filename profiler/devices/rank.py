@@ -299,10 +299,6 @@ def _run(job: RankJob, comm: Any, rank: int, size: int, out_dir: Path, log: Part
     meter, activity = open_power(board, device.power, device.marker,
                                  trace_dir=None, sysfs_root=device_sysfs(device, board, out_dir)
                                  if not board.simulated else None)
-    if meter is not None and not meter.streaming:
-        raise BadInputError(f"device {device.name}: power source {device.power!r} is a "
-                            "counter, which repeats frames to fill its window",
-                            "give the device a streaming source (sim, arduino:PORT)")
     first, last = rank == 0, rank == size - 1
     total = job.warmup + job.frames
     window = 1 if job.mode == "switch" else max(1, job.window)
@@ -382,6 +378,7 @@ def _run(job: RankJob, comm: Any, rank: int, size: int, out_dir: Path, log: Part
                 result = run_mapping(sub, board, MappingRunConfig(
                     mapping, job.mode, frames=job.frames, warmup=job.warmup, freq=plan,
                     governors=govs, queue_depth=job.queue_depth, power=meter,
+                    counter_repeats=False,  # the neighbours run these frames once
                     activity=activity, seed=job.seed, inputs=feed, sink=sink,
                     model_name=Path(job.model).name, method=Method(job.method),
                     model_bytes=data))
@@ -448,13 +445,14 @@ def _true_energy_mj(board: Board, result: Any) -> float | None:
     """The simulated board's true energy per frame over the window the run measured."""
     if not board.simulated or result.energy_window_ns is None or result.frames < 2:
         return None
+    counted = result.power_info.get("energy_frames")  # a counter: its window's frames
     from profiler.sim.power import current
 
     model = current(board)
     if model is None:
         return None
     t0, t1 = result.energy_window_ns
-    return model.true_energy_mj(t0, t1) / (result.frames - 1)
+    return model.true_energy_mj(t0, t1) / (counted or result.frames - 1)
 
 
 def main(argv: list[str]) -> int:

@@ -166,6 +166,10 @@ class MappingRunConfig:
     # What the run talks to:
     make: MakeExecutor | None = None  # default: profiler.executors.factory.make_executor
     power: PowerSession | None = None  # energy per frame, when given
+    # A counter source's window: the measured frames repeated until it holds enough counter
+    # updates (True), or the measured frames once (False: a part of a model on one of
+    # several devices, whose neighbours run exactly those frames).
+    counter_repeats: bool = True
     activity: Activity | None = None  # told when each stage's processor works (sim power)
     clock: Clock = perf_clock
     progress: Progress | None = None  # (frames done, total), warm-up included
@@ -737,7 +741,12 @@ def _measure_counter(driver: _Driver, config: MappingRunConfig, power: PowerSess
             if config.clock() - t0 >= power.window_ns:
                 return done
 
-    n_frames, energy, c0, c1 = power.span(measured_batches)
+    def measured_once() -> int:
+        driver.batch(config.measured)
+        return config.frames
+
+    n_frames, energy, c0, c1 = power.span(measured_batches if config.counter_repeats
+                                          else measured_once)
     return _Energy(per_frame_mj=energy / n_frames, counter_window_ns=(int(c0), int(c1)),
                    counter_frames=int(n_frames))
 
@@ -789,7 +798,8 @@ def _result(config: MappingRunConfig, stages: _Stages, driver: _Driver,
     elif energy.counter_window_ns is not None:
         run.energy_window_ns = energy.counter_window_ns
         run.power_info = {"energy_frames": energy.counter_frames,
-                          "energy_method": "counter over repeated batches"}
+                          "energy_method": "counter over repeated batches"
+                          if config.counter_repeats else "counter over the measured frames"}
     return run
 
 

@@ -6,6 +6,9 @@
 - ``sim:ina260``: ARM-CO-UP's logger, an INA260 on an Arduino printing ``pin,millis,mW``
   lines (`profiler.sim.ina260.VirtualIna260`); everything after the pty is the real
   `ina260:PORT` path: pyserial, the recording, its alignment and attribution.
+- ``sim:counter``: an energy counter such as RAPL or NVML keeps (`SimCounterSource`): the
+  board's true energy since it opened, refreshed every millisecond in RAPL's 15.3 µJ
+  steps; everything after it is the real counter path.
 
 Only the sensor is modelled (`profiler.sim.power.SimPowerModel` gives the board's watts
 from what each processor runs). `build_sim_source` is the ``sim`` kind's builder, which
@@ -20,7 +23,7 @@ from profiler.clock import Clock, perf_clock
 from profiler.errors import BadInputError
 from profiler.power.sources import SourceHardware, spec_fix
 from profiler.power.sources.arduino import ArduinoSource
-from profiler.power.sources.base import PowerSource, SourceInfo
+from profiler.power.sources.base import CounterSource, PowerSource, SourceInfo
 from profiler.power.sources.ina260 import Ina260Source
 from profiler.sim.ina260 import VirtualIna260
 from profiler.sim.power import SimPowerModel
@@ -128,14 +131,58 @@ def build_sim_source(spec: str, rest: str, hw: SourceHardware) -> PowerSource:
     """``sim`` or ``sim:ina260``: a virtual logger reading the simulated board's power model
     (`SimPowerModel` of ``hw.board``, or the caller's own in ``hw.extra["sim_power_model"]``),
     which the source's `activity` tells when each processor works."""
-    if rest.lower() not in ("", "ina260"):
-        raise BadInputError(f"power source {spec!r}: expected sim or sim:ina260", fix=spec_fix())
+    if rest.lower() not in ("", "ina260", "counter"):
+        raise BadInputError(f"power source {spec!r}: expected sim, sim:ina260 or sim:counter",
+                            fix=spec_fix())
     model = hw.extra.get("sim_power_model")
     if model is None and hw.board is not None and hw.board.simulated:
         model = SimPowerModel(hw.board)
     if model is None:
         raise BadInputError(f"--power {spec} needs the simulated board",
                             fix="use --board sim, or another --power source")
+    if rest.lower() == "counter":
+        return SimCounterSource(spec, model, clock=hw.clock)
     if rest:
         return SimIna260Source(spec, model, out_dir=hw.extra.get("trace_dir"), clock=hw.clock)
     return SimSource(spec, model, out_dir=hw.extra.get("trace_dir"), clock=hw.clock)
+
+
+class SimCounterSource(CounterSource):
+    """``sim:counter``: the simulated board's energy as a hardware counter keeps it (RAPL's
+    ``energy_uj``, NVML's total energy): the power model's true energy since `open`, read
+    as of the counter's last refresh and in whole steps of its resolution."""
+
+    kind = "sim"
+    update_interval_ns = 1_000_000  # RAPL refreshes about every millisecond
+    RESOLUTION_MJ = 0.0153  # RAPL's energy unit, 2^-16 J
+
+    def __init__(self, spec: str, model: SimPowerModel, *, clock: Clock = perf_clock) -> None:
+        super().__init__(spec, clock)
+        self.model = model
+        self._t0_ns = 0
+
+    @property
+    def activity(self) -> SimPowerModel:
+        return self.model
+
+    def _open_device(self) -> None:
+        self._t0_ns = self.clock()
+
+    def _close_device(self) -> None:
+        pass
+
+    def read_energy_mj(self) -> float:
+        self._require_open()
+        ticks = (self.clock() - self._t0_ns) // self.update_interval_ns
+        refreshed = self._t0_ns + ticks * self.update_interval_ns
+        steps = self.model.true_energy_mj(self._t0_ns, refreshed) // self.RESOLUTION_MJ
+        return float(steps * self.RESOLUTION_MJ)
+
+    def info(self) -> SourceInfo:
+        return SourceInfo(spec=self.spec, kind="sim", mode="counter",
+                          device="simulated energy counter",
+                          update_interval_ns=self.update_interval_ns,
+                          energy_resolution_mj=self.RESOLUTION_MJ,
+                          hardware_energy_counter=True,
+                          detail="simulated board power model (idle + each running layer's "
+                                 "modelled power), integrated exactly and read as a counter")

@@ -139,7 +139,8 @@ POWER_HELP = (
     "resolves it; none leaves the energy columns out. --power ina260:PORT reads an INA260 on "
     "an Arduino printing pin,millis,mW lines (ARM-CO-UP's logger; its pin 13 wired to the "
     "--marker), sim:ina260 the same logger on the simulated board: layers and sweep only, "
-    "the marker idles 8 ms after each layer, and layers under ~3 ms get no power.")
+    "the marker idles 8 ms after each layer, and layers under ~3 ms get no power. "
+    "sim:counter is the simulated board's energy as a counter (RAPL-like: 1 ms, 15.3 uJ).")
 
 
 def add_power_options(p: argparse.ArgumentParser, *, baseline_s: float = 0.5,
@@ -148,7 +149,8 @@ def add_power_options(p: argparse.ArgumentParser, *, baseline_s: float = 0.5,
     sizes counter windows its own way)."""
     pw = p.add_argument_group("power", POWER_HELP)
     pw.add_argument("--power", default=None, metavar="SPEC",
-                    help="arduino:PORT | sim | sim:ina260 | ina260:PORT | nvml[:I] | rapl[:ZONE] | "
+                    help="arduino:PORT | sim | sim:ina260 | sim:counter | ina260:PORT | nvml[:I] | "
+                    "rapl[:ZONE] | "
                     "hwmon[:DEV[:CH]] | auto | none (default: sim on the simulated board, else "
                     "none)")
     pw.add_argument("--marker", default=None, metavar="SPEC",
