@@ -119,6 +119,10 @@ KINDS: dict[str, tuple[str, str]] = {
     "coupprof-import": ("import", "coupprof import"),
     "coupprof-trace": ("trace", "coupprof collect"),
     "coupprof-lomo": ("lomo", "coupprof calibrate --lomo-csv"),
+    "coupprof-run-devices": ("run-devices", "coupprof run --devices"),
+    "coupprof-device-links": ("device-links", "coupprof transfer-matrix --devices"),
+    "coupprof-explore-devices": ("explore-devices", "coupprof explore --devices"),
+    "coupprof-predict-devices": ("predict-devices", "coupprof predict --devices --json"),
 }
 PROFILE = ("profile", "coupprof calibrate")  # a board profile (TOML) it fitted
 TRACE_DIR = "trace-dir"  # NAME.trace/, kept by the command that wrote NAME.csv
@@ -192,8 +196,8 @@ def find_results(run_dir: Path) -> list[Found]:
             out.append(classify(path))
         elif path.suffix == ".json" and not path.with_suffix(".csv").exists():
             meta = _read_json(path)
-            if _kind(meta) == "predict":
-                out.append(Found(path, meta, "predict"))
+            if _kind(meta) in ("predict", "predict-devices"):
+                out.append(Found(path, meta, _kind(meta)))
         elif path.suffix == ".toml" and (found := _profile(path)) is not None:
             out.append(found)
     return out
@@ -559,6 +563,94 @@ def _explore_measured_section(report: Report, f: Found) -> None:
     report.add(TableBlock(pd.DataFrame(out), digits={k: 1 for k in out if err in k}))
 
 
+def _devices_run_section(report: Report, f: Found) -> None:
+    """`coupprof run --devices`: each device's part, its energy and memory, and the whole."""
+    m = f.meta
+    df = pd.read_csv(f.csv)
+    rel = f.csv.relative_to(report.run_dir)
+    dev, tot = df[df["kind"] == "device"], df[df["kind"] == "total"]
+    report.add(Heading(f"Across devices: {m.get('order', '?')} in {m.get('mode', '?')} mode "
+                       f"({Path(str(m.get('model_path', ''))).name} on {len(dev)} device(s) "
+                       f"of `{Path(str(m.get('devices_file', ''))).name}`)", 3))
+    report.add(Para(f"From `{rel}`: {m.get('frames', '?')} frames after {m.get('warmup', '?')} "
+                    f"warm-up, method {m.get('method', '?')}, freq {m.get('freq') or 'as set'}."))
+    report.add(TableBlock(pd.DataFrame({
+        "device": dev["device"], "layers": [f"{int(a)}-{int(b)}" for a, b in
+                                            zip(dev["first_layer"], dev["last_layer"],
+                                                strict=True)],
+        "stages ms": dev["stage_ms"], "mJ/frame": dev["energy_mj"],
+        "peak RSS MB": dev["peak_rss_mb"], "tensor MB": dev["tensor_mb"],
+        "B in/frame": dev["bytes_in"], "B out/frame": dev["bytes_out"],
+        "link ms": dev["link_real_ms"], "ended": dev["ended"]}),
+        "Each device's part: its stages' busy time, energy from its own power source, "
+        "memory, and the bytes it takes and hands on.", digits={"B in/frame": 0,
+                                                               "B out/frame": 0}))
+    if len(tot):
+        t = tot.iloc[0]
+        report.add(Para(f"Throughput {_num(t['throughput_fps'], 2)} FPS, latency "
+                        f"{_num(t['latency_ms_mean'])} ms mean ({_num(t['latency_ms_p95'])} ms "
+                        f"p95), energy {_num(t['energy_mj'])} mJ a frame over all devices, "
+                        f"{int(t['frames_done'])} frames out."))
+
+
+def _device_links_section(report: Report, f: Found) -> None:
+    """`coupprof transfer-matrix --devices`: each link's fit and each hand-over."""
+    m = f.meta
+    df = pd.read_csv(f.csv)
+    rel = f.csv.relative_to(report.run_dir)
+    report.add(Heading(f"Links between devices of `{Path(str(m.get('devices_file', ''))).name}`"
+                       f" ({Path(str(m.get('model_path', ''))).name})", 3))
+    report.add(Para(f"From `{rel}`: {m.get('reps', '?')} hand-overs of each boundary after "
+                    f"{m.get('warmup', '?')} warm-up; {m.get('model', '')}."))
+    report.add(TableBlock(pd.DataFrame([{
+        "link": f"{x['a']}-{x['b']}", "latency ms": x["latency_ms"],
+        "+- ms": x["latency_ci95_ms"], "MB/s": x["bandwidth_mb_s"],
+        "rms ms": x["residual_ms"], "points": x["points"],
+        "added: latency ms": (x.get("added") or {}).get("latency_ms"),
+        "added: MB/s": (x.get("added") or {}).get("bandwidth_mb_s")}
+        for x in m.get("links") or []]), "The fit per link (95 % intervals); added: the "
+        "fit less the same hand-overs with the simulated link off.", digits={"MB/s": 1,
+                                                                              "added: MB/s": 1}))
+    link = df[df["pass"] == "link"] if "pass" in df.columns else df
+    cols = {"boundary": "b", "src": "src", "dst": "dst", "bytes": "bytes",
+            "time_ms_median": "median ms", "energy_mj_src": "mJ src", "energy_mj_dst": "mJ dst"}
+    report.add(TableBlock(link[[c for c in cols if c in link.columns]].rename(columns=cols),
+                          "Each hand-over over the link: its median time and the mean energy "
+                          "on the sending and the receiving device.", digits={"bytes": 0}))
+
+
+def _explore_devices_section(report: Report, f: Found, top: int = 10) -> None:
+    """`coupprof explore --devices`: the front of splits and the single devices."""
+    m = f.meta
+    df = pd.read_csv(f.csv)
+    rel = f.csv.relative_to(report.run_dir)
+    report.add(Heading(f"Search across devices: {m.get('mode', '?')} mode on "
+                       f"`{Path(str(m.get('devices_file', ''))).name}`", 3))
+    report.add(Para(f"From `{rel}`: {m.get('proof', '')}."))
+    shown = df[(df["rank"] <= top) | (df["kind"] == "single")]
+    cols = {"rank": "rank", "kind": "kind", "order": "order", "throughput_fps": "FPS",
+            "latency_ms": "latency ms", "max_energy_mj": "max mJ/frame"}
+    report.add(TableBlock(shown[[c for c in cols if c in shown.columns]].rename(columns=cols),
+                          digits={"FPS": 2}))
+
+
+def _predict_devices_section(report: Report, f: Found) -> None:
+    """`coupprof predict --devices --json`: a device mapping's parts and cuts, priced."""
+    m = f.meta
+    rel = f.csv.relative_to(report.run_dir)
+    report.add(Heading(f"Prediction across devices: {m.get('mapping', '?')} in "
+                       f"{m.get('mode', '?')} mode", 3))
+    report.add(Para(f"From `{rel}`: throughput {_num(m.get('throughput_fps'), 2)} FPS, "
+                    f"latency {_num(m.get('latency_ms'))} ms, the most energy on one device "
+                    f"{_num(m.get('max_energy_mj'))} mJ a frame."))
+    report.add(TableBlock(pd.DataFrame([{
+        "device": d.get("device"), "layers": "-".join(str(v) for v in d.get("layers", [])),
+        "cycle ms": d.get("cycle_ms"), "latency ms": d.get("latency_ms"),
+        "mJ/frame": d.get("energy_mj"),
+        "MiB": (d.get("memory") or {}).get("total_bytes", float("nan")) / 2**20}
+        for d in m.get("devices") or []]), digits={"MiB": 2}))
+
+
 def _dvfs_section(report: Report, f: Found) -> None:
     """`coupprof dvfs-latency`: the shortest and longest transition each way."""
     m = f.meta
@@ -655,8 +747,8 @@ def build_report(run_dir: str | Path) -> Report:
     if not results:
         raise BadInputError(
             f"no coupprof results in {d} (looked for CSVs with JSON sidecars from coupprof layers, "
-            "run, sweep, transfer-matrix, explore, dvfs-latency, import or collect, predict "
-            "--json files and calibrated board profiles)",
+            "run, sweep, transfer-matrix, explore (also with --devices), dvfs-latency, import "
+            "or collect, predict --json files and calibrated board profiles)",
             "run one of those commands with its output in this directory first")
     report = Report(d, f"coupprof report: {d.resolve().name}")
     report.sources = [f.csv for f in results]
@@ -693,6 +785,10 @@ def build_report(run_dir: str | Path) -> Report:
         ("explore-measured", "Searches, measured", _explore_measured_section),
         ("dvfs-latency", "DVFS transition delays", _dvfs_section),
         ("lomo", "Calibration, validated", _lomo_section),
+        ("run-devices", "Runs across devices", _devices_run_section),
+        ("device-links", "Links between devices", _device_links_section),
+        ("predict-devices", "Predictions across devices", _predict_devices_section),
+        ("explore-devices", "Searches across devices", _explore_devices_section),
     ]
     for kind, heading, section in sections:
         if of(kind):
