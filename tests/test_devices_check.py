@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from profiler.devices.check import BAD_INPUT, UNREACHABLE, check_devices, reach, reach_all
-from profiler.devices.launch import launch, mpi_installed
+from profiler.devices.launch import launch, mpi_installed, rank_env
 from profiler.devices.spec import parse_devices, read_devices
 from profiler.errors import BadInputError
 from tests.cli_runs import COUPPROF
@@ -222,3 +222,13 @@ def test_a_devices_env_reaches_its_rank_from_the_start(tmp_path: Path) -> None:
     assert res.ok, res.log
     assert (tmp_path / "env-0").read_text() == "pci-0000_00_07_0 /opt/vk"
     assert (tmp_path / "env-1").read_text() == "pci-0000_00_06_0 -"
+
+
+def test_ranks_run_as_root_under_open_mpi_too() -> None:
+    """CI runs as root, which Open MPI's mpiexec refuses unless told; MPICH ignores it."""
+    env = rank_env()
+    if os.geteuid() == 0:
+        assert env["OMPI_ALLOW_RUN_AS_ROOT"] == env["OMPI_ALLOW_RUN_AS_ROOT_CONFIRM"] == "1"
+    else:
+        assert "OMPI_ALLOW_RUN_AS_ROOT" not in env
+    assert env["PYTHONUNBUFFERED"] == "1"

@@ -111,6 +111,8 @@ def rank_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items()
            if k in KEPT_ENV or k.startswith(KEPT_PREFIXES)}
     env["PYTHONUNBUFFERED"] = "1"
+    if os.geteuid() == 0:  # CI and containers: Open MPI's mpiexec refuses root without these
+        env.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
     env.update(extra or {})
     return env
 
