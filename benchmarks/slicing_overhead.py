@@ -175,6 +175,8 @@ def fused_vs(data: bytes, executor: CpuExecutor, budget_s: float, window: int,
         "sliced_sum_over_whole_same_rounds": float(
             np.median(np.array(sliced_rows).sum(axis=1))) / 1e6 / whole_ms,
         "layers_1ms": len(big), "max_fused_vs_sliced": max(gaps) if gaps else float("nan"),
+        "within_target_1ms": int(sum(g <= FUSED_SLICED_TARGET for g in gaps)),
+        "median_fused_vs_sliced": float(statistics.median(gaps)) if gaps else float("nan"),
         "below_resolution": [layer.index for layer in res.layers if layer.below_resolution],
         "median_ci95_ms": float(statistics.median(layer.ci95_ms for layer in res.layers)),
         "fused_ms": [float(t) for t in fused_ms],
@@ -201,7 +203,9 @@ def print_fused(name: str, f: dict[str, Any], sliced_ratio: float) -> None:
         print(f"{name}: {f['layers_1ms']} layers of 1 ms or more, fused vs sliced (median of "
               f"{f['sliced_frames']} frames between the rounds) at most "
               f"{f['max_fused_vs_sliced']:.1%} apart (target {FUSED_SLICED_TARGET:.0%}: "
-              f"{'ok' if ok else 'OVER TARGET'})")
+              f"{'ok' if ok else 'OVER TARGET'}); {f['within_target_1ms']} of them "
+              f"({f['within_target_1ms'] / f['layers_1ms']:.0%}) within "
+              f"{FUSED_SLICED_TARGET:.0%}, the median {f['median_fused_vs_sliced']:.1%} apart")
     else:
         print(f"{name}: no layer of 1 ms or more on this core")
 
