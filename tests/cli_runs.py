@@ -1,6 +1,6 @@
 """Shared by the CLI tests that run coupprof as a subprocess: `run_coupprof` (exit 0
-checked, a cache of their own), and `coupprof layers --raw` while `coupprof collect`
-records the virtual logger."""
+checked, a cache of their own), `at_once` (independent runs side by side), and
+`coupprof layers --raw` while `coupprof collect` records the virtual logger."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +26,17 @@ def run_coupprof(args: tuple[str, ...], cwd: Path, cache: Path, check: bool = Tr
     if check:
         assert r.returncode == 0, r.stderr
     return r
+
+
+def at_once(*runs: Callable[[], Any]) -> list[Any]:
+    """Each of ``runs`` called in a thread of its own, all at once; their results, in
+    order, once every one has ended (the first one's exception, if any raised). For
+    chains of coupprof subprocesses that do not depend on each other and whose figures no
+    test compares with a model's: on the simulated board a run mostly waits out the
+    modelled time, so runs side by side take about as long as the longest alone."""
+    with ThreadPoolExecutor(len(runs)) as pool:
+        futures = [pool.submit(run) for run in runs]
+    return [f.result() for f in futures]
 
 
 def layers_while_collecting(cli: Callable[..., Any], cwd: Path, cache: Path, board: list[str],

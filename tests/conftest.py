@@ -2,4 +2,14 @@
 through `profiler.platform.choose_board`: many tests load it with
 `profiler.boards.profiles.load_board("sim")` and hand it to the factories directly."""
 
+import pytest
+import shared_runs
+
 import profiler.sim.platform  # noqa: F401 - registers the sim's governor, executor, sources
+
+
+# Runs on the simulated board several modules use, made once per session (shared_runs.py);
+# a test copies what it uses into its own folder, never writes into these.
+@pytest.fixture(scope="session")
+def sim_runs(tmp_path_factory: pytest.TempPathFactory) -> shared_runs.SharedRuns:
+    return shared_runs.make_all(tmp_path_factory.mktemp("sim-runs"))

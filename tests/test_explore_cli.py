@@ -8,19 +8,21 @@ from __future__ import annotations
 
 import itertools
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pandas as pd
 import pytest
+from shared_runs import EXPLORE_CUTS, SharedRuns
 
 from profiler.boards.profiles import load_board
 from profiler.explore.space import Candidate, evaluate, order_string
 from profiler.explore.tables import load_tables
 
 COUPPROF = str(Path(sys.executable).with_name("coupprof"))
-CUTS = "5,15"  # op indices: 3 layers
+CUTS = EXPLORE_CUTS  # op indices: 3 layers, those of the tables
 
 
 def cli(*args: str, cwd: Path, check: bool = True) -> subprocess.CompletedProcess[str]:
@@ -31,16 +33,12 @@ def cli(*args: str, cwd: Path, check: bool = True) -> subprocess.CompletedProces
 
 
 @pytest.fixture(scope="module")
-def tables_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def tables_dir(tmp_path_factory: pytest.TempPathFactory, sim_runs: SharedRuns) -> Path:
+    """The session's sweep of B, G, N at levels 1, 3, 5 (sw/), transfer matrix (tm.csv) and
+    DVFS delays (dv-B.csv, dv-G.csv) on the model in 3 layers (tests/shared_runs.py),
+    copied: the tests write their outputs beside them."""
     d = tmp_path_factory.mktemp("explore")
-    sim = ["--board", "sim", "--baseline-s", "0.2"]
-    cli("sweep", *sim, "--processors", "B,G,N", "--freqs", "1,3,5", "--cuts", CUTS,
-        "--frames", "3", "--warmup", "1", "-o", "sw", cwd=d)
-    cli("transfer-matrix", *sim, "--processors", "B,G,N", "--cuts", CUTS, "--frames", "5",
-        "--warmup", "1", "--csv", "tm.csv", cwd=d)
-    for p in "BG":
-        cli("dvfs-latency", "--board", "sim", "-p", p, "--levels", "1,3,5", "--repeats", "1",
-            "--csv", f"dv-{p}.csv", cwd=d)
+    shutil.copytree(sim_runs.explore, d, dirs_exist_ok=True)
     return d
 
 
@@ -266,8 +264,6 @@ def test_predict_and_run_take_the_sweep_directory(tables_dir: Path) -> None:
               cwd=tables_dir, check=False)
     assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1, bad.stderr
     # G swept at two host levels: predict cannot pick one, and says so
-    import shutil
-
     two = tables_dir / "sw-two-hosts"
     shutil.copytree(tables_dir / "sw", two, dirs_exist_ok=True)
     csv = pd.read_csv(two / "sweep.csv")

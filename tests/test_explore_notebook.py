@@ -4,30 +4,28 @@ kernel and parameter injection."""
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import pytest
-from test_notebooks import cli, execute, kernel_path, outputs  # noqa: F401 (fixture)
+from shared_runs import SharedRuns
+from test_notebooks import execute, kernel_path, outputs  # noqa: F401 (fixture)
 
 
 @pytest.fixture(scope="module")
-def explore_runs(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def explore_runs(tmp_path_factory: pytest.TempPathFactory, sim_runs: SharedRuns) -> Path:
+    """The session's explore tables (tests/shared_runs.py: the model in 3 layers, quick
+    runs, the same code paths): a sweep of B, G and N (sw/), their transfer matrix (tm.csv)
+    and DVFS delays (dv-B.csv), copied into the notebook's folder."""
     d = tmp_path_factory.mktemp("nb-explore")
-    sim = ["--board", "sim", "--baseline-s", "0.05"]
-    cuts = ["--cuts", "5,15"]  # 3 layers: quick runs, the same code paths
-    cli("sweep", *sim, *cuts, "--processors", "B,G,N", "--freqs", "1,5", "--frames", "3",
-        "--warmup", "1", "-o", "sweep", cwd=d)
-    cli("transfer-matrix", *sim, *cuts, "--processors", "B,G,N", "--frames", "3", "--warmup", "0",
-        "--csv", "transfers.csv", cwd=d)
-    cli("dvfs-latency", "--board", "sim", "-p", "B", "--levels", "1,5", "--repeats", "1",
-        "--csv", "dv-B.csv", cwd=d)
+    shutil.copytree(sim_runs.explore, d, dirs_exist_ok=True)
     return d
 
 
 def test_05_explore(explore_runs: Path, kernel_path: Path,  # noqa: F811
                     monkeypatch: pytest.MonkeyPatch) -> None:
     d = explore_runs
-    params = (f"SWEEP_DIR = {str(d / 'sweep')!r}\nTRANSFER_CSV = {str(d / 'transfers.csv')!r}\n"
+    params = (f"SWEEP_DIR = {str(d / 'sw')!r}\nTRANSFER_CSV = {str(d / 'tm.csv')!r}\n"
               f"DELAY_CSVS = [{str(d / 'dv-B.csv')!r}]")
     nb = execute("05_explore.ipynb", params, kernel_path, monkeypatch, d)
     images, text = outputs(nb)

@@ -22,6 +22,7 @@ from matplotlib.axis import Axis
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.text import Text
+from shared_runs import SharedRuns, copy_run, copy_sweep
 
 from profiler.boards.profiles import load_board
 from profiler.plots import (
@@ -164,28 +165,22 @@ def cli(*args: str, cwd: Path, check: bool = True) -> subprocess.CompletedProces
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    """Short runs on the simulated board (its virtual logger gives every run energy): a
-    sweep of all four processors at two levels, one of B at one level, a transfer matrix,
-    a G layer table with its power trace, and explore's two modes on them."""
+def runs(tmp_path_factory: pytest.TempPathFactory, sim_runs: SharedRuns) -> dict[str, Path]:
+    """Short runs on the simulated board (its virtual logger gives every run energy; the
+    session's, tests/shared_runs.py): a sweep of all four processors at two levels, one of
+    B at one level, a transfer matrix, a G layer table with its power trace, and explore's
+    two modes on them."""
     d = tmp_path_factory.mktemp("figtext")
-    sim = ["--board", "sim"]
-    quick = ["--frames", "3", "--warmup", "1", "--baseline-s", "0.05", "--min-rounds", "5",
-             "--max-rounds", "5"]
-    cli("sweep", *sim, "--processors", "L,B,G,N", "--freqs", "1,3", *quick, "-o", "sweep",
-        cwd=d)
-    cli("sweep", *sim, "--processors", "B", "--freqs", "3", *quick, "-o", "sweep-one", cwd=d)
-    cli("transfer-matrix", *sim, "--processors", "L,B,G", "--frames", "3", "--warmup", "1",
-        "--csv", "tm.csv", cwd=d)
-    cli("layers", *sim, "--processor", "G", "--freq", "4", "--raw", *quick, "--csv", "G.csv",
-        cwd=d)
-    cli("explore", "--sweep", "sweep", "--transfers", "tm.csv", "--mode", "pipeline",
+    copy_sweep(sim_runs.sweep_lbgn, d / "sweep")
+    copy_sweep(sim_runs.sweep_b3, d / "sweep-one")
+    tm = copy_run(sim_runs.transfers_lbg, d)
+    g = copy_run(sim_runs.layers_g, d)
+    cli("explore", "--sweep", "sweep", "--transfers", tm.name, "--mode", "pipeline",
         "--csv", "pipeline.csv", cwd=d)
-    cli("explore", "--sweep", "sweep", "--transfers", "tm.csv", "--mode", "switch",
+    cli("explore", "--sweep", "sweep", "--transfers", tm.name, "--mode", "switch",
         "--latency-ms", "30", "--csv", "switch.csv", cwd=d)
     return {"dir": d, "sweep": d / "sweep" / "sweep.csv", "one": d / "sweep-one" / "sweep.csv",
-            "tm": d / "tm.csv", "G": d / "G.csv", "pipeline": d / "pipeline.csv",
-            "switch": d / "switch.csv"}
+            "tm": tm, "G": g, "pipeline": d / "pipeline.csv", "switch": d / "switch.csv"}
 
 
 def figures(runs: dict[str, Path]) -> Iterator[tuple[str, Figure]]:

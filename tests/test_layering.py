@@ -11,6 +11,7 @@ through is not an edge, as Python imports it without the submodule's help.
 from __future__ import annotations
 
 import ast
+import functools
 from pathlib import Path
 
 import pytest
@@ -28,6 +29,12 @@ def module_name(path: Path) -> str:
 
 
 def modules() -> dict[str, Path]:
+    return dict(_modules())
+
+
+@functools.cache
+def _modules() -> dict[str, Path]:
+    # Read once per session: the sources do not change while the tests run.
     return {module_name(p): p for pkg in PACKAGES for p in sorted((ROOT / pkg).rglob("*.py"))}
 
 
@@ -69,8 +76,16 @@ def imports_of(name: str, path: Path, known: set[str], runtime_only: bool = Fals
 
 
 def graph(runtime_only: bool = False) -> dict[str, set[str]]:
+    """Module -> the project modules it imports (a fresh copy: a test may change it)."""
+    return {name: set(deps) for name, deps in _graph(runtime_only).items()}
+
+
+@functools.cache
+def _graph(runtime_only: bool) -> dict[str, frozenset[str]]:
+    # Parsing every module takes ~1.5 s: once per session for each kind of graph.
     mods = modules()
-    return {name: imports_of(name, path, set(mods), runtime_only) for name, path in mods.items()}
+    return {name: frozenset(imports_of(name, path, set(mods), runtime_only))
+            for name, path in mods.items()}
 
 
 def find_cycles(g: dict[str, set[str]]) -> list[list[str]]:

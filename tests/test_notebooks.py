@@ -18,6 +18,7 @@ from pathlib import Path
 import nbformat
 import pytest
 from nbclient import NotebookClient
+from shared_runs import SharedRuns, copy_run, copy_sweep
 from test_sweep_fakehost import build_fake_host
 
 NOTEBOOKS = Path(__file__).resolve().parents[1] / "notebooks"  # in the checkout, not the wheel
@@ -46,25 +47,20 @@ def kernel_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    """Short runs on the simulated board (energy from its virtual logger), plus a sweep on
-    a fake host without a power source for the notebooks' no-energy branches."""
+def runs(tmp_path_factory: pytest.TempPathFactory, sim_runs: SharedRuns) -> dict[str, Path]:
+    """Short runs on the simulated board (energy from its virtual logger; the session's,
+    tests/shared_runs.py), plus a sweep on a fake host without a power source for the
+    notebooks' no-energy branches."""
     d = tmp_path_factory.mktemp("nb-runs")
-    sim = ["--board", "sim", "--baseline-s", "0.05"]
-    fast = ["--min-rounds", "5", "--max-rounds", "5"]  # G's fused rounds: the data, not figures
-    cli("layers", *sim, "--processor", "L", "--freq", "max", "--frames", "5", "--warmup", "1",
-        "--csv", "layers-L.csv", cwd=d)
-    cli("layers", *sim, "--processor", "G", "--freq", "4", "--frames", "20", "--warmup", "1",
-        *fast, "--raw", "--csv", "layers-G.csv", cwd=d)
-    cli("sweep", *sim, "--processors", "L,B,G", "--freqs", "1,3", "--frames", "3",
-        "--warmup", "1", *fast, "-o", "sweep", cwd=d)
-    cli("transfer-matrix", "--board", "sim", "--processors", "B,G", "--frames", "3",
-        "--warmup", "0", "--csv", "transfers.csv", cwd=d)
+    copy_run(sim_runs.layers_l, d)  # layers-L.csv
+    copy_run(sim_runs.layers_g, d)  # layers-G.csv, 20 frames, G's fused rounds capped at 5
+    copy_sweep(sim_runs.sweep_lbg, d / "sweep")
+    tm = copy_run(sim_runs.transfers_lbg, d)
     fake = build_fake_host(d / "fake")
     cli("sweep", "--board", "host", "--sysfs-root", str(fake.sys), "--processors", "B",
         "--freqs", "1,2", "--frames", "2", "--warmup", "0", "-o", "host-sweep", cwd=d)
     return {"dir": d, "L": d / "layers-L.csv", "G": d / "layers-G.csv", "sweep": d / "sweep",
-            "tm": d / "transfers.csv", "host-sweep": d / "host-sweep"}
+            "tm": tm, "host-sweep": d / "host-sweep"}
 
 
 def execute(name: str, params: str, kernel_path: Path, monkeypatch: pytest.MonkeyPatch,

@@ -26,7 +26,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from cli_runs import run_coupprof
+from cli_runs import at_once, run_coupprof
 
 from profiler.mapping.accuracy import error_pct
 
@@ -47,24 +47,31 @@ def work(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, str]
     d.mkdir()
     small = ("--frames", "2", "--warmup", "0")
     out = {}
-    cli(d, "layers", "-p", "B", *small, "--method", "sliced")
-    cli(d, "layers", "-p", "G", *small, *FAST_FUSED)
+
+    def others() -> None:  # what needs no layer table, one after the other
+        cli(d, "sweep", "--processors", "B", "--freqs", "1,2", *small, "--method", "sliced",
+            "-o", "coupprof-out/sweep")
+        cli(d, "explore", "--sweep", "coupprof-out/sweep", "--top", "1", "--measure", "1",
+            "--frames", "2")
+        cli(d, "dvfs-latency", "-p", "B", "--levels", "min,max", "--repeats", "1")
+        cli(d, "calibrate", "coupprof-out/sweep", "--no-validate")
+        cli(d, "collect", "--port", "virtual", "--seconds", "0.3", "-o",
+            "coupprof-out/trace.csv")
+        if (ARMCOUP / "Layers.csv").is_file():
+            cli(d, "import", str(ARMCOUP / "Layers.csv"), str(ARMCOUP / "Transfers.csv"), "-o",
+                "coupprof-out/imported")
+
+    # Three chains side by side (cli_runs.at_once): G's fused layers (the longest), B's
+    # layers and the transfer matrix, and the rest; then run and predict on the tables.
+    at_once(lambda: cli(d, "layers", "-p", "G", *small, *FAST_FUSED),
+            lambda: (cli(d, "layers", "-p", "B", *small, "--method", "sliced"),
+                     cli(d, "transfer-matrix", "--processors", "B,G", *small)),
+            others)
     transfers = f"coupprof-out/transfers-{MODEL}.csv"
-    cli(d, "transfer-matrix", "--processors", "B,G", *small)
     out["run"] = cli(d, "run", "--order", "B8G7", "--mode", "switch", *small, "--layers",
                      "coupprof-out", "--transfers", transfers).stdout
     cli(d, "predict", "--layers", "coupprof-out", "--order", "B8G7", "--mode", "pipeline",
         "--transfers", transfers, "--json", "coupprof-out/predict.json")
-    cli(d, "sweep", "--processors", "B", "--freqs", "1,2", *small, "--method", "sliced",
-        "-o", "coupprof-out/sweep")
-    cli(d, "explore", "--sweep", "coupprof-out/sweep", "--top", "1", "--measure", "1",
-        "--frames", "2")
-    cli(d, "dvfs-latency", "-p", "B", "--levels", "min,max", "--repeats", "1")
-    cli(d, "calibrate", "coupprof-out/sweep", "--no-validate")
-    cli(d, "collect", "--port", "virtual", "--seconds", "0.3", "-o", "coupprof-out/trace.csv")
-    if (ARMCOUP / "Layers.csv").is_file():
-        cli(d, "import", str(ARMCOUP / "Layers.csv"), str(ARMCOUP / "Transfers.csv"), "-o",
-            "coupprof-out/imported")
     return d, out
 
 

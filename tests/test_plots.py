@@ -16,6 +16,7 @@ import pandas as pd
 import pytest
 from cli_runs import layers_while_collecting, run_coupprof
 from matplotlib.container import BarContainer
+from shared_runs import SharedRuns, copy_run, copy_sweep
 from sim_truth import layer_truth
 from test_sweep_fakehost import B_FREQS_KHZ, L_FREQS_KHZ, build_fake_host
 
@@ -39,9 +40,11 @@ def cli(*args: str, cwd: Path, check: bool = True) -> subprocess.CompletedProces
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+def runs(tmp_path_factory: pytest.TempPathFactory, sim_runs: SharedRuns) -> dict[str, Path]:
     """Real short runs on a fake two-cluster host: a sweep, a transfer matrix, and a
-    power trace recorded (virtual logger) while `coupprof layers --raw` ran."""
+    power trace recorded (virtual logger) while `coupprof layers --raw` ran; and on the
+    simulated board (the session's runs, tests/shared_runs.py), a sweep of L, B and G
+    and a raw G layer run with its trace."""
     d = tmp_path_factory.mktemp("plots")
     fake = build_fake_host(d / "fake")
     board = ["--board", "host", "--sysfs-root", str(fake.sys)]
@@ -52,14 +55,11 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     layers_while_collecting(cli, d, d / "cache", board, "B", frames=1500, seconds=2.5,
                             pause_s=0.5, csv="raw.csv")
     # The simulated board: energy from its virtual logger (the default power source there).
-    fast = ["--min-rounds", "5", "--max-rounds", "5"]  # G's fused rounds: data for figures
-    cli("sweep", "--board", "sim", "--processors", "L,B,G", "--freqs", "1,3", "--frames", "3",
-        "--warmup", "1", "--baseline-s", "0.05", *fast, "-o", "simsweep", cwd=d)
-    cli("layers", "--board", "sim", "--processor", "G", "--freq", "4", "--frames", "10",
-        "--warmup", "1", "--raw", "--baseline-s", "0.05", *fast, "--csv", "simG.csv", cwd=d)
+    copy_sweep(sim_runs.sweep_lbg, d / "simsweep")
+    sim_g = copy_run(sim_runs.layers_g, d / "simG")
     return {"dir": d, "sweep": d / "sweep" / "sweep.csv", "tm": d / "tm.csv",
             "trace": d / "trace.csv", "raw": d / "raw.csv",
-            "simsweep": d / "simsweep" / "sweep.csv", "simG": d / "simG.csv"}
+            "simsweep": d / "simsweep" / "sweep.csv", "simG": sim_g}
 
 
 def visible_axes(fig) -> list:
@@ -224,7 +224,7 @@ def test_timeline_of_a_simulated_run_uses_its_own_trace_and_clock_fit(runs: dict
     meta = json.loads(csv.with_suffix(".json").read_text())
     # Ground truth, read independently: the run's trace directory on the logger's clock
     # and the clock fit its sidecar recorded.
-    trace = DeviceTrace.load(runs["dir"] / Path(meta["extra"]["trace_dir"]).name)
+    trace = DeviceTrace.load(csv.parent / Path(meta["extra"]["trace_dir"]).name)
     cmap = ClockMap.from_dict(meta["extra"]["clock_map"])
     host = cmap.to_host_ns(trace.t_us)
     r = cli("plot", "timeline", str(csv), "-o", "simG.png", cwd=runs["dir"])

@@ -16,6 +16,7 @@ import pandas as pd
 import pytest
 from cli_runs import layers_while_collecting, run_coupprof
 from matplotlib.container import BarContainer
+from shared_runs import SharedRuns, copy_run, copy_sweep
 from test_sweep_fakehost import B_FREQS_KHZ, L_FREQS_KHZ, build_fake_host
 
 from profiler.plots import layers_figure, read_csv
@@ -27,7 +28,7 @@ def cli(*args: str, cwd: Path, check: bool = True) -> subprocess.CompletedProces
 
 
 @pytest.fixture(scope="module")
-def run_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def run_dir(tmp_path_factory: pytest.TempPathFactory, sim_runs: SharedRuns) -> Path:
     base = tmp_path_factory.mktemp("report")
     fake = build_fake_host(base / "fake")
     d = base / "run"
@@ -40,12 +41,10 @@ def run_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
         "--csv", "transfers.csv", cwd=d)
     layers_while_collecting(cli, d, base / "cache", board, "B", frames=1200, seconds=2,
                             pause_s=0.4, csv="layers-B.csv")
-    # Simulated board, with energy: a raw layer run (its trace kept) and a small sweep.
-    fast = ["--min-rounds", "5", "--max-rounds", "5"]  # G's fused rounds: data for the report
-    cli("layers", "--board", "sim", "--processor", "G", "--freq", "4", "--frames", "10",
-        "--warmup", "1", "--raw", "--baseline-s", "0.05", *fast, "--csv", "sim-G.csv", cwd=d)
-    cli("sweep", "--board", "sim", "--processors", "G", "--freqs", "1,5", "--frames", "3",
-        "--warmup", "1", "--baseline-s", "0.05", *fast, "-o", "simsweep", cwd=d)
+    # Simulated board, with energy: a raw layer run (its trace kept, layers-G.csv) and a
+    # small sweep of G at levels 1 and 5, the session's (tests/shared_runs.py).
+    copy_run(sim_runs.layers_g, d)
+    copy_sweep(sim_runs.sweep_g, d / "simsweep")
     return d
 
 
@@ -99,7 +98,7 @@ def test_markdown_report_has_the_runs_tables_and_figures(run_dir: Path) -> None:
     links = re.findall(r"!\[[^\]]*\]\(([^)]+)\)", text)
     assert {Path(x).name for x in links} == {
         "layers.png", "sweep-layers.png", "transfers-transfers.png", "trace-timeline.png",
-        "sim-G-timeline.png", "simsweep-efficiency.png", "simsweep-layers.png"}
+        "layers-G-timeline.png", "simsweep-efficiency.png", "simsweep-layers.png"}
     # The simulated sweep has energy: its pairs table gives each pair's frame as the sweep
     # printed it (its sidecar's totals: a fused pair's one call), W x ms = mJ.
     pairs = json.loads((run_dir / "simsweep" / "sweep.json").read_text())["pairs"]
