@@ -12,8 +12,8 @@ acknowledgement and half an empty round trip. How much later b's consumer thread
 is kept apart (``wake_ms_median``). Where the link is simulated, each boundary is also
 timed with the model off (the real local transfer), so the fit can say what the link
 added. Where every device is on this host and has a streaming power source, each rank
-also captures its own power through the probe (its marker high while a frame is in
-flight), and each hand-over's energy on the sending and on the receiving device is its
+also captures its own power through the probe (its marker toggled with each frame, for
+the logger's clock), and each hand-over's energy on the sending and on the receiving device is its
 power integrated over the hand-over's window (``energy_mj_src``, ``energy_mj_dst``).
 What is timed and measured: docs/devices.md ("Link tables").
 
@@ -182,8 +182,9 @@ def _key(row: dict[str, Any]) -> RowKey:
 
 
 class _Meter:
-    """One rank's power capture through the probe: the marker high while a frame is in
-    flight on this rank, and the frames' hand-over windows integrated afterwards."""
+    """One rank's power capture through the probe, and the frames' hand-over windows
+    integrated afterwards on the host clock. The marker goes high and low with each frame
+    on this rank: its edges fit the logger's clock to the host's."""
 
     def __init__(self, device: Device) -> None:
         from profiler.measure.hardware import open_power
@@ -240,7 +241,6 @@ def _truth(board: Any) -> Any:
     from profiler.sim.power import current
 
     return current(board)
-
 
 
 def _spin(req: Any) -> None:
