@@ -188,7 +188,7 @@ def test_cli_errors_are_one_line(tmp_path: Path) -> None:
     r = cli("transfer-matrix", "--board", "sim", "--power", "sim:ina260", cwd=tmp_path)
     assert r.returncode == 2 and "layer runs" in one_line_error(r)
     r = cli("layers", "--board", "sim", "--power", "sim:ina226", cwd=tmp_path)
-    assert r.returncode == 2 and "sim or sim:ina260" in one_line_error(r)
+    assert r.returncode == 2 and "sim, sim:ina260 or sim:counter" in one_line_error(r)
 
 
 # -- a layer run through the simulated logger ----------------------------------------------
