@@ -20,6 +20,7 @@ from tests.cli_runs import run_coupprof
 pytestmark = [
     pytest.mark.skipif(not mpi_installed(), reason="MPI not installed (the devices extra)"),
     pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two host cores"),
+    pytest.mark.alone,  # two ranks, a core each
 ]
 
 

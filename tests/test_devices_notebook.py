@@ -17,6 +17,7 @@ from profiler.devices.launch import mpi_installed
 pytestmark = [
     pytest.mark.skipif(not mpi_installed(), reason="MPI not installed (the devices extra)"),
     pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two host cores"),
+    pytest.mark.alone,  # two ranks, a core each
 ]
 
 SHORT = ["--mode", "pipeline", "--frames", "5", "--warmup", "1"]

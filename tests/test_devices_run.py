@@ -35,6 +35,7 @@ from tests.cli_runs import COUPPROF
 pytestmark = [
     pytest.mark.skipif(not mpi_installed(), reason="MPI not installed (the devices extra)"),
     pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two host cores"),
+    pytest.mark.alone,  # two ranks, a core each
 ]
 
 ORDER = "d0:B7 d1:B8"  # the default model's 15 layers, cut after layer 6

@@ -112,6 +112,7 @@ def test_bad_input_is_refused(stage_ms: list[float], depth: int, frames: int) ->
         frame_latencies_ms(stage_ms, depth, frames)
 
 
+@pytest.mark.alone
 def test_a_real_pipeline_run_waits_as_its_stage_times_say() -> None:
     """A Pipeline-mode run on the simulated board, its second stage (G, a fixed cost of
     some ms a call plus its layers' work, about 10 ms) far slower than its first (the
