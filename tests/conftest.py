@@ -30,6 +30,7 @@ def sim_runs(tmp_path_factory: pytest.TempPathFactory) -> shared_runs.SharedRuns
 # it runs while the other worker waits: it holds this run's lock exclusively, every other
 # test holds it shared. A worker that wants it alone first leaves a flag, which keeps the
 # other worker from starting new tests, so a stream of shared holders cannot starve it.
+# Fixtures of module or session scope are made before it is taken, so they run unlocked.
 @pytest.fixture(autouse=True)
 def _host_cores(request: pytest.FixtureRequest,
                 tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
