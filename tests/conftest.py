@@ -2,11 +2,10 @@
 through `profiler.platform.choose_board`: many tests load it with
 `profiler.boards.profiles.load_board("sim")` and hand it to the factories directly."""
 
-import fcntl
 import os
-import time
 from collections.abc import Iterator
 
+import host_cores
 import pytest
 import shared_runs
 
@@ -25,33 +24,11 @@ def sim_runs(tmp_path_factory: pytest.TempPathFactory) -> shared_runs.SharedRuns
     return shared_runs.make_all(tmp_path_factory.mktemp("sim-runs"))
 
 
-# The suite runs on two workers (pyproject.toml). A test marked `alone` times the host
-# against a model with both cores in use (two MPI ranks, a pipeline's stage threads), so
-# it runs while the other worker waits: it holds this run's lock exclusively, every other
-# test holds it shared. A worker that wants it alone first leaves a flag, which keeps the
-# other worker from starting new tests, so a stream of shared holders cannot starve it.
-# Fixtures of module or session scope are made before it is taken, so they run unlocked.
+# Each test holds the host's cores shared, or alone where marked `alone` (host_cores.py).
+# Fixtures of module or session scope are made before it is taken, so they run unlocked;
+# one that times the host takes `host_cores.cores(..., alone=True)` itself.
 @pytest.fixture(autouse=True)
 def _host_cores(request: pytest.FixtureRequest,
                 tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
-    worker = os.environ.get("PYTEST_XDIST_WORKER")
-    if not worker:
+    with host_cores.cores(tmp_path_factory, request.node.get_closest_marker("alone") is not None):
         yield
-        return
-    base = tmp_path_factory.getbasetemp().parent  # the run's folder, the workers' parent
-    alone = request.node.get_closest_marker("alone") is not None
-    flag = base / f"alone-{worker}"
-    fd = os.open(base / "cores.lock", os.O_CREAT | os.O_RDWR)
-    try:
-        if alone:
-            flag.touch()
-            fcntl.flock(fd, fcntl.LOCK_EX)
-        else:
-            while any(f != flag for f in base.glob("alone-*")):
-                time.sleep(0.05)
-            fcntl.flock(fd, fcntl.LOCK_SH)
-        yield
-    finally:
-        fcntl.flock(fd, fcntl.LOCK_UN)
-        os.close(fd)
-        flag.unlink(missing_ok=True)

@@ -28,6 +28,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from host_cores import cores
 
 from governors import RestoreGuard, make_governor
 from profiler.boards.model import resolve_level
@@ -198,8 +199,10 @@ def rig_run(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFac
     need(front_end)
     worst = []
     for attempt in range(ATTEMPTS):
-        run = run_layers_on_rig(front_end, oversleep_us=oversleep_us,
-                                workdir=tmp_path_factory.mktemp(f"{front_end}{attempt}"))
+        # real time: the other test worker waits (beside it, all 14 were skipped as too busy)
+        with cores(tmp_path_factory, alone=True):
+            run = run_layers_on_rig(front_end, oversleep_us=oversleep_us,
+                                    workdir=tmp_path_factory.mktemp(f"{front_end}{attempt}"))
         worst.append(float(run.pacing_us.max()))
         if worst[-1] <= PACING_LIMIT_US:
             assert run.result.error is None, run.result.error
