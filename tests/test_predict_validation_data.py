@@ -27,6 +27,14 @@ from profiler.measure.tables import read_tables, render, sliced_stat
 REPO_ROOT = Path(__file__).resolve().parents[1]
 DIR = Path(os.environ.get("COUPPROF_VALIDATION_DIR", REPO_ROOT / "data" / "validation"))
 LAYER_CSVS = sorted(DIR.rglob("layers-*.csv")) if DIR.is_dir() else []
+# Kept as the evidence of a bug not yet fixed (issue 26): on the H200's G, ResNet50's
+# prefixes held in 14 blocks of 384 MiB gave rows adding up to 0.553 of the whole model
+# and 1853 mJ a frame against the whole call's 484 (955 W). data/validation/h200-run/.
+BLOCK_BUG = DIR / "h200-run" / "resnet50" / "layers-resnet50-G-fused.csv"
+LAYER_PARAMS = [
+    pytest.param(p, marks=pytest.mark.xfail(
+        strict=True, reason="G ResNet50 in blocks: energies do not add up (issue 26)"))
+    if p == BLOCK_BUG else p for p in LAYER_CSVS]
 TRANSFER_CSVS = sorted(DIR.rglob("transfers-*.csv")) if DIR.is_dir() else []
 
 
@@ -37,7 +45,7 @@ def text(renderable) -> str:
 
 
 @pytest.mark.skipif(not LAYER_CSVS, reason=f"no layer tables under {DIR}")
-@pytest.mark.parametrize("csv", LAYER_CSVS, ids=lambda p: p.name)
+@pytest.mark.parametrize("csv", LAYER_PARAMS, ids=lambda p: p.name)
 def test_layer_tables_re_render(csv: Path) -> None:
     t = read_tables(csv)
     shown = text(render(t))
