@@ -828,6 +828,7 @@ def _fused_caption(tables: RunTables) -> str:
     whole = tot.get("whole_ms", nan)
     if abs(whole - tot.get("time_ms_mean", nan)) >= 0.0005:  # windows: not the same figure
         text += f" (the whole model in the rounds: {whole:.3f} ms)"
+    text += _sum_warning(tot)
     text += (f"; {int(tot.get('rounds', 0))} interleaved rounds in {fused.get('elapsed_s', 0):.1f} s"
             f" (budget {settings.get('budget_s', '?')} s, "
             f"{'every interval within target' if fused.get('converged') else 'budget or rounds spent'})"
@@ -859,6 +860,33 @@ def _fused_caption(tables: RunTables) -> str:
         text += ("; energy = each layer's power x its fused time; the fixed row's: "
                  f"{fused.get('fixed_energy', 'priced from the sliced frames')}")
     return text
+
+
+#: Rows plus fixed row further than this share from the whole model in the same rounds
+#: (and outside three of its intervals) are a table not to price runs from: seen at 0.553
+#: on an H200's G, prefixes in blocks run at different clocks (data/validation/h200-run).
+SUM_WARN_REL = 0.05
+
+
+def _sum_warning(tot: dict[str, Any]) -> str:
+    """A warning where the rows do not add up to the whole model measured beside them
+    (time, and energy where prefix energies were measured); else ''."""
+    out = []
+    for name, unit, part, whole, ci in (
+            ("time", "ms", tot.get("time_ms_mean"), tot.get("whole_ms"),
+             tot.get("whole_ms_ci95") or 0.0),
+            ("energy", "mJ", tot.get("energy_mj"), tot.get("whole_energy_mj"), 0.0)):
+        if part is None or whole is None or not whole > 0 or pd.isna(part):
+            continue
+        gap = abs(part - whole)
+        if gap > SUM_WARN_REL * whole and gap > 3 * ci:
+            out.append(f"the rows' {name} adds up to {part / whole:.3f} of the whole model's "
+                       f"{whole:.3f} {unit}")
+    if not out:
+        return ""
+    return ("; WARNING: " + " and ".join(out) + " in the same rounds: do not price runs "
+            "from this table (prefixes measured at different speeds, e.g. blocks at "
+            "different clocks; measure again, or with --loaded-mb 0)")
 
 
 def _flags(df: pd.DataFrame, column: str, test: Callable[[Any], bool]) -> dict[int, bool]:
