@@ -8,9 +8,10 @@
    interleaved rounds, the whole model among them): (sum of fused layers + the fixed
    per-call row) / the whole model's median invoke, target within 2 %; and, for every
    layer of 1 ms or more, fused vs sliced, target within 5 %. The sliced layers compared
-   are frames run between the fused rounds (each after an untimed one; median over them), so drift over the minutes
-   the rounds take hits both alike. ResNet50's 54 layers are measured in windows of 3
-   (`--resnet-window`, `FusedSettings.window`): whole prefixes of a model that deep cost
+   are frames run between the fused rounds (each after an untimed one; median over
+   them), so drift over the minutes the rounds take hits both alike. ResNet50's 54
+   layers are measured in windows of 3 (`--resnet-window`, `FusedSettings.window`):
+   whole prefixes of a model that deep cost
    27 model runs a round, and their differences carry the jitter of runs 280 ms long.
    The fused calls find the caches as `--cache` says (default auto: cold where the
    model's weights outgrow the core's last-level cache, as ResNet50's 102 MB do on
