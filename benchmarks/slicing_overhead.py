@@ -11,8 +11,8 @@
    are frames run between the fused rounds (each after an untimed one; median over
    them), so drift over the minutes the rounds take hits both alike. ResNet50's 54
    layers are measured in windows of 3 (`--resnet-window`, `FusedSettings.window`):
-   whole prefixes of a model that deep cost
-   27 model runs a round, and their differences carry the jitter of runs 280 ms long.
+   whole prefixes of a model that deep cost 27 model runs a round, and their
+   differences carry the jitter of runs 280 ms long.
    The fused calls find the caches as `--cache` says (default auto: cold where the
    model's weights outgrow the core's last-level cache, as ResNet50's 102 MB do on
    most cores; `profiler.measure.fused`, "Cache state"), and windows start `--lead` layers early.
