@@ -117,15 +117,79 @@ def test_a_deep_model_is_measured_in_blocks_that_fit_and_its_layers_stay_exact(m
     assert len(res.blocks) >= 3 and res.rounds == 4 and res.converged
     assert peak <= bound * 1.01 + 16 * 1024, (peak, bound)
     assert peak == res.loaded_bytes_max and peak < sum(sizes) / 3
-    # columns: every prefix, each later block starting with its predecessor's last again
-    firsts = [a for a, _ in res.blocks]
-    assert res.round_ns.shape == (4, n + 1 + len(res.blocks) - 1)
-    assert res.layer_positions == [c for c in range(res.round_ns.shape[1]) if c not in firsts]
+    # columns: every prefix, each later block starting with the empty prefix and its
+    # predecessor's last again (its anchors)
+    anchors = {c for b, (a, _) in enumerate(res.blocks) for c in ((a, a + 1) if b else (a,))}
+    assert res.round_ns.shape == (4, n + 1 + 2 * (len(res.blocks) - 1))
+    assert res.layer_positions == [c for c in range(res.round_ns.shape[1]) if c not in anchors]
+    assert res.chain is not None and all(res.chain.linked)
+    np.testing.assert_allclose(res.chain.block_scales, 1.0, rtol=1e-9)
     np.testing.assert_allclose(res.times_ms(), layer_ns / 1e6, rtol=0, atol=1e-9)
     assert all(layer.ci95_ms == pytest.approx(0.0, abs=1e-9) for layer in res.layers)
-    # the fixed row: the empty prefix's call, plus the offset of a load of block 0
+    # the fixed row: the empty prefix's call, plus the offset of a load of the last block
     assert (res.fixed.time_ms * 1e6 - fixed_ns) % 3_000 == pytest.approx(0.0, abs=1e-3)
     assert res.info()["blocks"] == res.blocks and "blocks" in res.info()["scheme"]
+
+
+def test_blocks_measured_at_different_clocks_are_tied_by_their_anchors(model) -> None:
+    """A clock that moves between blocks (here: each load of a block runs the layers at
+    another speed, the call's own cost unchanged, as on the H200 whose clock went from
+    345 to 1980 MHz between ResNet50's blocks): each block is scaled onto the last one by
+    the prefixes it shares with its successor, so every layer comes out as the last
+    block's clock runs it, exactly, and the rows with the fixed row add up to the whole
+    model's column. Without the tie (each block's differences as they were measured)
+    the same rounds add up to another figure."""
+    data, sliced = model
+    n = len(sliced.layers)
+    layer_ns = 10_000 + 1_000 * np.arange(n)
+    fixed_ns = 50_000
+    speeds = (1.0, 0.45, 1.7, 0.8, 2.3, 0.6, 1.3)
+    now = {"speed": 1.0}
+
+    def cost(last: int, unloads: int) -> int:
+        now["speed"] = speeds[unloads % len(speeds)]
+        return fixed_ns + int(layer_ns[:last + 1].sum() * now["speed"])
+
+    s = FusedSettings(min_rounds=4, warmup_rounds=1, alone_calls=3, loaded_mb=6)
+    with Counting(cost) as ex:
+        prof = FusedProfiler(LazyPrefixes(data, sliced, reduce_above_bytes=None), ex,
+                             read_outputs=False, clock=lambda: Counting.now,
+                             loaded_bytes=s.loaded_bytes)
+        res = prof.measure(s)
+    assert len(res.blocks) >= 3 and res.converged and res.chain is not None
+    assert len(set(res.chain.block_scales)) > 2  # the blocks did run at different speeds
+    last = now["speed"]  # the last block's, which the whole model alone ran at too
+    np.testing.assert_allclose(res.times_ms(), layer_ns * last / 1e6, rtol=1e-6, atol=2e-6)
+    assert res.fixed.time_ms == pytest.approx(fixed_ns / 1e6, abs=1e-6)
+    assert res.fixed.time_ms + res.layer_sum_ms == pytest.approx(res.whole.time_ms, rel=1e-6)
+    assert res.whole_alone.time_ms == pytest.approx(res.whole.time_ms, rel=1e-6)
+    # each block's differences as measured, untied: they miss the whole model's column
+    t = res.round_ns.mean(axis=0) / 1e6
+    pos = np.asarray(res.positions())
+    untied = t[0] + (t[pos] - t[pos - 1]).sum()
+    assert abs(untied / res.whole.time_ms - 1) > 0.05
+    # energies: one power window per prefix (the anchors share their prefix's), so the
+    # layers' energies and the fixed row's add up to the whole call's exactly
+    asked: list[int] = []
+
+    def powers(calls: list) -> list[float]:
+        asked.append(len(calls))
+        return [1.0 + 0.1 * i for i in range(len(calls))]
+
+    with Counting(cost) as ex:
+        prof = FusedProfiler(LazyPrefixes(data, sliced, reduce_above_bytes=None), ex,
+                             read_outputs=False, clock=lambda: Counting.now,
+                             loaded_bytes=s.loaded_bytes)
+        res, energy = prof.measure_energy(s, prefix_powers=powers)
+    assert asked == [n + 1] and energy is not None
+    power_of = dict(zip(prof.columns, energy.prefix_power_w, strict=True))
+    assert [power_of[p] for p in prof.columns] == energy.prefix_power_w
+    assert energy.fixed_energy_mj + sum(energy.layer_energy_mj) == \
+        pytest.approx(energy.whole_energy_mj, rel=1e-9)
+    # each prefix's power times its time in the last block's terms
+    t_ms = res.fixed.time_ms + np.concatenate([[0.0], np.cumsum(res.times_ms())])
+    e_mj = (1.0 + 0.1 * np.arange(n + 1)) * t_ms
+    np.testing.assert_allclose(energy.layer_energy_mj, np.diff(e_mj), rtol=1e-6)
 
 
 class Steps(FreqReader):
@@ -200,10 +264,14 @@ def test_layers_through_the_cli_keep_within_loaded_mb(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr
     fused = json.loads(csv.with_suffix(".json").read_text())["fused"]
     assert len(fused["blocks"]) >= 3 and fused["settings"]["loaded_mb"] == 1.5
+    # tied by their anchors, the blocks' rows add up to the whole model's column
+    assert len(fused["block_chain"]["block_scales"]) == len(fused["blocks"])
+    assert fused["fixed_ms"] + fused["layer_sum_ms"] == pytest.approx(fused["whole_ms"], rel=1e-6)
     data = zoo.default_model_path().read_bytes()
     sizes = [len(p.model_bytes) for p in prefix_models(data, slice_model(data, cache_dir=False),
                                                        reduce_above_bytes=None)]
-    pair = max(x + y for x, y in zip(sizes, sizes[1:], strict=False))
+    # the largest adjacent pair, and the empty prefix (a later block's anchor)
+    pair = max(x + y for x, y in zip(sizes, sizes[1:], strict=False)) + sizes[0]
     assert 0 < fused["loaded_bytes_max"] <= max(1.5 * 2**20, pair) < sum(sizes) / 1.5
     bad = subprocess.run([COUPPROF, "layers", "--loaded-mb", "-1"], cwd=tmp_path,
                          capture_output=True, text=True, timeout=60,

@@ -246,6 +246,7 @@ class FusedResult:
     blocks: list[list[int]] = field(default_factory=list)
     visit_rows: list[int] = field(default_factory=list)
     loaded_bytes_max: int = 0
+    chain: BlockChain | None = None  # how the blocks' rounds were tied (`chain_blocks`)
 
     def positions(self) -> list[int]:
         return self.layer_positions or list(range(1, len(self.layers) + 1))
@@ -283,7 +284,8 @@ class FusedResult:
         """Each prefix's time per call in the rounds (trimmed mean; 0 = the empty prefix),
         less its end cost where one was measured (`end_ms`)."""
         if self.round_ns is not None:
-            t = np.asarray(trimmed_estimate(self.round_ns)[0], dtype=np.float64)
+            rounds = self.round_ns if self.chain is None else self.chain.apply(self.round_ns)
+            t = np.asarray(trimmed_estimate(rounds)[0], dtype=np.float64)
             return t - np.asarray(self.end_ms) if self.end_ms else t
         if self.layer_positions:
             raise ValueError("windows' times need the rounds")
@@ -296,7 +298,8 @@ class FusedResult:
         scheme = (f"prefixes within segments of {w} layers, each from the segment's real "
                   "inputs, and the whole model" if w else "cumulative prefixes") + \
             (f", loaded in {len(self.blocks)} blocks one at a time" if self.blocks else "") + \
-            (" (each later block repeating its predecessor's last prefix)"
+            (" (each later block repeating the empty prefix and its predecessor's last"
+             " prefix, and scaled onto its successor by them)"
              if self.blocks and not w else "") + \
             ", large outputs reduced on a processor that downloads them (MEAN over H, W)"
         return {
@@ -329,6 +332,7 @@ class FusedResult:
             "end_ms_ci95": list(self.end_ci95_ms),
             "late_prefixes": [p for p, n in enumerate(self.prefix_late_runs) if n > 0],
             "blocks": [list(b) for b in self.blocks],
+            "block_chain": None if self.chain is None else self.chain.info(),
             "loaded_bytes_max": self.loaded_bytes_max,
         }
 
@@ -550,6 +554,82 @@ def prefix_ends(data: bytes, prefixes: Iterable[PrefixModel],
     return PrefixEnds(pairs, of, tensors) if pairs else None
 
 
+#: A link between two blocks whose scale is known worse than this (relative 95 %
+#: half-width) is not used: the later block's scale is taken for the earlier one.
+CHAIN_MAX_REL = 0.25
+
+
+@dataclass(frozen=True)
+class BlockChain:
+    """Blocks of prefixes measured at different times, tied onto the last block's rounds.
+
+    Column c of block b reads t' = ref + (t - anchor_b) * scale_b: its block's empty
+    prefix (``anchor_b``, its trimmed mean) goes to the last block's (``ref``), and what
+    the prefixes add to it is scaled so that the prefix a block shares with its
+    successor reads the same in both. A clock that moved between two blocks' rounds
+    scales what the layers cost, and not what a call costs with none: so the rows add
+    up to the whole model's column again, in the last block's terms. ``rel``: per
+    column, the relative 95 % half-width of its scale (from the anchors' paired
+    differences, compounded along the chain); ``linked``: per link (block b to b + 1),
+    whether its scale was used (`CHAIN_MAX_REL`)."""
+
+    scale: np.ndarray  # per column
+    anchor_ns: np.ndarray  # per column: its block's empty prefix, trimmed mean
+    ref_ns: float
+    rel: np.ndarray  # per column
+    block_scales: list[float]
+    linked: list[bool]
+
+    def apply(self, round_ns: np.ndarray) -> np.ndarray:
+        """``round_ns`` in the last block's terms (ns, rounded)."""
+        t = np.asarray(round_ns, dtype=np.float64)
+        return np.rint(self.ref_ns + (t - self.anchor_ns) * self.scale).astype(np.int64)
+
+    def widen(self, est: Estimate, lo: int, hi: int) -> Estimate:
+        """``est`` (columns ``hi`` less ``lo``) with its scale's uncertainty."""
+        rel = max(float(self.rel[lo]), float(self.rel[hi]))
+        return Estimate(est.time_ms, math.hypot(est.ci95_ms, abs(est.time_ms) * rel))
+
+    def info(self) -> dict[str, Any]:
+        return {"model": "t' = ref + (t - empty prefix of its block) * scale",
+                "block_scales": [round(k, 6) for k in self.block_scales],
+                "linked": list(self.linked)}
+
+
+def chain_blocks(round_ns: np.ndarray, block_columns: Sequence[range],
+                 trim: float = TRIM) -> BlockChain:
+    """Each block's scale onto the last block's (`BlockChain`). Block b (columns
+    ``block_columns[b]``) starts with the empty prefix; a later block's second column is
+    its predecessor's last prefix again. The link from b to b + 1 is the ratio of that
+    shared prefix less the empty one, measured in b + 1, to the same in b: the
+    differences of two columns of one block, so a block's drift cancels in each."""
+    t = np.asarray(round_ns, dtype=np.int64)
+    means = trimmed_estimate(t, trim)[0] * 1e6
+    nb = len(block_columns)
+
+    def span(a: int, b: int) -> tuple[float, float]:  # (ns, relative half-width)
+        d = float(means[b] - means[a])
+        half = float(trimmed_estimate(t[:, b] - t[:, a], trim)[1]) * 1e6
+        return d, (half / d if d > 0 else math.inf)
+
+    scales, rels, linked = [1.0] * nb, [0.0] * nb, [True] * (nb - 1)
+    for b in range(nb - 2, -1, -1):
+        here, there = block_columns[b], block_columns[b + 1]
+        d_here, r_here = span(here.start, here.stop - 1)
+        d_there, r_there = span(there.start, there.start + 1)
+        rel = math.hypot(r_here, r_there)
+        if rel <= CHAIN_MAX_REL:
+            scales[b], rels[b] = scales[b + 1] * d_there / d_here, math.hypot(rels[b + 1], rel)
+        else:
+            scales[b], rels[b], linked[b] = scales[b + 1], rels[b + 1], False
+    per = np.empty(t.shape[1], dtype=np.int64)
+    for b, cols in enumerate(block_columns):
+        per[cols.start:cols.stop] = b
+    anchors = np.array([means[cols.start] for cols in block_columns])
+    return BlockChain(np.asarray(scales)[per], anchors[per], float(anchors[-1]),
+                      np.asarray(rels)[per], scales, linked)
+
+
 @dataclass
 class RowEstimates:
     """The rows of a fused table from the rounds so far (`estimate_rows`)."""
@@ -592,6 +672,7 @@ class RowEstimates:
 
 
 def estimate_rows(round_ns: np.ndarray, settings: FusedSettings, *,
+                  chain: BlockChain | None = None,
                   positions: Sequence[int] | None = None,
                   kernels: Sequence[tuple[int, int]] = (),
                   end_ns: np.ndarray | None = None, end_of: Sequence[int] | None = None,
@@ -602,8 +683,9 @@ def estimate_rows(round_ns: np.ndarray, settings: FusedSettings, *,
     each prefix's end cost taken out where measured: ``end_ns`` (rounds, 2 x ends) from
     `FusedProfiler.run_end_round`, ``end_of`` the end of each prefix column (-1: none);
     ``cut_tensors``, ``firsts``: per column, the tensors its prefix hands out and the
-    layer it starts at (`group_layers`)."""
-    t = np.asarray(round_ns, dtype=np.int64)
+    layer it starts at (`group_layers`). ``chain``: blocks' rounds tied onto the last
+    block's (`chain_blocks`), whose scales' uncertainty widens each row's interval."""
+    t = np.asarray(round_ns, dtype=np.int64) if chain is None else chain.apply(round_ns)
     end = np.zeros(t.shape[1])
     end_half = np.zeros(t.shape[1])
     if end_ns is not None and end_of is not None and len(end_ns):
@@ -613,6 +695,10 @@ def estimate_rows(round_ns: np.ndarray, settings: FusedSettings, *,
         end[has], end_half[has] = e_ms[idx[has]], e_half[idx[has]]
     fixed, layers, whole = layer_estimates(t, trim, positions, end, end_half)
     groups = group_layers(t, positions, kernels, trim, end, end_half, cut_tensors, firsts)
+    if chain is not None:
+        pos = list(positions) if positions else list(range(1, t.shape[1]))
+        layers = [chain.widen(e, p - 1, p) for e, p in zip(layers, pos, strict=True)]
+        groups = [(a, b, c, chain.widen(e, pos[a] - 1, pos[b])) for a, b, c, e in groups]
     floor = target_floor_ms(settings, fixed, whole, len(layers))
     return RowEstimates(fixed, layers, whole, groups, end, end_half, floor)
 
@@ -725,10 +811,14 @@ class FusedProfiler:
         if windowed:
             self.positions = [c for c, p in enumerate(self.columns) if specs[p].role == "layer"]
         elif len(self.blocks) > 1:
-            firsts = {cols.start for cols in self.block_columns}
-            self.positions = [c for c in range(len(self.columns)) if c not in firsts]
+            # a block's anchors: the empty prefix, and in a later block the shared prefix
+            anchors = {c for b, cols in enumerate(self.block_columns)
+                       for c in (cols[:2] if b else cols[:1])}
+            self.positions = [c for c in range(len(self.columns)) if c not in anchors]
         else:
             self.positions = []
+        # blocks of cumulative prefixes are tied together by their anchors (`chain_blocks`)
+        self.chained = not windowed and len(self.blocks) > 1
         # the segment length the prefixes were cut with: the first segment's layers, those
         # between the empty prefix and the next base (later segments may start at 0 too)
         bases = [i for i, p in enumerate(specs) if p.role != "layer"]
@@ -927,10 +1017,16 @@ class FusedProfiler:
                 out[i] = min(call() for _ in range(calls - warm + END_EXTRA_CALLS))
         return out
 
+    def chain(self, round_ns: np.ndarray) -> BlockChain | None:
+        """What ties the blocks' rounds together (`chain_blocks`; None: one block, or
+        windows, whose rows need no tie)."""
+        return chain_blocks(round_ns, self.block_columns) if self.chained else None
+
     def estimate(self, round_ns: np.ndarray, end_ns: np.ndarray | None,
                  settings: FusedSettings) -> RowEstimates:
         """The rows from the rounds so far (`estimate_rows`)."""
-        return estimate_rows(round_ns, settings, positions=self.positions,
+        return estimate_rows(round_ns, settings, chain=self.chain(round_ns),
+                             positions=self.positions,
                              kernels=self.kernels, end_ns=end_ns,
                              end_of=[self.ends.of[p] for p in self.columns] if self.ends else None,
                              cut_tensors=[self.ends.tensors[p] for p in self.columns]
@@ -1070,7 +1166,16 @@ class FusedProfiler:
         result = self.measure(settings, progress=progress)
         if prefix_powers is None:
             return result, None
-        return result, energy_by_prefix(result, prefix_powers(self.calls))
+        return result, energy_by_prefix(result, self.column_powers(prefix_powers))
+
+    def column_powers(self, prefix_powers: PrefixPowers) -> list[float]:
+        """Per column of the rounds, its prefix's power from ``prefix_powers``, asked once
+        per prefix: a prefix that two blocks share (the anchors) gets one window, so the
+        energies telescope as the times do."""
+        first = {p: c for c, p in reversed(list(enumerate(self.columns)))}
+        order = sorted(first.values())
+        got = dict(zip(order, prefix_powers([self.call(c) for c in order]), strict=True))
+        return [got[first[p]] for p in self.columns]
 
     def alone(self, settings: FusedSettings) -> np.ndarray | None:
         """The whole model called alone, back to back: (groups, calls a group) ns."""
@@ -1113,6 +1218,7 @@ class FusedProfiler:
             blocks=[[c.start, c.stop - 1] for c in self.block_columns]
             if len(self.blocks) > 1 else [],
             visit_rows=list(self.visit_rows), loaded_bytes_max=self.loaded_bytes_max,
+            chain=self.chain(round_ns),
         )
 
 
@@ -1132,8 +1238,9 @@ def plan_blocks(specs: Sequence[PrefixSpec], loaded_bytes: int | None) -> list[l
     """The prefixes (positions in ``specs``) loaded together, block by block: all in one
     where what they hold (`held_bytes`) adds up to ``loaded_bytes`` at most (or it is
     None). Otherwise prefixes of the whole model in blocks of consecutive ones that fit,
-    each block starting with the last prefix of the one before and holding two at least
-    (a layer's two prefixes are always loaded together); windows (a "whole" prefix among
+    each later block starting with the empty prefix and the last prefix of the one before
+    (the anchors that tie its rounds to its predecessor's, `chain_blocks`) and holding
+    two at least (a layer's two prefixes are always loaded together); windows (a "whole" prefix among
     them) in blocks of whole segments (a base and its layers; the whole model alone)."""
     n = len(specs)
     size = [held_bytes(p) for p in specs]
@@ -1142,11 +1249,11 @@ def plan_blocks(specs: Sequence[PrefixSpec], loaded_bytes: int | None) -> list[l
     if not any(p.role == "whole" for p in specs):
         blocks, a = [], 0
         while a < n - 1:
-            e, total = a + 1, size[a] + size[a + 1]
+            e, total = a + 1, size[a] + size[a + 1] + (size[0] if a else 0)
             while e + 1 < n and total + size[e + 1] <= loaded_bytes:
                 e += 1
                 total += size[e]
-            blocks.append(list(range(a, e + 1)))
+            blocks.append(([0] if a else []) + list(range(a, e + 1)))
             a = e
         return blocks
     units: list[list[int]] = []

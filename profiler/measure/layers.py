@@ -392,7 +392,7 @@ class ProcessorLayers:
                 fused = self.prefixes.measure(settings_for(s.fused, proc.kind),
                                               _step(progress, "fused rounds"), hooks=visits)
                 fused_energy = None if powers is None else \
-                    energy_by_prefix(fused, powers(self.prefixes.calls))
+                    energy_by_prefix(fused, self.prefixes.column_powers(powers))
             clock_fit = fit_clock(fused, visits) if visits is not None else None
             if len(self.prefixes.blocks) > 1:
                 self.prefixes.unload()  # the next level's sliced runner comes first
