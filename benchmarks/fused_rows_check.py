@@ -78,6 +78,13 @@ def run_table(model: str | None, proc: str, tag: str, args: argparse.Namespace,
         "groups": int((df["kind"] == "group").sum()),
         "layers_in_groups": int(in_group.sum()),
         "sum_over_whole": round(total / whole, 4) if whole > 0 else None,
+        "sum_over_rounds": round(total / float(fused["whole_ms"]), 4)
+        if fused.get("whole_ms") else None,
+        "blocks": len(fused.get("blocks") or []) or 1,
+        "block_scales": ((fused.get("block_chain") or {}).get("block_scales")),
+        # the whole call's energy over its time in the rounds: a power a card can draw?
+        "whole_w": round(energy["prefix_energy_mj"][-1] / float(fused["whole_ms"]), 1)
+        if (energy := fused.get("energy")) and fused.get("whole_ms") else None,
         "rounds": fused.get("rounds"),
         "clock_mhz": (f"{trace.get('p10_khz', 0) / 1e3:.0f}-{trace.get('p90_khz', 0) / 1e3:.0f}"
                       f" (median {trace.get('median_khz', 0) / 1e3:.0f})" if trace else "-"),

@@ -80,6 +80,10 @@ class FusedSettings:
     # of them at once); more are measured in blocks (`FusedProfiler`; docs/fused.md,
     # "Memory")
     loaded_mb: float = LOADED_MB_DEFAULT
+    # before each visit, keep the processor busy this long (ms, untimed) with the
+    # heaviest prefix loaded: a clock that its driver moves with the load then sees a
+    # load like a run's back-to-back frames (docs/fused.md, "The accelerator's clock")
+    hold_ms: float = 0.0
 
     def __post_init__(self) -> None:
         if self.min_rounds < 3:
@@ -99,6 +103,9 @@ class FusedSettings:
         if self.lead < 1:
             raise BadInputError(f"--lead {self.lead}: a window starts at least one layer "
                                 "before its segment", "e.g. --lead 6")
+        if self.hold_ms < 0:
+            raise BadInputError(f"--hold-ms {self.hold_ms:g}: give 0 (no hold) or more",
+                                "e.g. --hold-ms 5")
         if self.loaded_mb < 0:
             raise BadInputError(f"--loaded-mb {self.loaded_mb:g}: give 0 (every prefix "
                                 "loaded at once) or more", "e.g. --loaded-mb 384")
@@ -554,11 +561,6 @@ def prefix_ends(data: bytes, prefixes: Iterable[PrefixModel],
     return PrefixEnds(pairs, of, tensors) if pairs else None
 
 
-#: A link between two blocks whose scale is known worse than this (relative 95 %
-#: half-width) is not used: the later block's scale is taken for the earlier one.
-CHAIN_MAX_REL = 0.25
-
-
 @dataclass(frozen=True)
 class BlockChain:
     """Blocks of prefixes measured at different times, tied onto the last block's rounds.
@@ -571,7 +573,10 @@ class BlockChain:
     up to the whole model's column again, in the last block's terms. ``rel``: per
     column, the relative 95 % half-width of its scale (from the anchors' paired
     differences, compounded along the chain); ``linked``: per link (block b to b + 1),
-    whether its scale was used (`CHAIN_MAX_REL`)."""
+    whether its scale was used: not where a shared prefix reads no longer than the empty
+    one in either block (nothing to scale by), where the later block's scale is kept.
+    A scale known only loosely (a clock that moved within a block's rounds too) is still
+    used, so that the rows keep adding up, and widens the rows' intervals instead."""
 
     scale: np.ndarray  # per column
     anchor_ns: np.ndarray  # per column: its block's empty prefix, trimmed mean
@@ -618,7 +623,7 @@ def chain_blocks(round_ns: np.ndarray, block_columns: Sequence[range],
         d_here, r_here = span(here.start, here.stop - 1)
         d_there, r_there = span(there.start, there.start + 1)
         rel = math.hypot(r_here, r_there)
-        if rel <= CHAIN_MAX_REL:
+        if math.isfinite(rel):
             scales[b], rels[b] = scales[b + 1] * d_there / d_here, math.hypot(rels[b + 1], rel)
         else:
             scales[b], rels[b], linked[b] = scales[b + 1], rels[b + 1], False
@@ -833,6 +838,7 @@ class FusedProfiler:
         self._late_done = [0] * len(self.columns)
         self._late_at_load = [0] * len(self.columns)
         self.loaded_bytes_max = 0  # the most model bytes loaded at once
+        self.hold_ns = 0  # `FusedSettings.hold_ms`, of the measurement going on
         self.visit_rows: list[int] = []
         # each end's pair (once, twice), weightless: loaded for the whole measurement, and
         # first (what stays loaded sits below the blocks' memory, which then goes back)
@@ -988,6 +994,7 @@ class FusedProfiler:
             p = columns[i]
             call = self._calls[p]
             assert call is not None
+            self._hold(columns)
             for _ in range(warm):
                 call()
             if hooks:
@@ -1001,6 +1008,18 @@ class FusedProfiler:
                 hooks(p, False)
             out[i] = min(times_ns)
         return out
+
+    def _hold(self, columns: range) -> None:
+        """Keep the processor busy ``hold_ns`` with the heaviest of ``columns`` (the last;
+        untimed): see `FusedSettings.hold_ms`."""
+        if self.hold_ns <= 0:
+            return
+        call = self._calls[columns[-1]]
+        assert call is not None
+        clock = self.clock
+        t0 = clock()
+        while clock() - t0 < self.hold_ns:
+            call()
 
     def run_end_round(self, backward: bool, calls: int = 3, warm: int = 1) -> np.ndarray:
         """One visit of every end model (`prefix_ends`), each end's pair back to back, with
@@ -1045,6 +1064,7 @@ class FusedProfiler:
         blocks are made at different times, and `FusedResult.visit_rows` says which
         round of the result each block's round is."""
         s = settings or FusedSettings()
+        self.hold_ns = int(s.hold_ms * 1e6)
         late0 = self._late_runs()
         self.visit_rows = []
         if len(self.blocks) == 1:

@@ -185,4 +185,4 @@ def fused_settings(args: argparse.Namespace) -> FusedSettings:
     return FusedSettings(target_ms=args.target_ms, target_rel=args.target_rel,
                          budget_s=args.budget_s, min_rounds=args.min_rounds,
                          max_rounds=args.max_rounds, window=args.window, lead=args.lead,
-                         cache=args.cache, loaded_mb=args.loaded_mb)
+                         cache=args.cache, loaded_mb=args.loaded_mb, hold_ms=args.hold_ms)
