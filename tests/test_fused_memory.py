@@ -66,6 +66,7 @@ class Counting(CpuExecutor):
     and of the blocks loaded so far; prefix ``last``'s run takes ``cost(last, loads)``."""
 
     now = 0
+    wrap: type[Scripted] = Scripted
 
     def __init__(self, cost: object) -> None:
         super().__init__(ProcessorSpec("B", "cpu", "one core", (0,)), threads=1)
@@ -76,7 +77,7 @@ class Counting(CpuExecutor):
 
     def _load(self, model_bytes: bytes, name: str) -> SubModel:
         last = int(re.search(r"prefix \d+\.\.(-?\d+)", name).group(1))  # type: ignore[union-attr]
-        sub = Scripted(super()._load(model_bytes, name),
+        sub = self.wrap(super()._load(model_bytes, name),
                        lambda: self.cost(last, self.unloads))  # type: ignore[operator]
         self.held[id(sub)] = len(model_bytes)
         self.peak = max(self.peak, sum(self.held.values()))
@@ -190,6 +191,76 @@ def test_blocks_measured_at_different_clocks_are_tied_by_their_anchors(model) ->
     t_ms = res.fixed.time_ms + np.concatenate([[0.0], np.cumsum(res.times_ms())])
     e_mj = (1.0 + 0.1 * np.arange(n + 1)) * t_ms
     np.testing.assert_allclose(energy.layer_energy_mj, np.diff(e_mj), rtol=1e-6)
+
+
+#: The host's work between two calls (setting inputs): the processor idles meanwhile.
+IDLE_NS = 100_000
+
+
+class Idling(Scripted):
+    def set_input(self, i: int, value: np.ndarray) -> None:
+        super().set_input(i, value)
+        Counting.now += IDLE_NS
+
+
+class Driven(Counting):
+    wrap = Idling
+
+
+def test_a_hold_before_each_visit_runs_the_rounds_at_the_clock_of_back_to_back_calls(
+        model) -> None:
+    """A clock its driver moves with the load (a GPU's): here the layers run twice as
+    fast while the processor was busy 70 % of the last 5 ms or more, as back-to-back
+    calls of the whole model keep it (85 % busy), and small prefixes do not (33 %). With
+    no hold the rounds mix both clocks and the rows come out wrong; held busy 20 ms with
+    the heaviest prefix before each visit (`FusedSettings.hold_ms`), every timed call
+    runs at the fast clock and every layer comes out as that clock runs it, exactly."""
+    data, sliced = model
+    n = len(sliced.layers)
+    layer_ns = 10_000 + 1_000 * np.arange(n)
+    fixed_ns = 50_000
+    window_ns = 5_000_000
+    busy: list[tuple[int, int]] = []
+
+    def cost(last: int, _: int) -> int:
+        start = Counting.now
+        seen = sum(min(b, start) - max(a, start - window_ns) for a, b in busy[-200:]
+                   if b > start - window_ns)
+        speed = 2.0 if seen >= 0.7 * window_ns else 1.0
+        ns = fixed_ns + int(layer_ns[:last + 1].sum() / speed)
+        busy.append((start, start + ns))
+        return ns
+
+    def measure(hold_ms: float) -> object:
+        s = FusedSettings(min_rounds=6, max_rounds=6, warmup_rounds=1, alone_calls=3,
+                          loaded_mb=0, hold_ms=hold_ms)
+        with Driven(cost) as ex:
+            prof = FusedProfiler(LazyPrefixes(data, sliced, reduce_above_bytes=None), ex,
+                                 read_outputs=False, clock=lambda: Counting.now)
+            return prof.measure(s)
+
+    fast = layer_ns / 2 / 1e6
+    held = measure(20.0)
+    np.testing.assert_allclose(held.times_ms(), fast, rtol=0, atol=2e-6)
+    assert held.fixed.time_ms + held.layer_sum_ms == pytest.approx(held.whole_alone.time_ms)
+    unheld = measure(0.0)
+    off = np.abs(unheld.times_ms() / fast - 1)
+    assert (off > 0.05).sum() >= 3, off  # the slow clock's visits: rows that are not true
+
+
+def test_the_hold_is_the_drivers_clocks_alone() -> None:
+    """Left to the tool, the rounds hold a processor busy where its clock is its driver's
+    to move (NVML's reader) and not where coupprof sets it (a governor) or reads none; a
+    hold given stands."""
+    from profiler.measure.freq_trace import NvmlFreqReader
+    from profiler.measure.fused import HOLD_MS_DRIVER_CLOCK, hold_for
+
+    auto = FusedSettings()
+    assert hold_for(auto, NvmlFreqReader(0)).hold_ms == HOLD_MS_DRIVER_CLOCK
+    assert hold_for(auto, Steps()).hold_ms == 0.0
+    assert hold_for(auto, None).hold_ms == 0.0
+    assert hold_for(FusedSettings(hold_ms=5.0), NvmlFreqReader(0)).hold_ms == 5.0
+    assert hold_for(FusedSettings(hold_ms=0.0), NvmlFreqReader(0)).hold_ms == 0.0
 
 
 class Steps(FreqReader):

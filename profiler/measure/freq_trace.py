@@ -20,7 +20,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
@@ -41,6 +41,9 @@ class FreqReader(ABC):
     """Reads one processor's clock now (kHz), read only. Open before reading."""
 
     source: str = ""
+    #: the clock is its driver's to move with the load (nobody here sets it): the fused
+    #: rounds hold the processor busy before each visit (`FusedSettings.hold_ms`)
+    driver_clock: ClassVar[bool] = False
 
     def open(self) -> None:  # noqa: B027 (most readers need nothing opened)
         pass
@@ -62,6 +65,8 @@ class FreqReader(ABC):
 
 class NvmlFreqReader(FreqReader):
     """The SM clock of an NVIDIA GPU, through NVML (errors translated by the nvml source)."""
+
+    driver_clock = True
 
     def __init__(self, index: int = 0) -> None:
         self.index = index

@@ -35,6 +35,7 @@ from profiler.measure.method import LOADED_MB_DEFAULT, Method
 if TYPE_CHECKING:  # types only: importing profiler.executors loads LiteRT's runtimes
     from profiler.boards.model import ProcessorKind
     from profiler.executors.base import Executor, SubModel
+    from profiler.measure.freq_trace import FreqReader
     from profiler.slicing.prefix import Prefixes, PrefixModel, PrefixSpec
     from profiler.slicing.specs import SlicedModel
 
@@ -82,8 +83,9 @@ class FusedSettings:
     loaded_mb: float = LOADED_MB_DEFAULT
     # before each visit, keep the processor busy this long (ms, untimed) with the
     # heaviest prefix loaded: a clock that its driver moves with the load then sees a
-    # load like a run's back-to-back frames (docs/fused.md, "The accelerator's clock")
-    hold_ms: float = 0.0
+    # load like a run's back-to-back frames (docs/fused.md, "The accelerator's clock");
+    # None: `HOLD_MS_DRIVER_CLOCK` where the driver moves the clock, else 0 (`hold_for`)
+    hold_ms: float | None = None
 
     def __post_init__(self) -> None:
         if self.min_rounds < 3:
@@ -103,7 +105,7 @@ class FusedSettings:
         if self.lead < 1:
             raise BadInputError(f"--lead {self.lead}: a window starts at least one layer "
                                 "before its segment", "e.g. --lead 6")
-        if self.hold_ms < 0:
+        if self.hold_ms is not None and self.hold_ms < 0:
             raise BadInputError(f"--hold-ms {self.hold_ms:g}: give 0 (no hold) or more",
                                 "e.g. --hold-ms 5")
         if self.loaded_mb < 0:
@@ -1064,7 +1066,7 @@ class FusedProfiler:
         blocks are made at different times, and `FusedResult.visit_rows` says which
         round of the result each block's round is."""
         s = settings or FusedSettings()
-        self.hold_ns = int(s.hold_ms * 1e6)
+        self.hold_ns = int((s.hold_ms or 0.0) * 1e6)
         late0 = self._late_runs()
         self.visit_rows = []
         if len(self.blocks) == 1:
@@ -1299,6 +1301,23 @@ def settings_for(settings: FusedSettings, kind: ProcessorKind) -> FusedSettings:
     suffice there."""
     return replace(settings, window=0) if settings.window and kind.downloads_results \
         else settings
+
+
+#: The hold before each visit where a processor's driver moves its clock with the load:
+#: on the H200, MobileNetV1 224's rounds ran at 345 MHz (median) with none, 810 with 5 ms
+#: and 1980 (1860-1980) with 20 ms, the clock of its back-to-back frames
+#: (`data/validation/h200-hold/`; docs/fused.md, "The accelerator's clock").
+HOLD_MS_DRIVER_CLOCK = 20.0
+
+
+def hold_for(settings: FusedSettings, reader: FreqReader | None) -> FusedSettings:
+    """``settings`` with its hold decided: where left to the tool (None), a hold of
+    `HOLD_MS_DRIVER_CLOCK` where ``reader`` (the processor's clock) is its driver's to
+    move, else none."""
+    if settings.hold_ms is not None:
+        return settings
+    driver = reader is not None and reader.driver_clock
+    return replace(settings, hold_ms=HOLD_MS_DRIVER_CLOCK if driver else 0.0)
 
 
 PrefixPowers = Callable[[Sequence[Callable[[], int]]], Sequence[float]]

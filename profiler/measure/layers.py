@@ -55,6 +55,7 @@ from profiler.measure.fused import (
     FusedSettings,
     energy_by_prefix,
     fused_profiler,
+    hold_for,
     settings_for,
 )
 from profiler.measure.hardware import host_governor
@@ -389,7 +390,8 @@ class ProcessorLayers:
             # against it (`profiler.measure.clock_fit`)
             visits = VisitClocks(self.freq_reader) if self.freq_reader is not None else None
             with clock_while(freq):
-                fused = self.prefixes.measure(settings_for(s.fused, proc.kind),
+                fused = self.prefixes.measure(hold_for(settings_for(s.fused, proc.kind),
+                                                       self.freq_reader),
                                               _step(progress, "fused rounds"), hooks=visits)
                 fused_energy = None if powers is None else \
                     energy_by_prefix(fused, self.prefixes.column_powers(powers))

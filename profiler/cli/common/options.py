@@ -212,11 +212,13 @@ def add_method_options(p: argparse.ArgumentParser, *, method_help: str | None = 
                    "they are built, loaded and measured in blocks of consecutive prefixes "
                    "(ResNet50 224: 1.16 GB of prefixes, under 1 GB of peak RSS in blocks; "
                    "0: all at once; default: %(default)g)")
-    m.add_argument("--hold-ms", type=nonneg_float, default=0.0, metavar="MS",
+    m.add_argument("--hold-ms", type=nonneg_float, default=None, metavar="MS",
                    help="fused: before each visit of a prefix, keep the processor busy this "
                    "many ms (untimed) with the heaviest prefix loaded, so that a clock its "
                    "driver moves with the load (a GPU's, where nobody sets it) runs the "
-                   "rounds as it runs back-to-back frames (default: 0 = no hold)")
+                   "rounds as it runs back-to-back frames; 0: no hold (default: 20 where "
+                   "the driver moves the clock, e.g. an NVIDIA GPU read through NVML, "
+                   "else 0)")
     if not window:
         p.set_defaults(window=0, lead=6, cache="warm")
         return
