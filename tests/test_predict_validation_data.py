@@ -195,3 +195,25 @@ def test_a_table_whose_rows_do_not_add_up_says_so() -> None:
     assert "1.060" in _sum_warning(base)
     assert _sum_warning({**base, "time_ms_mean": 1.04}) == ""
     assert _sum_warning({**base, "whole_ms_ci95": 0.03}) == ""
+
+
+def test_a_table_whose_blocks_were_tied_far_from_one_says_so() -> None:
+    """The same model's G table made after the blocks were tied (data/validation/h200-run-2):
+    its rows add up (no warning), and its caption notes the ties' scales, which ran far
+    from 1 (a bias per block that compounds); a table in one block, or whose ties stayed
+    near 1, gets no note."""
+    from profiler.measure.tables import _chain_warning
+
+    tied = DIR / "h200-run-2" / "resnet50" / "layers-resnet50-G-fused.csv"
+    if not tied.is_file():
+        pytest.skip(f"{tied} is not here")
+    table = read_tables(tied)
+    scales = table.info["fused"]["block_chain"]["block_scales"]
+    said = " ".join(text(render(table)).split())
+    assert "WARNING" not in said and max(scales) > 1.25
+    assert f"scales of {min(scales):.2f}-{max(scales):.2f}" in said
+    assert _chain_warning(read_tables(DIR / "h200-fused-rows" / "run1" / "resnet50-G-1.csv")
+                          .info["fused"]) == ""
+    near = {"block_chain": {"block_scales": [1.2, 0.81, 1.0]}}
+    assert _chain_warning(near) == ""
+    assert "0.79-1.00" in _chain_warning({"block_chain": {"block_scales": [0.79, 1.0]}})

@@ -829,6 +829,7 @@ def _fused_caption(tables: RunTables) -> str:
     if abs(whole - tot.get("time_ms_mean", nan)) >= 0.0005:  # windows: not the same figure
         text += f" (the whole model in the rounds: {whole:.3f} ms)"
     text += _sum_warning(tot)
+    text += _chain_warning(fused)
     text += (f"; {int(tot.get('rounds', 0))} interleaved rounds in {fused.get('elapsed_s', 0):.1f} s"
             f" (budget {settings.get('budget_s', '?')} s, "
             f"{'every interval within target' if fused.get('converged') else 'budget or rounds spent'})"
@@ -887,6 +888,23 @@ def _sum_warning(tot: dict[str, Any]) -> str:
     return ("; WARNING: " + " and ".join(out) + " in the same rounds: do not price runs "
             "from this table (prefixes measured at different speeds, e.g. blocks at "
             "different clocks; measure again, or with --loaded-mb 0)")
+
+
+#: Blocks of prefixes tied by a scale further from 1 than this factor are said to be.
+CHAIN_WARN_FACTOR = 1.25
+
+
+def _chain_warning(fused: dict[str, Any]) -> str:
+    """A note where the prefixes' blocks were tied by scales far from 1 (`chain_blocks`):
+    the rows add up, but an early block's rows are only as good as the ties after it; on
+    an H200 the ties compounded a 0.3-7 % bias per block (docs/fused.md, "Memory")."""
+    scales = (fused.get("block_chain") or {}).get("block_scales") or []
+    if not scales or all(1 / CHAIN_WARN_FACTOR <= k <= CHAIN_WARN_FACTOR for k in scales):
+        return ""
+    return (f"; NOTE: its {len(scales)} blocks of prefixes were tied onto the last one by "
+            f"scales of {min(scales):.2f}-{max(scales):.2f}: the rows add up to the whole "
+            "model, but how they split among the blocks is only as good as those ties "
+            "(--loaded-mb 0 measures every prefix in the same rounds, memory allowing)")
 
 
 def _flags(df: pd.DataFrame, column: str, test: Callable[[Any], bool]) -> dict[int, bool]:
