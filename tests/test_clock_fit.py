@@ -230,7 +230,10 @@ def test_a_table_measured_at_low_clocks_predicts_a_run_at_the_top(tmp_path: Path
     data = model.read_bytes()
     sliced = slice_model(data, cache_dir=False)
     m = measure_layers(board, "G", ModelUnderTest.of(model, data, sliced), LayerSettings(
-        frames=3, warmup=1, fused=FusedSettings(min_rounds=15, max_rounds=15, budget_s=60)))
+        frames=3, warmup=1, fused=FusedSettings(min_rounds=15, max_rounds=15, budget_s=60,
+                                                # the fit is what is checked here: no hold
+                                                # (which takes the rounds to the top level)
+                                                hold_ms=0.0)))
     fit = m.clock_fit
     assert fit is not None and fit.identified, fit
     g = board.processor("G")

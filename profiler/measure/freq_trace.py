@@ -20,7 +20,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -43,7 +43,7 @@ class FreqReader(ABC):
     source: str = ""
     #: the clock is its driver's to move with the load (nobody here sets it): the fused
     #: rounds hold the processor busy before each visit (`FusedSettings.hold_ms`)
-    driver_clock: ClassVar[bool] = False
+    driver_clock: bool = False
 
     def open(self) -> None:  # noqa: B027 (most readers need nothing opened)
         pass
@@ -111,6 +111,7 @@ class GovernorFreqReader(FreqReader):
     def __init__(self, governor: Governor) -> None:
         self.governor = governor
         self.source = f"{governor.kind} governor of {governor.letter}"
+        self.driver_clock = not governor.settable  # e.g. the simulated driver's
 
     def read_khz(self) -> int | None:
         return self.governor.read_khz()
