@@ -42,6 +42,7 @@ from profiler.measure.layers import (
     ProcessorLayers,
 )
 from profiler.measure.method import Method
+from profiler.measure.tables import SUM_WARN_REL
 from profiler.power.session import PowerSession
 
 if TYPE_CHECKING:
@@ -106,6 +107,28 @@ class LayerCosts:
         return (f"{letter}'s table knows its whole model only to +-{100 * ci / ms:.1f} % "
                 f"({ms:.3f} +- {ci:.3f} ms in its rounds), so predictions from it are no "
                 "closer than that (measure it longer: coupprof layers --budget-s)")
+
+    def sum_note(self, letter: str, level: int | None) -> str | None:
+        """A note where `letter`'s fused rows and fixed row miss its whole model in the
+        same rounds by over ``SUM_WARN_REL`` and three of its intervals (its table's
+        caption warned too): a mapping priced from those rows is off by as much."""
+        got = _by_level(self.whole_ms, letter, level)
+        key = _level_key(self.fixed_ms, letter, level)
+        if got is None or key is None or got[0] <= 0:
+            return None
+        t = self.table
+        levels = t["level"].astype("Int64")
+        mine = levels.isna() if key[1] is None else levels.eq(key[1]).fillna(False)
+        rows = t[(t["processor"] == letter) & mine.astype(bool)]
+        total = float(rows["time_ms"].sum()) + self.fixed_ms[key]
+        ms, ci = got
+        gap = abs(total - ms)
+        if gap <= SUM_WARN_REL * ms or gap <= 3 * ci:
+            return None
+        return (f"{letter}'s table's rows and fixed row add up to {total / ms:.3f} of its "
+                f"whole model in the same rounds ({total:.3f} against {ms:.3f} ms): a "
+                "mapping priced from its rows is off by as much (measure it again, or "
+                "with --loaded-mb 0)")
 
     def freq_trace_for(self, letter: str, level: int | None) -> FreqTrace | None:
         """The clock `letter`'s table for ``level`` was measured at: that level's, else
@@ -358,7 +381,8 @@ def predict(mapping: Mapping, mode: str, layers: LayerCosts,
     def level_of(letter: str) -> int | None:
         return freq.level[order.index(letter)] if freq is not None else None
 
-    notes = [n for n in (layers.resolution_note(p, level_of(p)) for p in mapping.processors)
+    notes = [n for p in mapping.processors
+             for n in (layers.sum_note(p, level_of(p)), layers.resolution_note(p, level_of(p)))
              if n]
     for p in mapping.processors:
         kappa = _by_level(layers.call_factor, p, level_of(p))
