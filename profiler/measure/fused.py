@@ -586,6 +586,7 @@ class BlockChain:
     rel: np.ndarray  # per column
     block_scales: list[float]
     linked: list[bool]
+    column_ms: np.ndarray  # per column, its raw trimmed mean (ms)
 
     def apply(self, round_ns: np.ndarray) -> np.ndarray:
         """``round_ns`` in the last block's terms (ns, rounded)."""
@@ -600,7 +601,9 @@ class BlockChain:
     def info(self) -> dict[str, Any]:
         return {"model": "t' = ref + (t - empty prefix of its block) * scale",
                 "block_scales": [round(k, 6) for k in self.block_scales],
-                "linked": list(self.linked)}
+                "linked": list(self.linked),
+                # what the ties rest on: each column's raw trimmed mean, before them
+                "column_ms": [round(float(v), 6) for v in self.column_ms]}
 
 
 def chain_blocks(round_ns: np.ndarray, block_columns: Sequence[range],
@@ -634,7 +637,7 @@ def chain_blocks(round_ns: np.ndarray, block_columns: Sequence[range],
         per[cols.start:cols.stop] = b
     anchors = np.array([means[cols.start] for cols in block_columns])
     return BlockChain(np.asarray(scales)[per], anchors[per], float(anchors[-1]),
-                      np.asarray(rels)[per], scales, linked)
+                      np.asarray(rels)[per], scales, linked, means / 1e6)
 
 
 @dataclass
