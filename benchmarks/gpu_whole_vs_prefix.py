@@ -16,7 +16,6 @@ import json
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import numpy as np
@@ -32,6 +31,7 @@ def main() -> int:
     args = ap.parse_args()
 
     from profiler.executors import make_executor
+    from profiler.executors.base import app_call
     from profiler.measure.freq_trace import freq_reader_for
     from profiler.measure.runner import random_input
     from profiler.platform import choose_board
@@ -56,17 +56,8 @@ def main() -> int:
         inputs = [random_input(io.shape, io.dtype, rng) for io in subs["original"].inputs]
         for b in range(args.bursts):
             for name in (("original", "prefix") if b % 2 == 0 else ("prefix", "original")):
-                sub = subs[name]
-                times = []
-                for k in range(args.calls + 20):
-                    for i, x in enumerate(inputs):
-                        sub.set_input(i, x)
-                    t0 = time.perf_counter_ns()
-                    sub.run()
-                    for i in range(len(sub.outputs)):
-                        np.array(sub.output(i), copy=True)
-                    if k >= 20:
-                        times.append(time.perf_counter_ns() - t0)
+                call = app_call(subs[name], inputs)
+                times = [call() for _ in range(args.calls + 20)][20:]
                 ms = np.array(times) / 1e6
                 khz = reader.read_khz() if reader is not None else None
                 row = {"burst": b, "median_ms": round(float(np.median(ms)), 4),

@@ -89,6 +89,15 @@ class Counting(CpuExecutor):
         super().unload(sub)
 
 
+def scripted_profiler(data: bytes, sliced: object, ex: Counting,
+                      s: FusedSettings) -> FusedProfiler:
+    """The model's prefixes built as loaded, on ``ex``'s scripted clock, within ``s``'s
+    memory bound."""
+    return FusedProfiler(LazyPrefixes(data, sliced, reduce_above_bytes=None), ex,
+                         read_outputs=False, clock=lambda: Counting.now,
+                         loaded_bytes=s.loaded_bytes)
+
+
 def test_a_deep_model_is_measured_in_blocks_that_fit_and_its_layers_stay_exact(model) -> None:
     """6 MB loaded at most: the model bytes held loaded never pass the larger of the
     budget and the two largest adjacent prefixes (a layer's two prefixes are loaded
@@ -109,9 +118,7 @@ def test_a_deep_model_is_measured_in_blocks_that_fit_and_its_layers_stay_exact(m
     bound = max(budget, max(a + b for a, b in zip(sizes, sizes[1:], strict=False)))
     s = FusedSettings(min_rounds=4, warmup_rounds=1, alone_calls=3, loaded_mb=6)
     with Counting(cost) as ex:
-        prof = FusedProfiler(LazyPrefixes(data, sliced, reduce_above_bytes=None), ex,
-                             read_outputs=False, clock=lambda: Counting.now,
-                             loaded_bytes=s.loaded_bytes)
+        prof = scripted_profiler(data, sliced, ex, s)
         res = prof.measure(s)
         peak = ex.peak
     # every interval is zero: within target after the first pass
@@ -153,9 +160,7 @@ def test_blocks_measured_at_different_clocks_are_tied_by_their_anchors(model) ->
 
     s = FusedSettings(min_rounds=4, warmup_rounds=1, alone_calls=3, loaded_mb=6)
     with Counting(cost) as ex:
-        prof = FusedProfiler(LazyPrefixes(data, sliced, reduce_above_bytes=None), ex,
-                             read_outputs=False, clock=lambda: Counting.now,
-                             loaded_bytes=s.loaded_bytes)
+        prof = scripted_profiler(data, sliced, ex, s)
         res = prof.measure(s)
     assert len(res.blocks) >= 3 and res.converged and res.chain is not None
     assert len(set(res.chain.block_scales)) > 2  # the blocks did run at different speeds
@@ -178,9 +183,7 @@ def test_blocks_measured_at_different_clocks_are_tied_by_their_anchors(model) ->
         return [1.0 + 0.1 * i for i in range(len(calls))]
 
     with Counting(cost) as ex:
-        prof = FusedProfiler(LazyPrefixes(data, sliced, reduce_above_bytes=None), ex,
-                             read_outputs=False, clock=lambda: Counting.now,
-                             loaded_bytes=s.loaded_bytes)
+        prof = scripted_profiler(data, sliced, ex, s)
         res, energy = prof.measure_energy(s, prefix_powers=powers)
     assert asked == [n + 1] and energy is not None
     power_of = dict(zip(prof.columns, energy.prefix_power_w, strict=True))
@@ -236,8 +239,7 @@ def test_a_hold_before_each_visit_runs_the_rounds_at_the_clock_of_back_to_back_c
         s = FusedSettings(min_rounds=6, max_rounds=6, warmup_rounds=1, alone_calls=3,
                           loaded_mb=0, hold_ms=hold_ms)
         with Driven(cost) as ex:
-            prof = FusedProfiler(LazyPrefixes(data, sliced, reduce_above_bytes=None), ex,
-                                 read_outputs=False, clock=lambda: Counting.now)
+            prof = scripted_profiler(data, sliced, ex, s)
             return prof.measure(s)
 
     fast = layer_ns / 2 / 1e6
@@ -308,9 +310,7 @@ def test_the_clock_of_each_block_round_fits_the_rows_it_measured(model) -> None:
     s = FusedSettings(min_rounds=4, max_rounds=10, check_every=3, warmup_rounds=1,
                       alone_calls=0, loaded_mb=6)
     with Counting(cost) as ex:
-        prof = FusedProfiler(LazyPrefixes(data, sliced, reduce_above_bytes=None), ex,
-                             read_outputs=False, clock=lambda: Counting.now,
-                             loaded_bytes=s.loaded_bytes)
+        prof = scripted_profiler(data, sliced, ex, s)
         res = prof.measure(s, hooks=hooks)
     nb = len(res.blocks)
     assert nb >= 3 and res.rounds == 10 and not res.converged

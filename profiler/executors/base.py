@@ -195,6 +195,29 @@ def excluding_overruns(clock: Clock) -> Clock:
     return modelled_clock
 
 
+def app_call(sub: SubModel, inputs: Sequence[np.ndarray], clock: Clock = perf_clock,
+             read_outputs: bool = True) -> Callable[[], int]:
+    """One call of ``sub`` as an application makes it: every input set (untimed: the
+    hand-over into the call), then, timed, the run and (``read_outputs``) every output
+    copied into host memory (a GPU's download). The returned callable makes one call and
+    gives its ns on ``clock``, less any late wake-up of a paced run (the host's, not
+    the processor's)."""
+    set_input, run, output = sub.set_input, sub.run, sub.output
+    n_out = len(sub.outputs) if read_outputs else 0
+
+    def call() -> int:
+        for i, x in enumerate(inputs):
+            set_input(i, x)
+        o0 = overrun_ns()
+        t0 = clock()
+        run()
+        for i in range(n_out):
+            np.array(output(i), copy=True)
+        return clock() - t0 - (overrun_ns() - o0)
+
+    return call
+
+
 def _tight_timer_slack() -> None:
     """Cut this thread's timer slack (Linux default 50 us) so sleeps end on time."""
     if getattr(_thread_state, "slack", False):

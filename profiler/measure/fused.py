@@ -28,7 +28,7 @@ import numpy as np
 
 from profiler.clock import Clock, perf_clock
 from profiler.errors import BadInputError
-from profiler.executors.base import overrun_ns, return_freed_memory
+from profiler.executors.base import app_call, return_freed_memory
 from profiler.measure.cpu_cache import Evictor, last_level_cache_bytes
 from profiler.measure.method import LOADED_MB_DEFAULT, Method
 
@@ -941,21 +941,7 @@ class FusedProfiler:
         return {first: [np.ascontiguousarray(got[t]) for t in ts] for first, ts in starts.items()}
 
     def _timed_call(self, sub: SubModel, inputs: list[np.ndarray]) -> Callable[[], int]:
-        clock = self.clock
-        set_input, run, output = sub.set_input, sub.run, sub.output
-        n_out = len(sub.outputs) if self.read_outputs else 0
-
-        def call() -> int:
-            for i, x in enumerate(inputs):
-                set_input(i, x)
-            o0 = overrun_ns()
-            t0 = clock()
-            run()
-            for i in range(n_out):
-                np.array(output(i), copy=True)  # the read-back an application does
-            return clock() - t0 - (overrun_ns() - o0)  # a late wake-up is the host's
-
-        return call
+        return app_call(sub, inputs, self.clock, self.read_outputs)
 
     def call(self, position: int) -> Callable[[], int]:
         """The timed call of column ``position`` (0 = the empty prefix), e.g. to repeat it
