@@ -765,9 +765,10 @@ class FusedProfiler:
     runtime's copy of the weights, its activation buffers) adds up to more than
     ``loaded_bytes``, they are loaded in blocks of consecutive prefixes that fit (`plan_blocks`), one block at a
     time, and measured block by block in passes (`measure`; docs/fused.md, "Memory").
-    Each later block of whole prefixes starts with its predecessor's last prefix again, as
-    a column of its own, which its first layer is differenced against: every difference
-    is of two prefixes measured in the same rounds. The rounds' columns (``columns``: the
+    Each later block of whole prefixes starts with the empty prefix and its predecessor's
+    last prefix again, as columns of their own (its anchors); its first layer is
+    differenced against the latter, so every difference is of two prefixes measured in
+    the same rounds, and the anchors tie the blocks together (`chain_blocks`). The rounds' columns (``columns``: the
     prefix each one times) then hold those repeats, and ``positions`` says where each
     layer's column is. Prefixes given as built models (`prefix_models`) stay in memory
     as bytes whatever the blocks; `LazyPrefixes` builds each block's when it is loaded.
