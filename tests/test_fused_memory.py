@@ -264,6 +264,10 @@ def test_the_hold_is_the_drivers_clocks_alone() -> None:
     assert hold_for(auto, None).hold_ms == 0.0
     assert hold_for(FusedSettings(hold_ms=5.0), NvmlFreqReader(0)).hold_ms == 5.0
     assert hold_for(FusedSettings(hold_ms=0.0), NvmlFreqReader(0)).hold_ms == 0.0
+    bad = subprocess.run([COUPPROF, "layers", "--hold-ms", "-1"], capture_output=True,
+                         text=True, timeout=60, env={"PATH": "/usr/bin:/bin"})
+    assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1
+    assert "--hold-ms" in bad.stderr
 
 
 class Steps(FreqReader):
