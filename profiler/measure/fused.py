@@ -988,9 +988,8 @@ class FusedProfiler:
             assert call is not None
             if self.hold_ns > 0:
                 self._hold(columns)
-                # then the prefix itself, as back-to-back frames precede a frame: the
-                # first calls after another model cost more (an H200's links between
-                # blocks read 3-30 % apart with the heaviest prefix's hold alone)
+                # then the prefix itself, as back-to-back frames precede a frame (on
+                # the H200 it narrowed the blocks' ties: docs/fused.md, "Memory")
                 t0 = self.clock()
                 while self.clock() - t0 < HOLD_SELF_NS:
                     call()
