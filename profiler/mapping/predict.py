@@ -42,7 +42,7 @@ from profiler.measure.layers import (
     ProcessorLayers,
 )
 from profiler.measure.method import Method
-from profiler.measure.tables import SUM_WARN_REL
+from profiler.measure.tables import misses_whole
 from profiler.power.session import PowerSession
 
 if TYPE_CHECKING:
@@ -110,8 +110,8 @@ class LayerCosts:
 
     def sum_note(self, letter: str, level: int | None) -> str | None:
         """A note where `letter`'s fused rows and fixed row miss its whole model in the
-        same rounds by over ``SUM_WARN_REL`` and three of its intervals (its table's
-        caption warned too): a mapping priced from those rows is off by as much."""
+        same rounds (`misses_whole`; its table's caption warned too): a mapping priced
+        from those rows is off by as much."""
         got = _by_level(self.whole_ms, letter, level)
         key = _level_key(self.fixed_ms, letter, level)
         if got is None or key is None or got[0] <= 0:
@@ -122,8 +122,7 @@ class LayerCosts:
         rows = t[(t["processor"] == letter) & mine.astype(bool)]
         total = float(rows["time_ms"].sum()) + self.fixed_ms[key]
         ms, ci = got
-        gap = abs(total - ms)
-        if gap <= SUM_WARN_REL * ms or gap <= 3 * ci:
+        if not misses_whole(total, ms, ci):
             return None
         return (f"{letter}'s table's rows and fixed row add up to {total / ms:.3f} of its "
                 f"whole model in the same rounds ({total:.3f} against {ms:.3f} ms): a "

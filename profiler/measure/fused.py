@@ -651,6 +651,7 @@ class RowEstimates:
     end_ms: np.ndarray  # per prefix column (0 where none)
     end_half_ms: np.ndarray
     floor_ms: float  # the absolute target (`target_floor_ms`)
+    chain: BlockChain | None = None  # the ties the rows were estimated through
 
     def group_of(self) -> dict[int, int]:
         return {k: g for g, (a, b, _, _) in enumerate(self.groups) for k in range(a, b + 1)}
@@ -710,7 +711,7 @@ def estimate_rows(round_ns: np.ndarray, settings: FusedSettings, *,
         layers = [chain.widen(e, p - 1, p) for e, p in zip(layers, pos, strict=True)]
         groups = [(a, b, c, chain.widen(e, pos[a] - 1, pos[b])) for a, b, c, e in groups]
     floor = target_floor_ms(settings, fixed, whole, len(layers))
-    return RowEstimates(fixed, layers, whole, groups, end, end_half, floor)
+    return RowEstimates(fixed, layers, whole, groups, end, end_half, floor, chain)
 
 
 @dataclass(frozen=True)
@@ -768,10 +769,11 @@ class FusedProfiler:
     Each later block of whole prefixes starts with the empty prefix and its predecessor's
     last prefix again, as columns of their own (its anchors); its first layer is
     differenced against the latter, so every difference is of two prefixes measured in
-    the same rounds, and the anchors tie the blocks together (`chain_blocks`). The rounds' columns (``columns``: the
-    prefix each one times) then hold those repeats, and ``positions`` says where each
-    layer's column is. Prefixes given as built models (`prefix_models`) stay in memory
-    as bytes whatever the blocks; `LazyPrefixes` builds each block's when it is loaded.
+    the same rounds, and the anchors tie the blocks together (`chain_blocks`). The
+    rounds' columns (``columns``: the prefix each one times) then hold those repeats,
+    and ``positions`` says where each layer's column is. Prefixes given as built models
+    (`prefix_models`) stay in memory as bytes whatever the blocks; `LazyPrefixes` builds
+    each block's when it is loaded.
     """
 
     def __init__(self, prefixes: Sequence[PrefixModel] | Prefixes, executor: Executor, *,
@@ -987,12 +989,12 @@ class FusedProfiler:
             call = self._calls[p]
             assert call is not None
             if self.hold_ns > 0:
-                self._hold(columns)
+                heaviest = self._calls[columns[-1]]
+                assert heaviest is not None
+                self._busy(heaviest, self.hold_ns)
                 # then the prefix itself, as back-to-back frames precede a frame (on
                 # the H200 it narrowed the blocks' ties: docs/fused.md, "Memory")
-                t0 = self.clock()
-                while self.clock() - t0 < HOLD_SELF_NS:
-                    call()
+                self._busy(call, HOLD_SELF_NS)
             for _ in range(warm):
                 call()
             if hooks:
@@ -1007,16 +1009,12 @@ class FusedProfiler:
             out[i] = min(times_ns)
         return out
 
-    def _hold(self, columns: range) -> None:
-        """Keep the processor busy ``hold_ns`` with the heaviest of ``columns`` (the last;
-        untimed): see `FusedSettings.hold_ms`."""
-        if self.hold_ns <= 0:
-            return
-        call = self._calls[columns[-1]]
-        assert call is not None
+    def _busy(self, call: Callable[[], int], ns: int) -> None:
+        """Call ``call`` back to back (untimed) for ``ns`` on the clock: the hold before a
+        visit (`FusedSettings.hold_ms`)."""
         clock = self.clock
         t0 = clock()
-        while clock() - t0 < self.hold_ns:
+        while clock() - t0 < ns:
             call()
 
     def run_end_round(self, backward: bool, calls: int = 3, warm: int = 1) -> np.ndarray:
@@ -1236,7 +1234,7 @@ class FusedProfiler:
             blocks=[[c.start, c.stop - 1] for c in self.block_columns]
             if len(self.blocks) > 1 else [],
             visit_rows=list(self.visit_rows), loaded_bytes_max=self.loaded_bytes_max,
-            chain=self.chain(round_ns),
+            chain=est.chain,
         )
 
 
@@ -1258,8 +1256,9 @@ def plan_blocks(specs: Sequence[PrefixSpec], loaded_bytes: int | None) -> list[l
     None). Otherwise prefixes of the whole model in blocks of consecutive ones that fit,
     each later block starting with the empty prefix and the last prefix of the one before
     (the anchors that tie its rounds to its predecessor's, `chain_blocks`) and holding
-    two at least (a layer's two prefixes are always loaded together); windows (a "whole" prefix among
-    them) in blocks of whole segments (a base and its layers; the whole model alone)."""
+    two at least (a layer's two prefixes are always loaded together); windows (a
+    "whole" prefix among them) in blocks of whole segments (a base and its layers; the
+    whole model alone)."""
     n = len(specs)
     size = [held_bytes(p) for p in specs]
     if loaded_bytes is None or sum(size) <= loaded_bytes or n < 3:

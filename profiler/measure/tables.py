@@ -869,6 +869,13 @@ def _fused_caption(tables: RunTables) -> str:
 SUM_WARN_REL = 0.05
 
 
+def misses_whole(part: float, whole: float, ci: float) -> bool:
+    """Whether rows adding up to ``part`` miss the whole model's ``whole`` (95 %
+    half-width ``ci``) by over ``SUM_WARN_REL`` of it and three of its intervals."""
+    gap = abs(part - whole)
+    return gap > SUM_WARN_REL * whole and gap > 3 * ci
+
+
 def _sum_warning(tot: dict[str, Any]) -> str:
     """A warning where the rows do not add up to the whole model measured beside them
     (time, and energy where prefix energies were measured); else ''."""
@@ -879,8 +886,7 @@ def _sum_warning(tot: dict[str, Any]) -> str:
             ("energy", "mJ", tot.get("energy_mj"), tot.get("whole_energy_mj"), 0.0)):
         if part is None or whole is None or not whole > 0 or pd.isna(part):
             continue
-        gap = abs(part - whole)
-        if gap > SUM_WARN_REL * whole and gap > 3 * ci:
+        if misses_whole(part, whole, ci):
             out.append(f"the rows' {name} adds up to {part / whole:.3f} of the whole model's "
                        f"{whole:.3f} {unit}")
     if not out:
