@@ -21,7 +21,7 @@ from governors.devfreq import DevfreqGovernor
 from governors.none import NoneGovernor
 from governors.vendor import KgslGovernor, MpgpuGovernor
 from profiler.boards.profiles import load_board
-from profiler.errors import GovernorError, HardwareError, PermissionDeniedError
+from profiler.errors import BoardError, GovernorError, HardwareError, PermissionDeniedError
 from profiler.sim.governor import SimGovernor, SimTree
 
 B_POLICY = "devices/system/cpu/cpufreq/policy4"
@@ -450,6 +450,24 @@ def test_sim_governor_writes_a_real_tree_and_models_the_delay(tmp_path):
             == "600000000\n"
     assert snapshot(tmp_path) == before
 
+
+def test_a_kept_sim_tree_opens_as_its_files_say_and_names_a_file_that_is_no_frequency(
+        tmp_path, monkeypatch):
+    """`share_at` on a tree left by another process (a rank a launcher restores for) takes
+    the frequency its files hold; the kernel's files are replaced whole, never left empty
+    for such a reader, and one that is anyway is a BoardError naming it, not a traceback."""
+    monkeypatch.setattr(SimTree, "_shared", {})  # this process's shared trees stay as they were
+    board = load_board("sim")
+    first = SimTree(board, root=tmp_path)
+    gov = make_governor(board, board.processor("B"), sim_tree=first)
+    gov.set_level(8, settle_s=0)
+    assert sorted(p.name for p in (tmp_path / B_POLICY).iterdir() if p.name.startswith(".")) \
+        == []  # no temporary file left beside the ones the kernel wrote
+    again = SimTree.share_at(board, tmp_path)
+    assert again.kernel.effective_khz(tmp_path / B_POLICY, now_ns=0) == 1800000
+    (tmp_path / B_POLICY / "scaling_cur_freq").write_text("")
+    with pytest.raises(BoardError, match="scaling_cur_freq holds '', not a frequency"):
+        SimTree.share_at(board, tmp_path)
 
 def test_sim_models_follow_the_profile():
     """The profile's fitted tables are what the simulated processors price calls with

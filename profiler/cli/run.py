@@ -555,7 +555,8 @@ def run_on_devices(args: argparse.Namespace) -> int:
     for p in result.parts:
         if p.restored and not all(p.restored.values()):
             say(f"run: warning: device {p.device}: levels not restored "
-                f"({', '.join(d for d, ok in p.restored.items() if not ok)})")
+                f"({', '.join(d for d, ok in p.restored.items() if not ok)})"
+                + (f": {p.restore_error}" if p.restore_error else ""))
     code = result.exit_code
     if code == 4:
         first = result.first_dead

@@ -220,6 +220,11 @@ def _run(cmd: list[str], ranks: int, env: dict[str, str], timeout_s: float | Non
         # Hydra has gone; a rank it could not reach is not left running either.
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(proc.pid, signal.SIGKILL)
+        # Hydra may end before a rank in its own process group has finished restoring its
+        # levels: wait for the ranks here, so that what the caller reads (and restores in
+        # their place) is not being written at the same time.
+        grace_end = (got[0][1] if got else time.monotonic()) + STOP_GRACE_S
+        _end_local_ranks(status_dir, ranks, grace_end)
         reader.join(timeout=5)
     codes = [_exit_code(status_dir / f"rank-{r}.exit") for r in range(ranks)]
     return LaunchResult(ranks, proc.returncode, codes, time.monotonic() - t0,
@@ -239,6 +244,30 @@ def _kill_all(proc: subprocess.Popen[bytes], status_dir: Path, ranks: int) -> No
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.kill(pid, signal.SIGKILL)
     _kill_group(proc)
+
+
+def _alive(pid: int) -> bool:
+    """Whether `pid` runs (a zombie, ended but not yet reaped, does not)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+    return stat.rpartition(")")[2].split()[0] != "Z"
+
+
+def _end_local_ranks(status_dir: Path, ranks: int, grace_end: float) -> None:
+    """Wait until this host's ranks have ended: until ``grace_end`` (monotonic) for them to
+    end by themselves, then SIGKILL, then a few seconds for the kernel to take them."""
+    pids = [pid for _, pid in _local_ranks(status_dir, ranks)]
+    killed = False
+    hard_end = max(grace_end, time.monotonic()) + 5.0
+    while (left := [p for p in pids if _alive(p)]) and time.monotonic() < hard_end:
+        if not killed and time.monotonic() >= grace_end:
+            killed = True
+            for pid in left:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(pid, signal.SIGKILL)
+        time.sleep(0.02)
 
 
 def _pump(proc: subprocess.Popen[bytes], log: deque[str], echo: bool) -> None:

@@ -71,6 +71,7 @@ class PartRun:
     exit_code: int | None  # None: it died without one
     restored: dict[str, bool] = field(default_factory=dict)  # DVFS domain -> files as saved
     restored_by: str = ""  # "rank", "launcher", or "" (it set no level)
+    restore_error: str = ""  # why the launcher could not put the levels back
 
     def last(self, event: str) -> dict[str, Any] | None:
         found = [e for e in self.events if e["event"] == event]
@@ -245,7 +246,11 @@ def run_devices(config: DevicesRunConfig) -> DevicesRun:
             part.restored, part.restored_by = dict(own["governors"]), "rank"
         elif saved is not None and saved["governors"] and d.local:
             # it died with its levels set: put them back from here, and read them back
-            part.restored, part.restored_by = restore_saved(events, out), "launcher"
+            try:
+                part.restored, part.restored_by = restore_saved(events, out), "launcher"
+            except (ProfilerError, OSError) as err:  # what was measured is still gathered
+                part.restored = {dom: False for dom in saved["governors"]}
+                part.restore_error = str(err)
         elif saved is not None and saved["governors"]:
             part.restored = {dom: False for dom in saved["governors"]}
         parts.append(part)
@@ -336,6 +341,7 @@ def sidecar(run: DevicesRun) -> dict[str, Any]:
         "mpiexec_log_tail": run.launched.log[-20:],
         "parts": [{"rank": p.rank, "device": p.device, "ended": _ended(p),
                    "restored": p.restored, "restored_by": p.restored_by,
+                   "restore_error": p.restore_error,
                    "result": p.result} for p in run.parts],
         "latency_ms": [float(v) / 1e6 for v in run.latency_ns],
         "throughput_fps": run.throughput_fps,

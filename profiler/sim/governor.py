@@ -17,6 +17,7 @@ clock, and coupprof may read it but not set it (`SimDriverGovernor`).
 from __future__ import annotations
 
 import atexit
+import os
 import random
 import shutil
 import tempfile
@@ -52,8 +53,12 @@ def emulated_kind(path: str) -> str:
 
 
 def _put(path: Path, text: str) -> None:
+    """Write a file the simulated kernel owns whole, as sysfs shows it: a reader in another
+    process (a launcher restoring a rank's levels) never sees it empty or half written."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text + "\n")
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}")
+    tmp.write_text(text + "\n")
+    os.replace(tmp, path)
 
 
 @dataclass
@@ -192,7 +197,13 @@ class SimTree:
         d = self.root / proc.governor.path
         if d.exists():  # a kept tree, opened again (`share_at`): as its files say now
             cpu = (d / "scaling_cur_freq").exists()
-            cur = int((d / ("scaling_cur_freq" if cpu else "cur_freq")).read_text())
+            cur_file = d / ("scaling_cur_freq" if cpu else "cur_freq")
+            text = cur_file.read_text().strip()
+            if not text.isdigit():
+                raise BoardError(f"the simulated board's file {cur_file} holds {text!r}, "
+                                 "not a frequency",
+                                 "remove the folder to lay the simulated board out anew")
+            cur = int(text)
             self.kernel.register(d, proc, cur if cpu else cur // 1000)
             return
         freqs = list(proc.freqs_khz)
