@@ -11,6 +11,8 @@ throughout, and the truth of layer k's energy per frame is P_k x its in-frame ti
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 import pytest
 
@@ -188,3 +190,49 @@ def test_with_fused_puts_prefix_energies_on_layers_and_the_fixed_row() -> None:
     assert float(fixed["energy_mj"].iloc[0]) == pytest.approx(energy.fixed_energy_mj)
     assert float(fixed["power_w"].iloc[0]) * res.fixed.time_ms == pytest.approx(
         energy.fixed_energy_mj)
+
+
+class Ramp(CounterSource):
+    """3 W, the counter updated every 5 ms of the real clock since it was opened: the
+    update times are known exactly (t0 + 5k ms)."""
+
+    update_interval_ns = 5_000_000
+
+    def info(self) -> SourceInfo:
+        return SourceInfo("ramp", "ramp", "counter", "test")
+
+    def _open_device(self) -> None:
+        self.t0 = self.clock()
+
+    def _close_device(self) -> None:
+        pass
+
+    def read_energy_mj(self) -> float:
+        return 15.0 * ((self.clock() - self.t0) // self.update_interval_ns)
+
+
+def test_a_counter_awaited_while_busy_keeps_the_processor_busy_and_times_the_update() -> None:
+    """`wait_for_tick(busy=...)` runs the busy call until the counter has changed (the
+    processor is never left idle), and still gives the update's time to within a read,
+    not within a call: the calls here take 20 ms (work elsewhere, as a GPU's), the
+    counter updates every 5 ms. The bound (2 ms) is a tenth of a call, and 40 times the
+    poll interval: what a descheduled poller thread on a loaded 2-core VM can add."""
+    from profiler.clock import perf_clock
+
+    with Ramp("ramp", perf_clock) as src:
+        calls: list[tuple[int, int]] = []
+
+        def busy() -> None:
+            a = perf_clock()
+            time.sleep(0.02)
+            calls.append((a, perf_clock()))
+
+        # just after an update: the next is 5 ms away, long after the first call starts
+        since = src.wait_for_tick()[1]
+        t, e = src.wait_for_tick(since_mj=since, busy=busy)
+        assert e == since + 15.0  # the next update, not a later one
+        tick = src.t0 + round(e / 15.0) * src.update_interval_ns
+        assert e > since
+        assert 0 <= t - tick < 2_000_000, (t - tick) / 1e6
+        assert len(calls) >= 1 and calls[-1][1] >= t  # it returned after the call ended
+        assert calls[0][0] <= tick  # the processor was busy when the update came

@@ -78,7 +78,9 @@ class MappedRun:
     done_ns: np.ndarray  # (frames,): the last stage finished the frame
     fallback: list[bool | None]  # per call
     executors: dict[int, dict[str, Any]]  # per stage: executor description
-    seen: list[list[int]]  # per stage: frame ids in the order it processed them (all frames)
+    # per stage: frame ids in the order it processed them (all frames; with a counter
+    # source, the last warm-up frame again while its window's start is awaited)
+    seen: list[list[int]]
     max_in_flight: int
     queue_depth: int
     energy_mj: float | None = None  # per frame, when a power source measured the run
@@ -730,10 +732,13 @@ def _measure_streaming(driver: _Driver, config: MappingRunConfig,
 
 
 def _measure_counter(driver: _Driver, config: MappingRunConfig, power: PowerSession) -> _Energy:
+    started: list[int] = []
+
     def measured_batches() -> int:
         # A counter source needs a window of many updates: repeat the batch (extra
         # frames count for energy only) until the window is long enough.
         t0, done = config.clock(), 0
+        started.append(t0)
         while True:
             first = config.warmup + done
             driver.batch(range(first, first + config.frames))
@@ -742,12 +747,19 @@ def _measure_counter(driver: _Driver, config: MappingRunConfig, power: PowerSess
                 return done
 
     def measured_once() -> int:
+        started.append(config.clock())
         driver.batch(config.measured)
         return config.frames
 
+    # While the counter's next update is awaited, the last warm-up frame runs again: an
+    # idle GPU's clock falls within milliseconds, and the measured frames would start slow.
+    last_warm = config.warmup - 1
+    busy = (lambda: driver.batch(range(last_warm, last_warm + 1))) if last_warm >= 0 else None
     n_frames, energy, c0, c1 = power.span(measured_batches if config.counter_repeats
-                                          else measured_once)
-    return _Energy(per_frame_mj=energy / n_frames, counter_window_ns=(int(c0), int(c1)),
+                                          else measured_once, busy=busy)
+    # the window began up to one busy frame before the measured ones: their share of it
+    energy *= (c1 - started[0]) / max(c1 - c0, 1)
+    return _Energy(per_frame_mj=energy / n_frames, counter_window_ns=(int(started[0]), int(c1)),
                    counter_frames=int(n_frames))
 
 

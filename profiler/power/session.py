@@ -310,11 +310,16 @@ class PowerSession:
             raise BadInputError(f"power source {self.name} does not stream")
         return StreamCapture(self, self.source)
 
-    def span(self, work: Callable[[], T]) -> tuple[T, float, int, int]:
-        """Run ``work`` once; (its result, energy_mj, t0_ns, t1_ns)."""
+    def span(self, work: Callable[[], T],
+             busy: Callable[[], object] | None = None) -> tuple[T, float, int, int]:
+        """Run ``work`` once; (its result, energy_mj, t0_ns, t1_ns): the energy of
+        [t0, t1], which holds ``work``. A counter's window starts at one of its updates,
+        awaited while ``busy`` runs (`CounterSource.wait_for_tick`): t0 is then up to one
+        ``busy`` call before ``work`` starts, and the caller scales the energy to its own
+        part of the window."""
         src = self.source
         if isinstance(src, CounterSource):
-            t0, e0 = src.wait_for_tick()
+            t0, e0 = src.wait_for_tick(busy=busy)
             result = work()
             e1 = src.read_energy_mj()
             return result, float(e1 - e0), t0, self.clock()

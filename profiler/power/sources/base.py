@@ -13,6 +13,7 @@ Each shape in full: docs/power.md ("The three shapes of source").
 from __future__ import annotations
 
 import threading
+import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
@@ -196,6 +197,10 @@ class TickTimeoutError(PowerSourceError):
     """A counter did not change within the expected time."""
 
 
+#: Between two reads of a counter awaited while a processor is kept busy (`wait_for_tick`).
+TICK_POLL_S = 50e-6
+
+
 class CounterSource(PowerSource):
     """A polled source with a cumulative energy counter (hardware or integrated)."""
 
@@ -222,25 +227,60 @@ class CounterSource(PowerSource):
         return (e_mj - last[1]) * 1e6 / (t_ns - last[0])  # mJ/ns -> W
 
     def wait_for_tick(self, since_mj: float | None = None, timeout_ns: int | None = None,
-                      ) -> tuple[int, float]:
+                      busy: Callable[[], object] | None = None) -> tuple[int, float]:
         """Spin until the counter changes (from ``since_mj``, or from its value now) and
         return ``(time_ns, energy_mj)`` at that moment: aligning a window's start with a
-        counter update removes up to one update interval of quantisation error."""
-        start = self.read_energy_mj() if since_mj is None else since_mj
-        t0 = self.clock()
+        counter update removes up to one update interval of quantisation error.
+
+        ``busy``: run again and again meanwhile, so that the processor measured next is
+        not idle while the counter is awaited (an idle GPU lowers its clock within
+        milliseconds, and the window's first frames would run slow). The counter is then
+        read by a thread of its own, `TICK_POLL_S` apart, so the update's time is still
+        known within a read, not within a ``busy`` call; this returns when the call in
+        which it came has ended."""
         limit = timeout_ns if timeout_ns is not None else max(50 * self.update_interval_ns,
                                                               2_000_000_000)
-        while True:
+        if busy is None:
+            return self._poll_tick(since_mj, limit, None)
+        found: list[tuple[int, float]] = []
+        errors: list[BaseException] = []
+        stop = threading.Event()
+
+        def poll() -> None:
+            try:
+                found.append(self._poll_tick(since_mj, limit, stop))
+            except BaseException as err:  # raised below, in the caller's thread
+                errors.append(err)
+
+        poller = threading.Thread(target=poll, name="coupprof-tick", daemon=True)
+        poller.start()
+        try:
+            while poller.is_alive():
+                busy()
+        finally:
+            stop.set()
+            poller.join()
+        if errors:
+            raise errors[0]
+        return found[0]
+
+    def _poll_tick(self, since_mj: float | None, limit_ns: int,
+                   stop: threading.Event | None) -> tuple[int, float]:
+        start = self.read_energy_mj() if since_mj is None else since_mj
+        t0 = self.clock()
+        while stop is None or not stop.is_set():
             e = self.read_energy_mj()
             t = self.clock()
             if e != start:
                 return t, e
-            if t - t0 > limit:
-                raise TickTimeoutError(
-                    f"the energy counter of {self.spec!r} did not change in "
-                    f"{limit / 1e9:g} s", fix="check that the sensor is powered and its "
-                    "driver loaded, or use another --power source")
-
+            if t - t0 > limit_ns:
+                break
+            if stop is not None:
+                time.sleep(TICK_POLL_S)  # the busy call's threads run in between
+        raise TickTimeoutError(
+            f"the energy counter of {self.spec!r} did not change in {limit_ns / 1e9:g} s",
+            fix="check that the sensor is powered and its driver loaded, or use another "
+            "--power source")
 
     def measure_update_interval(self, ticks: int = 5) -> int:
         """Time ``ticks`` counter updates, set ``update_interval_ns`` to their mean period
