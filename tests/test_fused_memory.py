@@ -25,7 +25,7 @@ from profiler.executors.base import SubModel
 from profiler.executors.cpu import CpuExecutor
 from profiler.measure.clock_fit import VisitClocks, fit_clock
 from profiler.measure.freq_trace import FreqReader
-from profiler.measure.fused import FusedProfiler, FusedSettings
+from profiler.measure.fused import FusedProfiler, FusedSettings, trimmed_estimate
 from profiler.slicing.prefix import LazyPrefixes, prefix_models
 from profiler.slicing.slicer import slice_model
 
@@ -343,6 +343,15 @@ def test_layers_through_the_cli_keep_within_loaded_mb(tmp_path: Path) -> None:
     # tied by their anchors, the blocks' rows add up to the whole model's column
     assert len(fused["block_chain"]["block_scales"]) == len(fused["blocks"])
     assert fused["fixed_ms"] + fused["layer_sum_ms"] == pytest.approx(fused["whole_ms"], rel=1e-6)
+    # the raw rounds are kept: each column's trimmed mean is what the ties rested on, and
+    # each block starts with the empty prefix (a later one then with its predecessor's last)
+    rounds = np.asarray(fused["round_us"], dtype=np.int64) * 1000
+    assert rounds.shape == (fused["rounds"], len(fused["column_prefixes"]))
+    np.testing.assert_allclose(trimmed_estimate(rounds)[0], fused["block_chain"]["column_ms"],
+                               atol=1e-3)
+    cols = fused["column_prefixes"]
+    for b, (first, _last) in enumerate(fused["blocks"]):
+        assert cols[first] == 0 and (b == 0 or cols[first + 1] == cols[first - 1])
     data = zoo.default_model_path().read_bytes()
     sizes = [len(p.model_bytes) for p in prefix_models(data, slice_model(data, cache_dir=False),
                                                        reduce_above_bytes=None)]

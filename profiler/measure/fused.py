@@ -256,6 +256,7 @@ class FusedResult:
     visit_rows: list[int] = field(default_factory=list)
     loaded_bytes_max: int = 0
     chain: BlockChain | None = None  # how the blocks' rounds were tied (`chain_blocks`)
+    column_prefixes: list[int] = field(default_factory=list)  # the prefix each column times
 
     def positions(self) -> list[int]:
         return self.layer_positions or list(range(1, len(self.layers) + 1))
@@ -343,6 +344,13 @@ class FusedResult:
             "blocks": [list(b) for b in self.blocks],
             "block_chain": None if self.chain is None else self.chain.info(),
             "loaded_bytes_max": self.loaded_bytes_max,
+            # what every row rests on, to check a table or try another model of it: per
+            # round, each column's call (us), the prefix each column timed, and (blocks)
+            # the row of the rounds each block's visit filled, in time order
+            "round_us": None if self.round_ns is None
+            else np.rint(np.asarray(self.round_ns) / 1e3).astype(np.int64).tolist(),
+            "column_prefixes": list(self.column_prefixes),
+            "visit_rows": list(self.visit_rows),
         }
 
 
@@ -1234,7 +1242,7 @@ class FusedProfiler:
             blocks=[[c.start, c.stop - 1] for c in self.block_columns]
             if len(self.blocks) > 1 else [],
             visit_rows=list(self.visit_rows), loaded_bytes_max=self.loaded_bytes_max,
-            chain=est.chain,
+            chain=est.chain, column_prefixes=list(self.columns),
         )
 
 
