@@ -753,8 +753,11 @@ def _measure_counter(driver: _Driver, config: MappingRunConfig, power: PowerSess
 
     # While the counter's next update is awaited, the last warm-up frame runs again: an
     # idle GPU's clock falls within milliseconds, and the measured frames would start slow.
+    # Not where the frames are a part of a run across devices (no `counter_repeats`): the
+    # neighbours run each frame once, and would never send or take one run again.
     last_warm = config.warmup - 1
-    busy = (lambda: driver.batch(range(last_warm, last_warm + 1))) if last_warm >= 0 else None
+    busy = (lambda: driver.batch(range(last_warm, last_warm + 1))) \
+        if last_warm >= 0 and config.counter_repeats else None
     n_frames, energy, c0, c1 = power.span(measured_batches if config.counter_repeats
                                           else measured_once, busy=busy)
     # the window began up to one busy frame before the measured ones: their share of it
