@@ -439,6 +439,41 @@ def test_auto_cache_is_cold_where_the_weights_outgrow_the_last_level_cache(
         assert (c.state, c.reason) == ("warm", "simulated processor")
 
 
+def test_auto_cache_goes_by_what_the_core_gets_where_sysfs_lists_more(tmp_path) -> None:
+    """A virtual machine lists its host's cache (this project's VM: 300 MiB) and its core
+    re-reads about 32 MiB faster than memory: ResNet50's 102 MB of weights then find
+    every weight cold frame after frame, and the timed calls are made cold too, emptying
+    what the core gets (twice the measured size, not the listed one). Where the
+    measure finds all that is listed, or cannot probe, the listed size stands."""
+    from test_cpu_cache import fake_caches
+
+    from profiler.measure.fused import cache_state
+
+    vm = fake_caches(tmp_path / "vm", 0, [(3, "Unified", "307200K")])
+    listed, weights = 300 * 2**20, 102_121_896
+    asked: list[tuple[int, int]] = []
+
+    def usable(core: int, listed_bytes: int) -> int | None:
+        asked.append((core, listed_bytes))
+        return 32 * 2**20
+
+    with CpuExecutor(ProcessorSpec("B", "cpu", "one core", (0,)), threads=1) as ex:
+        c = cache_state(FusedSettings(), ex, weights, vm, usable)
+        assert (c.state, c.llc_bytes, c.listed_bytes) == ("cold", 32 * 2**20, listed)
+        assert c.reason == ("the weights outgrow the last-level cache (32 MiB of the 300 MiB "
+                            "sysfs lists, as measured)")
+        assert asked == [(0, listed)]
+        small = cache_state(FusedSettings(), ex, 4 * 2**20, vm, usable)
+        assert (small.state, small.llc_bytes) == ("warm", 32 * 2**20)
+        whole = cache_state(FusedSettings(), ex, weights, vm, lambda core, b: b)
+        assert (whole.state, whole.llc_bytes) == ("warm", listed)
+        none = cache_state(FusedSettings(), ex, weights, vm, lambda core, b: 0)
+        assert (none.state, none.llc_bytes) == ("cold", 2**20)  # under the smallest probe
+        # asked states are not measured
+        assert cache_state(FusedSettings(cache="warm"), ex, weights, vm, usable).state == "warm"
+        assert len(asked) == 2
+
+
 def test_cold_calls_empty_the_cache_before_every_timed_call_outside_its_window(
         default_model) -> None:
     """Every timed call of a round (warm-up rounds too) follows one eviction, and no

@@ -29,7 +29,12 @@ import numpy as np
 from profiler.clock import Clock, perf_clock
 from profiler.errors import BadInputError
 from profiler.executors.base import app_call, return_freed_memory
-from profiler.measure.cpu_cache import Evictor, last_level_cache_bytes
+from profiler.measure.cpu_cache import (
+    PROBE_MIN_BYTES,
+    Evictor,
+    last_level_cache_bytes,
+    measured_cache_bytes,
+)
 from profiler.measure.method import LOADED_MB_DEFAULT, Method
 
 if TYPE_CHECKING:  # types only: importing profiler.executors loads LiteRT's runtimes
@@ -1337,18 +1342,23 @@ class CacheChoice:
     """The cache state a fused measurement's timed calls find, and why."""
 
     state: str  # "warm" | "cold"
-    llc_bytes: int | None  # the cluster's last-level cache (None: sysfs does not say)
+    # the cluster's last-level cache as its core uses it (None: sysfs does not say): what
+    # sysfs lists, or less where less was measured (`usable_cache_bytes`)
+    llc_bytes: int | None
     weight_bytes: int  # the model's constant tensors
     reason: str
+    listed_bytes: int | None = None  # what sysfs lists, where it was measured
 
 
 def cache_state(settings: FusedSettings, executor: Executor, weight_bytes: int,
-                sysfs_root: Path) -> CacheChoice:
+                sysfs_root: Path,
+                usable: Callable[[int, int], int | None] | None = None) -> CacheChoice:
     """``settings.cache`` resolved for this executor and model (docs/fused.md, "Cache
     state"): "auto" is cold on a real CPU cluster whose last-level cache (that of its
-    first core, from ``sysfs_root``) is smaller than the model's weights, warm otherwise:
-    an accelerator's weights live in its own memory, and a simulated processor's time is
-    modelled."""
+    first core, from ``sysfs_root``, as much of it as that core re-reads faster than
+    memory: ``usable(core, listed_bytes)``, default `measured_cache_bytes`) is smaller
+    than the model's weights, warm otherwise: an accelerator's weights live in its own
+    memory, and a simulated processor's time is modelled."""
     real_cpu = executor.kind == "cpu" and executor.modelled is None
     llc = last_level_cache_bytes(executor.cores[0], sysfs_root) if real_cpu else None
     if settings.cache != "auto":
@@ -1367,10 +1377,21 @@ def cache_state(settings: FusedSettings, executor: Executor, weight_bytes: int,
     if llc is None:
         return CacheChoice("warm", None, weight_bytes,
                            f"no cache size under {sysfs_root} for core {executor.cores[0]}")
+    got = (usable or measured_cache_bytes)(executor.cores[0], llc)
+    if got is not None and got < llc:
+        # a virtual machine lists its host's cache; a core gets a share of it
+        used = max(got, PROBE_MIN_BYTES)
+        of = f" ({used / 2**20:.0f} MiB of the {llc / 2**20:.0f} MiB sysfs lists, as measured)"
+        if weight_bytes > used:
+            return CacheChoice("cold", used, weight_bytes,
+                               "the weights outgrow the last-level cache" + of, llc)
+        return CacheChoice("warm", used, weight_bytes,
+                           "the weights fit in the last-level cache" + of, llc)
     if weight_bytes > llc:
         return CacheChoice("cold", llc, weight_bytes,
-                           "the weights outgrow the last-level cache")
-    return CacheChoice("warm", llc, weight_bytes, "the weights fit in the last-level cache")
+                           "the weights outgrow the last-level cache", llc)
+    return CacheChoice("warm", llc, weight_bytes, "the weights fit in the last-level cache",
+                       llc)
 
 
 def fused_profiler(executor: Executor, data: bytes, sliced: SlicedModel, settings: FusedSettings,
