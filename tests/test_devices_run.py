@@ -68,6 +68,8 @@ def _level4_khz() -> int:
 def _run(tmp: Path, mode: str, devices: str = TWO, **kw: object) -> DevicesRun:
     f = tmp / "devices.toml"
     f.write_text(devices)
+    # a deadlock between ranks (a frame one of them runs twice) ends the run, not the suite
+    kw.setdefault("timeout_s", 180.0)
     cfg = DevicesRunConfig(f, ORDER, mode, default_model_path(), tmp / "out", frames=12,
                            warmup=1, freq="4", **kw)  # type: ignore[arg-type]
     return run_devices(cfg)
@@ -165,8 +167,9 @@ def test_a_counter_source_gives_each_devices_energy_over_its_frames(cache: Path,
     f = tmp_path / "devices.toml"
     f.write_text(counted)
     run = run_devices(DevicesRunConfig(f, ORDER, "pipeline", default_model_path(),
-                                       tmp_path / "out", frames=100, warmup=1, freq="4"))
-    assert run.exit_code == 0, run.launched.log[-20:]
+                                       tmp_path / "out", frames=100, warmup=1, freq="4",
+                                       timeout_s=180.0))
+    assert run.exit_code == 0 and not run.launched.timed_out, run.launched.log[-20:]
     d0, d1, total = part_rows(run)
     for r in (d0, d1):
         assert r["frames_done"] == 100
