@@ -11,6 +11,7 @@ throughout, and the truth of layer k's energy per frame is P_k x its in-frame ti
 
 from __future__ import annotations
 
+import threading
 import time
 
 import numpy as np
@@ -29,7 +30,16 @@ IDLE_W = 1.5
 
 class SyntheticCounter(CounterSource):
     def __init__(self, clock: StepClock) -> None:
-        super().__init__("synthetic", clock)
+        # one read of the counter or the clock, or one call, at a time: the counter is
+        # also read by a thread of its own while a call keeps the processor busy
+        # (`wait_for_tick`), and the step clock's reads are not atomic
+        self.lock = threading.RLock()
+
+        def read_clock() -> int:
+            with self.lock:
+                return clock()
+
+        super().__init__("synthetic", read_clock)
         self.update_interval_ns = 10_000
         self.steps = clock
         self.power_w = IDLE_W
@@ -42,15 +52,17 @@ class SyntheticCounter(CounterSource):
         self._t = now
 
     def read_energy_mj(self) -> float:
-        self._advance()
-        return self.energy_mj
+        with self.lock:
+            self._advance()
+            return self.energy_mj
 
     def layer(self, k: int):  # noqa: ANN201
         def call() -> None:
-            self._advance()
-            self.power_w = POWER_W[k]
-            self.steps.advance(REPEAT_NS[k])
-            self._advance()
+            with self.lock:
+                self._advance()
+                self.power_w = POWER_W[k]
+                self.steps.advance(REPEAT_NS[k])
+                self._advance()
         return call
 
     def info(self) -> SourceInfo:
