@@ -11,7 +11,6 @@ throughout, and the truth of layer k's energy per frame is P_k x its in-frame ti
 
 from __future__ import annotations
 
-import threading
 import time
 
 import numpy as np
@@ -30,16 +29,7 @@ IDLE_W = 1.5
 
 class SyntheticCounter(CounterSource):
     def __init__(self, clock: StepClock) -> None:
-        # one read of the counter or the clock, or one call, at a time: the counter is
-        # also read by a thread of its own while a call keeps the processor busy
-        # (`wait_for_tick`), and the step clock's reads are not atomic
-        self.lock = threading.RLock()
-
-        def read_clock() -> int:
-            with self.lock:
-                return clock()
-
-        super().__init__("synthetic", read_clock)
+        super().__init__("synthetic", clock)
         self.update_interval_ns = 10_000
         self.steps = clock
         self.power_w = IDLE_W
@@ -52,17 +42,15 @@ class SyntheticCounter(CounterSource):
         self._t = now
 
     def read_energy_mj(self) -> float:
-        with self.lock:
-            self._advance()
-            return self.energy_mj
+        self._advance()
+        return self.energy_mj
 
     def layer(self, k: int):  # noqa: ANN201
         def call() -> None:
-            with self.lock:
-                self._advance()
-                self.power_w = POWER_W[k]
-                self.steps.advance(REPEAT_NS[k])
-                self._advance()
+            self._advance()
+            self.power_w = POWER_W[k]
+            self.steps.advance(REPEAT_NS[k])
+            self._advance()
         return call
 
     def info(self) -> SourceInfo:

@@ -39,10 +39,9 @@ def measure_repeated(call: Callable[[], object], source: CounterSource, *,
                      ) -> RepeatedEnergy:
     """Run ``call`` enough times back to back that the counter window spans at least
     ``min_updates`` counter refreshes (so quantisation is under 1/min_updates) and
-    ``min_window_ns``, then divide. The window starts at a counter update, awaited
-    while ``call`` runs (`CounterSource.wait_for_tick`: the processor is not left idle,
-    to lower its clock, before the window), so only the end is quantised; the energy is
-    that window's mean power over the timed calls. Times come from the source's clock.
+    ``min_window_ns``, then divide. The window starts right after a counter update
+    (`CounterSource.wait_for_tick`), so only the end is quantised. Times come from
+    the source's clock.
     """
     clock = source.clock
     need_ns = max(int(min_window_ns or 0), min_updates * int(source.update_interval_ns))
@@ -50,8 +49,7 @@ def measure_repeated(call: Callable[[], object], source: CounterSource, *,
     call()  # probe: also warms caches, as the timed calls will be
     probe_ns = max(clock() - t0, 1)
     repeats = int(min(max(1, math.ceil(need_ns / probe_ns)), max_repeats))
-    t_tick, e_start = source.wait_for_tick(busy=call)
-    t_start = clock()
+    t_start, e_start = source.wait_for_tick()
     for _ in range(repeats):
         call()
     e_end = source.read_energy_mj()
@@ -67,16 +65,14 @@ def measure_repeated(call: Callable[[], object], source: CounterSource, *,
         t_end = clock()
         window = t_end - t_start
         repeats += more
-    # the counter's window began within the last waiting call, before the timed ones
-    power_w = (e_end - e_start) * 1e6 / max(t_end - t_tick, 1)
+    energy = (e_end - e_start) / repeats
     time_ns = window / repeats
-    energy = power_w * time_ns * 1e-6
     return RepeatedEnergy(
         repeats=repeats,
         window_ns=int(window),
         energy_mj=energy,
         time_ns=time_ns,
-        power_w=power_w if window > 0 else float("nan"),
+        power_w=(e_end - e_start) * 1e6 / window if window > 0 else float("nan"),
         dynamic_energy_mj=energy - baseline_power_w * time_ns * 1e-6,
         fps_per_w=fps_per_w(energy),
         counter_updates=int(window // max(int(source.update_interval_ns), 1)),

@@ -12,6 +12,7 @@ Each shape in full: docs/power.md ("The three shapes of source").
 
 from __future__ import annotations
 
+import sys
 import threading
 import time
 from abc import ABC, abstractmethod
@@ -197,8 +198,10 @@ class TickTimeoutError(PowerSourceError):
     """A counter did not change within the expected time."""
 
 
-#: Between two reads of a counter awaited while a processor is kept busy (`wait_for_tick`).
+#: Between two reads of a counter awaited while a processor is kept busy (`wait_for_tick`),
+#: and the interpreter's switch interval meanwhile.
 TICK_POLL_S = 50e-6
+TICK_SWITCH_S = 100e-6
 
 
 class CounterSource(PowerSource):
@@ -253,6 +256,10 @@ class CounterSource(PowerSource):
                 errors.append(err)
 
         poller = threading.Thread(target=poll, name="coupprof-tick", daemon=True)
+        # a ``busy`` that holds the GIL would keep the poller from its reads for the
+        # interpreter's switch interval (5 ms): shorter while it polls
+        switch_s = sys.getswitchinterval()
+        sys.setswitchinterval(min(switch_s, TICK_SWITCH_S))
         poller.start()
         try:
             while poller.is_alive():
@@ -260,6 +267,7 @@ class CounterSource(PowerSource):
         finally:
             stop.set()
             poller.join()
+            sys.setswitchinterval(switch_s)
         if errors:
             raise errors[0]
         return found[0]
