@@ -16,7 +16,7 @@ import time
 import numpy as np
 import pytest
 
-from profiler.clock import StepClock
+from profiler.clock import Clock, StepClock
 from profiler.measure.results import LayerTimings
 from profiler.power.session import PowerSession
 from profiler.power.sources.base import CounterSource, SourceInfo
@@ -193,10 +193,16 @@ def test_with_fused_puts_prefix_energies_on_layers_and_the_fixed_row() -> None:
 
 
 class Ramp(CounterSource):
-    """3 W, the counter updated every 5 ms of the real clock since it was opened: the
-    update times are known exactly (t0 + 5k ms)."""
+    """3 W, the counter updated every ``interval_ns`` (default 5 ms) of the real clock since
+    it was opened: the update times are known exactly (t0 + k intervals), and the energy
+    at each (3 W x k intervals)."""
 
-    update_interval_ns = 5_000_000
+    kind = "ramp"
+    POWER_W = 3.0
+
+    def __init__(self, spec: str, clock: Clock, interval_ns: int = 5_000_000) -> None:
+        super().__init__(spec, clock)
+        self.update_interval_ns = interval_ns
 
     def info(self) -> SourceInfo:
         return SourceInfo("ramp", "ramp", "counter", "test")
@@ -208,7 +214,8 @@ class Ramp(CounterSource):
         pass
 
     def read_energy_mj(self) -> float:
-        return 15.0 * ((self.clock() - self.t0) // self.update_interval_ns)
+        updates = (self.clock() - self.t0) // self.update_interval_ns
+        return self.POWER_W * updates * self.update_interval_ns / 1e6
 
 
 def test_a_counter_awaited_while_busy_keeps_the_processor_busy_and_times_the_update() -> None:
@@ -230,7 +237,7 @@ def test_a_counter_awaited_while_busy_keeps_the_processor_busy_and_times_the_upd
         # just after an update: the next is 5 ms away, long after the first call starts
         since = src.wait_for_tick()[1]
         t, e = src.wait_for_tick(since_mj=since, busy=busy)
-        assert e == since + 15.0  # the next update, not a later one
+        assert e == pytest.approx(since + 15.0)  # the next update (3 W x 5 ms), not later
         tick = src.t0 + round(e / 15.0) * src.update_interval_ns
         assert e > since
         assert 0 <= t - tick < 2_000_000, (t - tick) / 1e6

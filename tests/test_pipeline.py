@@ -226,31 +226,16 @@ def test_energy_per_frame_from_a_counter_source_is_power_over_throughput(resnet)
     run repeats its measured batch until the window spans 300 updates (longer than 3
     frames take even on a busy host), and energy per frame times frames per second must
     come back to about 3 W."""
+    from test_counter_energy import Ramp
+
     from profiler.clock import perf_clock
     from profiler.power.session import PowerSession
-    from profiler.power.sources.base import CounterSource, SourceInfo
-
-    class Ramp(CounterSource):
-        kind = "ramp"
-        update_interval_ns = 1_000_000
-
-        def info(self) -> SourceInfo:
-            return SourceInfo("ramp", "ramp", "counter", "test")
-
-        def _open_device(self) -> None:
-            self.t0 = self.clock()
-
-        def _close_device(self) -> None:
-            pass
-
-        def read_energy_mj(self) -> float:
-            return 3.0 * ((self.clock() - self.t0) // 1_000_000 * 1_000_000) / 1e6
 
     data, sliced = resnet
     board = board3()
     n = len(sliced.layers)
     mapping = parse_order("B" * (n // 2) + "L" * (n - n // 2), n, board)
-    with Ramp("ramp", perf_clock) as src:
+    with Ramp("ramp", perf_clock, interval_ns=1_000_000) as src:
         run = run_mapping(sliced, board, MappingRunConfig(
             mapping, "pipeline", frames=3, warmup=1, make=make,
             power=PowerSession(src, counter_updates=300), model_bytes=data))
@@ -260,7 +245,7 @@ def test_energy_per_frame_from_a_counter_source_is_power_over_throughput(resnet)
     # the last one (end): within two updates' energy, 6 mJ of the >= 900 mJ window.
     t0, t1 = run.energy_window_ns
     n = run.power_info["energy_frames"]
-    assert t1 - t0 >= 300 * Ramp.update_interval_ns
+    assert t1 - t0 >= 300 * 1_000_000
     expect_mj = 3.0 * (t1 - t0) / 1e6 / n
     assert run.energy_mj == pytest.approx(expect_mj, abs=6.0 / n)
     # the batch was repeated to fill the window; before it, the one warm-up frame (0) ran
