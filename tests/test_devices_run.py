@@ -205,6 +205,39 @@ bandwidth_mb_s = {LINK.bandwidth_mb_s}
     assert part_rows(run)[1]["link_added_ms"] == pytest.approx(modelled_ns / 1e6, abs=0.5)
 
 
+def test_a_run_past_its_timeout_is_stopped_keeps_partial_and_restores(cache: Path,
+                                                                       tmp_path: Path) -> None:
+    """`run --devices --timeout-s S`: at S seconds the ranks are stopped as by SIGTERM (each
+    puts its levels back), the command exits 4 saying so, and what each rank measured is
+    kept: frames, the CSV, the sidecar marked timed out. (15 s: the ranks start and set
+    their levels within a few seconds even on a loaded 2-core machine.) Without
+    --devices, one line and exit 2."""
+    (tmp_path / "devices.toml").write_text(TWO)
+    r = subprocess.run(
+        [COUPPROF, "run", "--devices", "devices.toml", "--order", ORDER, "--mode", "pipeline",
+         "--frames", "100000", "--warmup", "1", "--freq", "4", "--timeout-s", "15",
+         "--csv", "run.csv"], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 4, r.stderr
+    assert "ran past --timeout-s 15 and were stopped" in r.stderr
+    assert "levels are restored" in r.stderr, r.stderr
+    side = json.loads((tmp_path / "run.json").read_text())
+    assert side["timed_out"] is True and side["signalled"] is None
+    ranks = tmp_path / "run.ranks"
+    for rank in (0, 1):
+        frames = [e for e in read_partial(ranks / RANK_FILE.format(rank=rank))
+                  if e["event"] == "frame"]
+        assert 0 < len(frames) < 100001
+        assert _levels_were_set(ranks, rank, _level4_khz())
+        assert _tree_matches_saved(ranks, rank)
+    # each rank put its own levels back (it got SIGTERM), none was left to the launcher
+    assert {p["restored_by"] for p in side["parts"]} == {"rank"}
+    bad = subprocess.run([COUPPROF, "run", "--order", "B15", "--mode", "switch",
+                          "--timeout-s", "5"], cwd=tmp_path, capture_output=True, text=True,
+                         timeout=60)
+    assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1
+    assert "--timeout-s is for runs across devices" in bad.stderr
+
+
 @pytest.mark.parametrize(("stop", "code", "says"), [
     ("SIGKILL rank 1", 4, "the rank of d1 stopped before the end"),
     ("SIGTERM coupprof", 130, "interrupted (SIGTERM)"),

@@ -38,6 +38,7 @@ from profiler.cli.common.options import (
     add_output_options,
     add_queue_depth_option,
     nonneg_int,
+    positive_float,
     positive_int,
 )
 from profiler.cli.common.output import Output
@@ -50,6 +51,7 @@ from profiler.cli.common.plumbing import (
     sysfs_root,
 )
 from profiler.cli.common.progress import task_progress
+from profiler.errors import BadInputError
 from profiler.measure.method import Method
 
 if TYPE_CHECKING:
@@ -96,6 +98,10 @@ def register(subparsers: Subparsers) -> None:
     add_devices_option(p, "run the model across its devices (or a bundled file by name, "
                        "e.g. sim2), one MPI rank per device part, each measured on its own "
                        "board and power source; needs MPI: pip install 'coupprof[devices]'")
+    p.add_argument("--timeout-s", type=positive_float, default=None, metavar="S",
+                   help="with --devices: stop the ranks after S seconds of wall time, as "
+                   "Ctrl-C does (each puts its levels back; what they measured is kept; "
+                   "exit 4); default: no limit")
     p.add_argument("--mode", choices=("switch", "pipeline"), required=True,
                    help="switch: one frame at a time; pipeline: stages run concurrently")
     p.add_argument("--freq", default=None, metavar="SPEC", help="DVFS SPEC (see below)")
@@ -300,6 +306,9 @@ def run(args: argparse.Namespace) -> int:
     quiet_native_exit()
     if args.devices is not None:
         return run_on_devices(args)
+    if args.timeout_s is not None:
+        raise BadInputError("--timeout-s is for runs across devices",
+                            "give --devices FILE, or leave --timeout-s out")
     out = Output.of(args)
     method = Method(args.method or Method.FUSED)
     letters = [c for c in args.order.upper() if c.isalpha()]
@@ -526,7 +535,6 @@ def run_on_devices(args: argparse.Namespace) -> int:
     import signal
 
     from profiler.devices.run import DevicesRunConfig, part_rows, run_devices, sidecar
-    from profiler.errors import BadInputError
 
     given = [f"--{k.replace('_', '-')}" for k in _NOT_WITH_DEVICES if getattr(args, k, None)]
     if given:
@@ -545,7 +553,7 @@ def run_on_devices(args: argparse.Namespace) -> int:
         args.devices, args.order, args.mode, model, ranks_dir, frames=args.frames,
         warmup=args.warmup, granularity=args.granularity, cuts=args.cuts,
         method=args.method or Method.FUSED, freq=args.freq, queue_depth=args.queue_depth,
-        seed=args.seed))
+        seed=args.seed, timeout_s=args.timeout_s))
     rows = part_rows(result)
     out.table(_devices_table(result.mode_title(model.name), rows))
     df = pd.DataFrame(rows).astype({"rank": "Int64", "first_layer": "Int64",
@@ -558,7 +566,12 @@ def run_on_devices(args: argparse.Namespace) -> int:
                 f"({', '.join(d for d, ok in p.restored.items() if not ok)})"
                 + (f": {p.restore_error}" if p.restore_error else ""))
     code = result.exit_code
-    if code == 4:
+    if result.launched.timed_out:
+        print(f"coupprof run: error: the ranks ran past --timeout-s {args.timeout_s:g} and "
+              "were stopped"
+              f"{', every device' + chr(39) + 's levels are restored' if result.all_restored else ''}"
+              f"; what each measured is kept ({ranks_dir})", file=sys.stderr)
+    elif code == 4:
         first = result.first_dead
         dead = [first] if first is not None else [p for p in result.parts if not p.finished]
         print(f"coupprof run: error: the rank of {', '.join(p.device for p in dead)} stopped "

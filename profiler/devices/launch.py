@@ -7,9 +7,10 @@ pins itself to its cores before anything is imported (LiteRT's worker threads in
 the affinity), writes ``STATUS_DIR/rank-R.pid``, runs the module, and writes its exit
 code to ``STATUS_DIR/rank-R.exit`` when it ends, so the launcher knows each rank's end; a
 rank with no such file died (killed, or `os._exit`). The ranks get a clean environment
-(`rank_env`), not the caller's. SIGINT and SIGTERM of the launcher go on to `mpiexec`
-and straight to the ranks on this host; `STOP_GRACE_S` later, or at the timeout, the
-ranks' process group is killed.
+(`rank_env`), not the caller's. SIGINT and SIGTERM of the launcher, and SIGTERM at the
+timeout, go on to `mpiexec` and straight to the ranks on this host; `STOP_GRACE_S` later
+the ranks still running are killed, and the launcher returns only once this host's
+ranks have ended.
 
 MPI is an extra (``pip install 'coupprof[devices]'``): `require_mpi` says so in one line
 where mpi4py or `mpiexec` is missing. MPICH's Hydra `mpiexec` kills the other ranks
@@ -152,7 +153,8 @@ def launch(module: str, args: Sequence[str], ranks: int, *,
     (MPI must reach it); ``env``: added to the ranks' clean environment (`rank_env`);
     ``envs[r]``: added to rank r's alone (the shim sets it and starts again, so that the
     dynamic loader sees it too: ``LD_LIBRARY_PATH``, a Vulkan layer's choice of GPU);
-    ``timeout_s``: then the ranks' process group is killed (``timed_out``);
+    ``timeout_s``: then the ranks are stopped as by SIGTERM, and killed `STOP_GRACE_S`
+    later (``timed_out``);
     ``status_dir``: where the ranks' exit codes are written (default: a temporary
     directory); ``echo``: the ranks' output goes on to stderr as it comes (Hydra's
     messages about a rank's end are kept in ``log`` only).
@@ -190,24 +192,23 @@ def _run(cmd: list[str], ranks: int, env: dict[str, str], timeout_s: float | Non
 
     def forward(signum: int, _frame: FrameType | None) -> None:
         got.append((signum, time.monotonic()))
-        with contextlib.suppress(ProcessLookupError):
-            proc.send_signal(signum)
-        for _, pid in _local_ranks(status_dir, ranks):  # at once, not when Hydra gets to it
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.kill(pid, signum)
+        _signal_all(proc, status_dir, ranks, signum)
 
     old = {}
     if threading.current_thread() is threading.main_thread():
         for sig in (signal.SIGINT, signal.SIGTERM):
             old[sig] = signal.signal(sig, forward)
     timed_out = False
+    stopped_at: float | None = None  # the timeout's SIGTERM
     try:
         while proc.poll() is None:
             elapsed = time.monotonic() - t0
             if timeout_s is not None and elapsed > timeout_s and not timed_out:
-                timed_out = True
-                _kill_all(proc, status_dir, ranks)
-            if got and time.monotonic() - got[0][1] > STOP_GRACE_S:
+                # as a signal from outside: each rank puts its levels back and writes
+                timed_out, stopped_at = True, time.monotonic()
+                _signal_all(proc, status_dir, ranks, signal.SIGTERM)
+            first = got[0][1] if got else stopped_at
+            if first is not None and time.monotonic() - first > STOP_GRACE_S:
                 _kill_all(proc, status_dir, ranks)  # they had their time to restore and write
             with contextlib.suppress(subprocess.TimeoutExpired):
                 proc.wait(timeout=0.1)
@@ -223,12 +224,23 @@ def _run(cmd: list[str], ranks: int, env: dict[str, str], timeout_s: float | Non
         # Hydra may end before a rank in its own process group has finished restoring its
         # levels: wait for the ranks here, so that what the caller reads (and restores in
         # their place) is not being written at the same time.
-        grace_end = (got[0][1] if got else time.monotonic()) + STOP_GRACE_S
+        grace_end = (got[0][1] if got else stopped_at or time.monotonic()) + STOP_GRACE_S
         _end_local_ranks(status_dir, ranks, grace_end)
         reader.join(timeout=5)
     codes = [_exit_code(status_dir / f"rank-{r}.exit") for r in range(ranks)]
     return LaunchResult(ranks, proc.returncode, codes, time.monotonic() - t0,
                         got[0][0] if got else None, timed_out, list(log))
+
+
+def _signal_all(proc: subprocess.Popen[bytes], status_dir: Path, ranks: int,
+                signum: int) -> None:
+    """``signum`` to mpiexec, and at once to the ranks on this host (not when Hydra gets
+    to it)."""
+    with contextlib.suppress(ProcessLookupError):
+        proc.send_signal(signum)
+    for _, pid in _local_ranks(status_dir, ranks):
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, signum)
 
 
 def _kill_group(proc: subprocess.Popen[bytes]) -> None:
