@@ -200,6 +200,10 @@ def _run(cmd: list[str], ranks: int, env: dict[str, str], timeout_s: float | Non
             old[sig] = signal.signal(sig, forward)
     timed_out = False
     stopped_at: float | None = None  # the timeout's SIGTERM
+
+    def stop_began() -> float | None:
+        """When the ranks were first told to stop (a signal from outside, or the timeout)."""
+        return got[0][1] if got else stopped_at
     try:
         while proc.poll() is None:
             elapsed = time.monotonic() - t0
@@ -207,7 +211,7 @@ def _run(cmd: list[str], ranks: int, env: dict[str, str], timeout_s: float | Non
                 # as a signal from outside: each rank puts its levels back and writes
                 timed_out, stopped_at = True, time.monotonic()
                 _signal_all(proc, status_dir, ranks, signal.SIGTERM)
-            first = got[0][1] if got else stopped_at
+            first = stop_began()
             if first is not None and time.monotonic() - first > STOP_GRACE_S:
                 _kill_all(proc, status_dir, ranks)  # they had their time to restore and write
             with contextlib.suppress(subprocess.TimeoutExpired):
@@ -224,7 +228,7 @@ def _run(cmd: list[str], ranks: int, env: dict[str, str], timeout_s: float | Non
         # Hydra may end before a rank in its own process group has finished restoring its
         # levels: wait for the ranks here, so that what the caller reads (and restores in
         # their place) is not being written at the same time.
-        grace_end = (got[0][1] if got else stopped_at or time.monotonic()) + STOP_GRACE_S
+        grace_end = (stop_began() or time.monotonic()) + STOP_GRACE_S
         _end_local_ranks(status_dir, ranks, grace_end)
         reader.join(timeout=5)
     codes = [_exit_code(status_dir / f"rank-{r}.exit") for r in range(ranks)]
@@ -238,9 +242,7 @@ def _signal_all(proc: subprocess.Popen[bytes], status_dir: Path, ranks: int,
     to it)."""
     with contextlib.suppress(ProcessLookupError):
         proc.send_signal(signum)
-    for _, pid in _local_ranks(status_dir, ranks):
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.kill(pid, signum)
+    _send([pid for _, pid in _local_ranks(status_dir, ranks)], signum)
 
 
 def _kill_group(proc: subprocess.Popen[bytes]) -> None:
@@ -251,11 +253,16 @@ def _kill_group(proc: subprocess.Popen[bytes]) -> None:
 def _kill_all(proc: subprocess.Popen[bytes], status_dir: Path, ranks: int) -> None:
     """mpiexec's group, and the ranks on this host that have not ended (Hydra puts each
     rank in a process group of its own)."""
-    for r, pid in _local_ranks(status_dir, ranks):
-        if not (status_dir / f"rank-{r}.exit").exists():
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.kill(pid, signal.SIGKILL)
+    _send([pid for r, pid in _local_ranks(status_dir, ranks)
+           if not (status_dir / f"rank-{r}.exit").exists()], signal.SIGKILL)
     _kill_group(proc)
+
+
+def _send(pids: list[int], signum: int) -> None:
+    """``signum`` to each of ``pids`` that is still there (and ours to signal)."""
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, signum)
 
 
 def _alive(pid: int) -> bool:
@@ -276,9 +283,7 @@ def _end_local_ranks(status_dir: Path, ranks: int, grace_end: float) -> None:
     while (left := [p for p in pids if _alive(p)]) and time.monotonic() < hard_end:
         if not killed and time.monotonic() >= grace_end:
             killed = True
-            for pid in left:
-                with contextlib.suppress(ProcessLookupError, PermissionError):
-                    os.kill(pid, signal.SIGKILL)
+            _send(left, signal.SIGKILL)
         time.sleep(0.02)
 
 

@@ -1378,20 +1378,16 @@ def cache_state(settings: FusedSettings, executor: Executor, weight_bytes: int,
         return CacheChoice("warm", None, weight_bytes,
                            f"no cache size under {sysfs_root} for core {executor.cores[0]}")
     got = (usable or measured_cache_bytes)(executor.cores[0], llc)
+    used, of = llc, ""
     if got is not None and got < llc:
         # a virtual machine lists its host's cache; a core gets a share of it
         used = max(got, PROBE_MIN_BYTES)
         of = f" ({used / 2**20:.0f} MiB of the {llc / 2**20:.0f} MiB sysfs lists, as measured)"
-        if weight_bytes > used:
-            return CacheChoice("cold", used, weight_bytes,
-                               "the weights outgrow the last-level cache" + of, llc)
-        return CacheChoice("warm", used, weight_bytes,
-                           "the weights fit in the last-level cache" + of, llc)
-    if weight_bytes > llc:
-        return CacheChoice("cold", llc, weight_bytes,
-                           "the weights outgrow the last-level cache", llc)
-    return CacheChoice("warm", llc, weight_bytes, "the weights fit in the last-level cache",
-                       llc)
+    if weight_bytes > used:
+        return CacheChoice("cold", used, weight_bytes,
+                           "the weights outgrow the last-level cache" + of, llc)
+    return CacheChoice("warm", used, weight_bytes,
+                       "the weights fit in the last-level cache" + of, llc)
 
 
 def fused_profiler(executor: Executor, data: bytes, sliced: SlicedModel, settings: FusedSettings,
