@@ -463,8 +463,13 @@ def test_auto_cache_goes_by_what_the_core_gets_where_sysfs_lists_more(tmp_path) 
         assert c.reason == ("the weights outgrow the last-level cache (32 MiB of the 300 MiB "
                             "sysfs lists, as measured)")
         assert asked == [(0, listed)]
-        small = cache_state(FusedSettings(), ex, 4 * 2**20, vm, usable)
+        small = cache_state(FusedSettings(), ex, 20 * 2**20, vm, usable)
         assert (small.state, small.llc_bytes) == ("warm", 32 * 2**20)
+        # weights any core keeps, or more than is listed: the listed size, not measured
+        tiny = cache_state(FusedSettings(), ex, 4 * 2**20, vm, usable)
+        assert (tiny.state, tiny.llc_bytes, len(asked)) == ("warm", listed, 2)
+        huge = cache_state(FusedSettings(), ex, 2 * listed, vm, usable)
+        assert (huge.state, huge.llc_bytes, len(asked)) == ("cold", listed, 2)
         whole = cache_state(FusedSettings(), ex, weights, vm, lambda core, b: b)
         assert (whole.state, whole.llc_bytes) == ("warm", listed)
         none = cache_state(FusedSettings(), ex, weights, vm, lambda core, b: 0)

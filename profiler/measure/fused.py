@@ -1350,6 +1350,11 @@ class CacheChoice:
     listed_bytes: int | None = None  # what sysfs lists, where it was measured
 
 
+#: `cache_state` measures the usable cache only for weights above this: every last-level
+#: cache seen listing more keeps at least this much (this project's VM: 32 MiB)
+MEASURE_ABOVE_BYTES = 16 << 20
+
+
 def cache_state(settings: FusedSettings, executor: Executor, weight_bytes: int,
                 sysfs_root: Path,
                 usable: Callable[[int, int], int | None] | None = None) -> CacheChoice:
@@ -1377,7 +1382,11 @@ def cache_state(settings: FusedSettings, executor: Executor, weight_bytes: int,
     if llc is None:
         return CacheChoice("warm", None, weight_bytes,
                            f"no cache size under {sysfs_root} for core {executor.cores[0]}")
-    got = (usable or measured_cache_bytes)(executor.cores[0], llc)
+    # measured only where it can turn warm into cold: weights the listed cache holds, and
+    # more than any core keeps (the probe reads twice the listed size, a second of memory
+    # traffic that other work on the machine feels)
+    got = (usable or measured_cache_bytes)(executor.cores[0], llc) \
+        if MEASURE_ABOVE_BYTES < weight_bytes <= llc else None
     used, of = llc, ""
     if got is not None and got < llc:
         # a virtual machine lists its host's cache; a core gets a share of it
