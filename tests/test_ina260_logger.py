@@ -197,7 +197,10 @@ def test_cli_errors_are_one_line(tmp_path: Path) -> None:
 def test_layers_through_the_simulated_ina260(tmp_path: Path) -> None:
     """`coupprof layers --power sim:ina260` on the simulated B at its top level, where a
     layer draws ~90 % more than the idle board: the hardest contrast the board has.
-    Truth is the board's model of each layer's power while it runs (tests/sim_truth.py)."""
+    Truth is the board's model of each layer's power while it runs (tests/sim_truth.py).
+    The invoke windows also hold some 5-40 us of the host's own work at idle power around
+    each call (the price read before it is dated back: profiler/sim/README.md), which
+    leaves the windows' true power 0.3-0.8 % under it; the 2 % bound holds that too."""
     model_bytes = long_layers()
     (tmp_path / "long.tflite").write_bytes(model_bytes)
     frames = 30
@@ -313,6 +316,19 @@ def test_a_fault_in_a_live_recording_flags_its_frame() -> None:
     assert bad.alignment.faults == 1 and bad.alignment.flagged == [(0, 4)]
     assert bad.set_aside.tolist() == [0, 1, 0] and clean.set_aside.tolist() == [0, 0, 0]
     lag, upd = clean.lag_ms, clean.update_ms
+    # The idle baseline's window, begun by the host half a millisecond before the first
+    # reading kept (the logger prints in bursts; seen in 2 of 8 runs of `coupprof layers
+    # --power sim:ina260`, which then said 0 W): measured from the readings it covers.
+    ck = clean.clock
+    assert ck is not None
+
+    def host_ns(logger_ms: float) -> int:
+        return int(ck.ref_ns + (ck.a_ms + ck.b * (logger_ms - ck.x0_ms)) * 1e6)
+
+    first = float(clean_rec.t_ms[0])
+    idle = attribute_live(clean_rec, marks, levels, start, end, lag_ms=lag, update_ms=upd,
+                          clock=ck, baseline_ns=(host_ns(first - 0.5), host_ns(first + 150)))
+    assert idle.baseline_mw == pytest.approx(1000 * IDLE_W, rel=0.01)
 
     def bound(other: LiveAttribution) -> float:
         """Largest relative change the fits' difference explains (see the docstring)."""

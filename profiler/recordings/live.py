@@ -208,8 +208,12 @@ def attribute_live(rec: Recording, marker_ns: np.ndarray, marker_levels: np.ndar
                      "no power")
     baseline = None
     if clock is not None and baseline_ns is not None and ours.lag_ms is not None:
-        a, b = clock.to_logger_ms(np.array(baseline_ns, dtype=np.int64))
-        if b > a and a >= rec.t_ms[0]:
+        a0, b = clock.to_logger_ms(np.array(baseline_ns, dtype=np.int64))
+        # the readings hold from the first one less the lag; the window may begin a
+        # reading before it (the logger prints in bursts: the first reading kept can come
+        # after the host began the window), but most of it must be in this recording
+        a = max(a0, float(rec.t_ms[0]) - ours.lag_ms)
+        if b - a > 0.5 * (b - a0) > 0:
             step = StepIntegral(rec.t_ms, rec.power_mw, ours.lag_ms)
             baseline = float(step.energy(np.array([a]), np.array([b]))[0] / (b - a))
     notes += [x for x in ours.notes if "previous frequency" not in x]

@@ -87,7 +87,7 @@ class SimCall(ModelledCall):
             self.busy(t0_ns, int(work_ms * 1e6), int(ns))
         model = current(self.pricer.board)
         if model is not None:
-            model.running(self.letter, watts)
+            model.running(self.letter, watts, at_ns=t0_ns)
         return ns
 
     def end(self, t1_ns: int) -> None:

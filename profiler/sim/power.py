@@ -129,6 +129,8 @@ class SimPowerModel:
         self._intervals: list[BusyInterval] = []
         self._freq_fns: dict[str, Callable[[], Levels]] = {}
         self._busy_price: dict[tuple[str, Levels], float] = {}
+        self._seen_ns = 0  # the latest time a reader has been told the power at
+        self._pushed_ns = 0  # the latest change's time
         with _current_lock:
             _current[board.name] = self
 
@@ -138,14 +140,19 @@ class SimPowerModel:
         return self.idle_w
 
     # -- what the executor reports ----------------------------------------------------
-    def running(self, letter: str, watts: float) -> None:
-        """A sub-model run on `letter` starts now, drawing `watts` above idle."""
+    def running(self, letter: str, watts: float, at_ns: int | None = None) -> None:
+        """A sub-model run on `letter` starts at ``at_ns`` (default: now), drawing `watts`
+        above idle. A call's start is told once it has been priced (the frequencies read,
+        tens of microseconds later on a slow host): its power is dated back to when the
+        call began, as its modelled time is, but never before a time a reader has
+        already been given the power at."""
         with self._lock:
             self._procs.setdefault(letter, _Proc()).run_w = watts
-            self._push()
+            self._push(at_ns)
 
     def stopped(self, letter: str) -> None:
-        """The run on `letter` ended now."""
+        """The run on `letter` ended now (the host's pacing thread, woken late, tells it
+        late: the processor draws its power until then, as it does through an overrun)."""
         with self._lock:
             p = self._procs.get(letter)
             if p is not None and p.run_w is not None:
@@ -192,9 +199,12 @@ class SimPowerModel:
             p.busy_keys.discard(key)
             self._push()
 
-    def _push(self) -> None:
+    def _push(self, at_ns: int | None = None) -> None:
         # The time is read under the lock: see activity_w_at.
         now = self.clock()
+        if at_ns is not None:
+            now = min(now, max(at_ns, self._seen_ns + 1, self._pushed_ns))
+        self._pushed_ns = now
         for letter, p in self._procs.items():
             w = p.watts
             if w != p.drawn_w:
@@ -229,14 +239,18 @@ class SimPowerModel:
 
         Times are read under the lock when a change is pushed, and the logger reads
         its own time before asking, so a change it has not seen yet lies after every
-        sample it asks about.
+        sample it asks about; one dated back (`running`) lies after every time asked.
         """
+        host = np.asarray(host_ns, dtype=np.int64)
         with self._lock:
-            return self._steps.at(np.asarray(host_ns, dtype=np.int64))
+            if host.size:
+                self._seen_ns = max(self._seen_ns, int(host.max()))
+            return self._steps.at(host)
 
     def true_energy_mj(self, t0_ns: int, t1_ns: int) -> float:
         """Ground truth: board energy over [t0_ns, t1_ns] (idle x time + the recorded
         dynamic power integrated over the window)."""
         with self._lock:
+            self._seen_ns = max(self._seen_ns, t1_ns)
             dyn = self._history.energy_mj(t0_ns, t1_ns)
         return self.baseline_w * max(t1_ns - t0_ns, 0) / 1e6 + dyn

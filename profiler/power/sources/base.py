@@ -237,7 +237,8 @@ class CounterSource(PowerSource):
 
         ``busy``: run again and again meanwhile, so that the processor measured next is
         not idle while the counter is awaited (an idle GPU lowers its clock within
-        milliseconds, and the window's first frames would run slow). The counter is then
+        milliseconds, and the window's first frames would run slow): at least once, and
+        until it has changed. The counter is then
         read by a thread of its own, `TICK_POLL_S` apart, so the update's time is still
         known within a read, not within a ``busy`` call; this returns when the call in
         which it came has ended."""
@@ -262,6 +263,9 @@ class CounterSource(PowerSource):
         sys.setswitchinterval(min(switch_s, TICK_SWITCH_S))
         poller.start()
         try:
+            # at least once: an update that came while the poller started would otherwise
+            # open the window with no call run since the counter was first read
+            busy()
             while poller.is_alive():
                 busy()
         finally:
