@@ -151,11 +151,24 @@ def fused_vs(data: bytes, executor: CpuExecutor, budget_s: float, window: int,
         runner.run_frame()
         return [end - start for _, _, start, end in runner.run_frame()]
 
+    calls = [runner.layer_call(k) for k in range(len(sliced.layers))]
+
+    def warm_layers() -> list[int]:
+        # each layer called again at once, as a frame left its inputs: what it costs with
+        # its own buffers in the cache (docs/fused.md, "What the sliced rows hold")
+        out = []
+        for call in calls:
+            call()
+            t0 = time.perf_counter_ns()
+            call()
+            out.append(time.perf_counter_ns() - t0)
+        return out
+
     for r in range(settings.warmup_rounds):
         prof.run_round(bool(r % 2), calls=settings.visit_calls, warm=settings.visit_warm)
         whole_visit()
         sliced_frame()
-    rows, wholes, sliced_rows = [], [], []
+    rows, wholes, sliced_rows, warm_rows = [], [], [], []
     start = time.monotonic()
     while time.monotonic() - start < budget_s or len(rows) < settings.min_rounds:
         if len(rows) % 2:
@@ -165,6 +178,7 @@ def fused_vs(data: bytes, executor: CpuExecutor, budget_s: float, window: int,
                                    warm=settings.visit_warm))
         if len(rows) % 2:
             sliced_rows.append(sliced_frame())
+            warm_rows.append(warm_layers())
             wholes.append(whole_visit())
     res = prof.result(np.array(rows), settings, time.monotonic() - start, converged=False)
     whole_ms = float(trimmed_estimate(np.array(wholes))[0])
@@ -172,6 +186,8 @@ def fused_vs(data: bytes, executor: CpuExecutor, budget_s: float, window: int,
     sl_ms = [float(v) for v in np.median(np.array(sliced_rows), axis=0) / 1e6]
     big = [k for k, t in enumerate(sl_ms) if t >= 1.0]
     gaps = [abs(fused_ms[k] - sl_ms[k]) / sl_ms[k] for k in big]
+    warm_ms = [float(v) for v in np.median(np.array(warm_rows), axis=0) / 1e6]
+    warm_gaps = [abs(fused_ms[k] - warm_ms[k]) / warm_ms[k] for k in big]
     return {
         "rounds": res.rounds, "elapsed_s": res.elapsed_s, "budget_s": budget_s,
         "window": window, "lead": lead, "cache": res.settings.cache,
@@ -190,6 +206,14 @@ def fused_vs(data: bytes, executor: CpuExecutor, budget_s: float, window: int,
         "fused_ms": [float(t) for t in fused_ms],
         "fused_ci95_ms": [layer.ci95_ms for layer in res.layers],
         "sliced_median_ms": sl_ms,
+        "warm_alone_median_ms": warm_ms,
+        "within_target_1ms_warm_alone": int(sum(g <= FUSED_SLICED_TARGET for g in warm_gaps)),
+        "median_fused_vs_warm_alone": float(statistics.median(warm_gaps)) if warm_gaps
+        else float("nan"),
+        "median_fused_over_sliced": float(statistics.median(fused_ms[k] / sl_ms[k] for k in big))
+        if big else float("nan"),
+        "median_fused_over_warm_alone": float(statistics.median(
+            fused_ms[k] / warm_ms[k] for k in big)) if big else float("nan"),
     }
 
 
@@ -213,7 +237,13 @@ def print_fused(name: str, f: dict[str, Any], sliced_ratio: float) -> None:
               f"{f['max_fused_vs_sliced']:.1%} apart (target {FUSED_SLICED_TARGET:.0%}: "
               f"{'ok' if ok else 'OVER TARGET'}); {f['within_target_1ms']} of them "
               f"({f['within_target_1ms'] / f['layers_1ms']:.0%}) within "
-              f"{FUSED_SLICED_TARGET:.0%}, the median {f['median_fused_vs_sliced']:.1%} apart")
+              f"{FUSED_SLICED_TARGET:.0%}, the median {f['median_fused_vs_sliced']:.1%} apart, "
+              f"fused / sliced at the median {f['median_fused_over_sliced']:.3f}")
+        print(f"{name}: the same layers against each layer called again at once (its own "
+              f"buffers in the cache): {f['within_target_1ms_warm_alone']} of them "
+              f"({f['within_target_1ms_warm_alone'] / f['layers_1ms']:.0%}) within "
+              f"{FUSED_SLICED_TARGET:.0%}, the median {f['median_fused_vs_warm_alone']:.1%} "
+              f"apart, fused / warm alone at the median {f['median_fused_over_warm_alone']:.3f}")
     else:
         print(f"{name}: no layer of 1 ms or more on this core")
 
