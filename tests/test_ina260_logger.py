@@ -287,6 +287,35 @@ def _record(v: VirtualIna260, src: Ina260Source, layer_ms: list[float], frames: 
     return rec, np.array(marks), np.array(levels), start, end
 
 
+def test_a_recording_closes_with_an_idle_that_stands_out_of_a_stretched_frame() -> None:
+    """A busy host stretched one gap between layers to 40 ms (a sleep woken late; under
+    twice the 25 ms layer, so not a close itself): the recording still ends with an idle
+    3 times its longest segment, so that `coupprof import` finds the close (2 times
+    every frame segment) and the layout. With the fixed 50 ms tail it ended with, the
+    close was 1.25 times that gap: on a loaded 2-core VM,
+    `test_a_recording_coupprof_made_needs_no_layout_flags` read "no long close"."""
+    from profiler.recordings.infer import infer_layout
+
+    with VirtualIna260(pin_power, seed=3) as v, \
+            Ina260Source("ina260:x", v.port, timeout_s=3) as src:
+        src.start()
+        time.sleep(0.1)
+        for f in range(6):
+            for k, ms in enumerate((5.0, 25.0, 5.0)):
+                v.set_markers(1)
+                busy_ms(ms)
+                v.set_markers(0)
+                time.sleep(0.040 if (f, k) == (2, 1) else 0.008)
+        rec = src.stop_recording()
+    segs = segments(rec)
+    d = np.asarray(segs.duration_ms)
+    assert d[1:-1].max() >= 38.0  # the stretched gap
+    assert d[-1] >= 3 * d[1:-1].max() - 3.0  # to a reading or two
+    found = infer_layout(rec)
+    assert found.closed and (found.runs, found.layers, found.trailing) == (6, 3, 1), \
+        found.describe()
+
+
 def test_a_fault_in_a_live_recording_flags_its_frame() -> None:
     """A spurious pin pulse (the logger reads the pin at the wrong level once) and, in a
     copy, a missed edge pair: the frame is flagged, its windows are set aside, and the

@@ -13,8 +13,10 @@ A reader thread keeps every line that arrives during a recording, as it came, in
 ``<trace dir>/readings.csv`` (the same format as their logs, so `coupprof import` reads
 it again) and in memory; `stop_recording` waits until the pin has read idle for
 ``tail_s`` of the logger's time, so the readings cover the last window (the sensor lags
-the pin by ~3 ms), and returns them as a
-`Recording`. The run's attribution is `profiler.recordings.live`.
+the pin by ~3 ms), and `CLOSE_MARGIN` times the longest segment recorded after the
+first, so that the close stands out of the frames for `coupprof import` to find the
+layout (`profiler.recordings.infer`), and returns them as a `Recording`. The run's
+attribution is `profiler.recordings.live`.
 """
 
 from __future__ import annotations
@@ -36,6 +38,10 @@ from profiler.recordings.traces import Recording, armcoup_recording, parse_armco
 BAUDRATE = 115200
 #: ARM-CO-UP sleeps 8 ms after each layer: readings up to 3 ms apart then see every gap.
 GAP_NS = 8_000_000
+#: The idle a recording ends with, in times the longest segment before it: `coupprof
+#: import` takes a segment 2 times longer than every one of a frame for a close
+#: (`profiler.recordings.infer.CLOSE_RATIO`); 3 leaves a stretched one room.
+CLOSE_MARGIN = 3.0
 #: An Arduino Uno resets when its port opens; its bootloader waits ~1.6 s before the sketch.
 FIRST_READING_S = 5.0
 
@@ -63,6 +69,9 @@ class Ina260Source(ReadingSource):
         self._last_rx_ns = 0  # host time of the last whole line
         self._lines: list[str] | None = None  # while recording
         self._idle_ms: tuple[float, float] | None = None  # (first, last) millis of the idle run
+        # the pin's current run: (level, its first millis, the recording's first run?)
+        self._run: tuple[bool, float, bool] | None = None
+        self._longest_ms = 0.0  # the longest run ended so far, the first one left out
         self._file: TextIO | None = None
         self._path: Path | None = None
         self.error = None
@@ -138,10 +147,17 @@ class Ina260Source(ReadingSource):
                 got = parse_armcoup_line(x)
                 if isinstance(got, tuple):
                     pin, ms, _ = got
-                    if pin == self.active_level:
+                    active = pin == self.active_level
+                    if active:
                         self._idle_ms = None
                     else:
                         self._idle_ms = (self._idle_ms[0] if self._idle_ms else ms, ms)
+                    if self._run is None:
+                        self._run = (active, ms, True)
+                    elif active != self._run[0]:
+                        if not self._run[2]:
+                            self._longest_ms = max(self._longest_ms, ms - self._run[1])
+                        self._run = (active, ms, False)
             if self._file is not None:
                 self._file.write("".join(x.rstrip("\r") + "\n" for x in lines))
 
@@ -174,20 +190,27 @@ class Ina260Source(ReadingSource):
         with self._lock:
             self._lines = []
             self._idle_ms = None
+            self._run = None
+            self._longest_ms = 0.0
             self.recording = None
 
     def stop_recording(self) -> Recording:
         self._require_open()
         # The readings that cover the last window come up to one update period and a
         # reading later: keep recording until the pin has read idle for tail_s on the
-        # logger's own clock (lines still on their way on a busy host included), or
-        # for tail_s and 2 s more when it does not (a stuck pin, a silent logger).
-        deadline = time.monotonic() + self.tail_s + 2.0
+        # logger's own clock (lines still on their way on a busy host included), and for
+        # CLOSE_MARGIN times the longest segment since the first (a window or gap a busy
+        # host stretched included: the close must stand out of the frames), or for that
+        # and 2 s more when it does not (a stuck pin, a silent logger).
+        start = time.monotonic()
         time.sleep(self.tail_s)
-        while time.monotonic() < deadline and self.error is None:
-            with self._lock:
+        while self.error is None:
+            with self._lock:  # the last windows' lines may still be on their way
                 idle = self._idle_ms
-            if idle is not None and idle[1] - idle[0] >= 1000 * self.tail_s:
+                need_ms = max(1000 * self.tail_s, CLOSE_MARGIN * self._longest_ms)
+            if idle is not None and idle[1] - idle[0] >= need_ms:
+                break
+            if time.monotonic() - start > need_ms / 1000 + 2.0:
                 break
             time.sleep(0.005)
         with self._lock:
