@@ -234,12 +234,17 @@ def test_a_counter_awaited_while_busy_keeps_the_processor_busy_and_times_the_upd
             time.sleep(0.02)
             calls.append((a, perf_clock()))
 
-        # just after an update: the next is 5 ms away, long after the first call starts
+        # just after an update: the next is 5 ms away, after the first call starts (unless
+        # a loaded host takes longer to start the poller and the call: then the next one)
         since = src.wait_for_tick()[1]
         t, e = src.wait_for_tick(since_mj=since, busy=busy)
-        assert e == pytest.approx(since + 15.0)  # the next update (3 W x 5 ms), not later
         tick = src.t0 + round(e / 15.0) * src.update_interval_ns
         assert e > since
         assert 0 <= t - tick < 2_000_000, (t - tick) / 1e6
         assert len(calls) >= 1 and calls[-1][1] >= t  # it returned after the call ended
-        assert calls[0][0] <= tick  # the processor was busy when the update came
+        # the processor was busy when the update was seen, and it is the first one after
+        # the first call began (3 W x 5 ms a step) when that call began before it; one that
+        # came before the calls began is passed over
+        assert any(a <= t <= b for a, b in calls), [(a - t, b - t) for a, b in calls]
+        if calls[0][0] - src.t0 < round(since / 15.0 + 1) * src.update_interval_ns:
+            assert e == pytest.approx(since + 15.0)

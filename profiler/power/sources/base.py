@@ -237,15 +237,26 @@ class CounterSource(PowerSource):
 
         ``busy``: run again and again meanwhile, so that the processor measured next is
         not idle while the counter is awaited (an idle GPU lowers its clock within
-        milliseconds, and the window's first frames would run slow): at least once, and
-        until it has changed. The counter is then
-        read by a thread of its own, `TICK_POLL_S` apart, so the update's time is still
-        known within a read, not within a ``busy`` call; this returns when the call in
-        which it came has ended."""
+        milliseconds, and the window's first frames would run slow), until an update
+        comes while it runs: one that came before the first call began (a loaded host
+        can take milliseconds to start the poller and the call) found the processor
+        idle, and the next is awaited. The counter is read by a thread of its own,
+        `TICK_POLL_S` apart, so the update's time is still known within a read, not
+        within a ``busy`` call; this returns when the call in which it came has ended."""
         limit = timeout_ns if timeout_ns is not None else max(50 * self.update_interval_ns,
                                                               2_000_000_000)
         if busy is None:
             return self._poll_tick(since_mj, limit, None)
+        while True:
+            t_ns, e_mj, first_ns = self._tick_while_busy(since_mj, limit, busy)
+            if t_ns >= first_ns:
+                return t_ns, e_mj
+            since_mj = None  # the processor was idle when it came: the next one from now
+
+    def _tick_while_busy(self, since_mj: float | None, limit: int,
+                         busy: Callable[[], object]) -> tuple[int, float, int]:
+        """(time, energy) of the update the poller saw, and when the first busy call
+        began."""
         found: list[tuple[int, float]] = []
         errors: list[BaseException] = []
         stop = threading.Event()
@@ -263,8 +274,7 @@ class CounterSource(PowerSource):
         sys.setswitchinterval(min(switch_s, TICK_SWITCH_S))
         poller.start()
         try:
-            # at least once: an update that came while the poller started would otherwise
-            # open the window with no call run since the counter was first read
+            first_ns = self.clock()
             busy()
             while poller.is_alive():
                 busy()
@@ -274,7 +284,7 @@ class CounterSource(PowerSource):
             sys.setswitchinterval(switch_s)
         if errors:
             raise errors[0]
-        return found[0]
+        return (*found[0], first_ns)
 
     def _poll_tick(self, since_mj: float | None, limit_ns: int,
                    stop: threading.Event | None) -> tuple[int, float]:
