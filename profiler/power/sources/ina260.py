@@ -68,10 +68,10 @@ class Ina260Source(ReadingSource):
         self._valid = threading.Event()  # a whole reading line arrived
         self._last_rx_ns = 0  # host time of the last whole line
         self._lines: list[str] | None = None  # while recording
-        self._idle_ms: tuple[float, float] | None = None  # (first, last) millis of the idle run
-        # the pin's current run: (level, its first millis, the recording's first run?)
-        self._run: tuple[bool, float, bool] | None = None
-        self._longest_ms = 0.0  # the longest run ended so far, the first one left out
+        self._run: tuple[bool, float] | None = None  # the pin's current run: (active, first millis)
+        self._last_ms = 0.0  # the last reading's millis
+        # the longest run ended so far, the recording's first left out (None: not ended)
+        self._longest_ms: float | None = None
         self._file: TextIO | None = None
         self._path: Path | None = None
         self.error = None
@@ -148,16 +148,13 @@ class Ina260Source(ReadingSource):
                 if isinstance(got, tuple):
                     pin, ms, _ = got
                     active = pin == self.active_level
-                    if active:
-                        self._idle_ms = None
-                    else:
-                        self._idle_ms = (self._idle_ms[0] if self._idle_ms else ms, ms)
                     if self._run is None:
-                        self._run = (active, ms, True)
+                        self._run = (active, ms)
                     elif active != self._run[0]:
-                        if not self._run[2]:
-                            self._longest_ms = max(self._longest_ms, ms - self._run[1])
-                        self._run = (active, ms, False)
+                        self._longest_ms = 0.0 if self._longest_ms is None else \
+                            max(self._longest_ms, ms - self._run[1])
+                        self._run = (active, ms)
+                    self._last_ms = ms
             if self._file is not None:
                 self._file.write("".join(x.rstrip("\r") + "\n" for x in lines))
 
@@ -189,9 +186,8 @@ class Ina260Source(ReadingSource):
         self._path = path
         with self._lock:
             self._lines = []
-            self._idle_ms = None
             self._run = None
-            self._longest_ms = 0.0
+            self._longest_ms = None
             self.recording = None
 
     def stop_recording(self) -> Recording:
@@ -206,9 +202,9 @@ class Ina260Source(ReadingSource):
         time.sleep(self.tail_s)
         while self.error is None:
             with self._lock:  # the last windows' lines may still be on their way
-                idle = self._idle_ms
-                need_ms = max(1000 * self.tail_s, CLOSE_MARGIN * self._longest_ms)
-            if idle is not None and idle[1] - idle[0] >= need_ms:
+                run, last = self._run, self._last_ms
+                need_ms = max(1000 * self.tail_s, CLOSE_MARGIN * (self._longest_ms or 0.0))
+            if run is not None and not run[0] and last - run[1] >= need_ms:
                 break
             if time.monotonic() - start > need_ms / 1000 + 2.0:
                 break
