@@ -144,8 +144,10 @@ def readback_delay(gov: Governor, t_write_ns: int, to_khz: int,
     ``timeout_s`` (default `TIMEOUT_S`, read at call time)."""
     deadline = t_write_ns + int((TIMEOUT_S if timeout_s is None else timeout_s) * 1e9)
     while True:
-        now = gov.clock_ns()
+        # the time after the read: the change came before it ends (read first, a thread
+        # held up between the two reads gave 2.9 ms against the fake hardware's 3 ms)
         eff = gov.read_khz()
+        now = gov.clock_ns()
         if eff is not None and freq_matches(to_khz, eff):
             return (now - t_write_ns) / 1000
         if now > deadline:
